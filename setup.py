@@ -1,0 +1,35 @@
+"""The `transformer` package: attention and Transformers in JAX/Flax."""
+
+import setuptools
+
+setuptools.setup(
+    name='transformer',
+    version='0.1.0',
+    description='A JAX/Flax research codebase for attention and Transformers.',
+    long_description=open('README.md', encoding='utf-8').read(),
+    long_description_content_type='text/markdown',
+    packages=setuptools.find_packages(include=['transformer', 'transformer.*']),
+    # jax 0.10 and flax 0.12, the oldest releases tested, need Python 3.11.
+    python_requires='>=3.11',
+    install_requires=[
+        'jax>=0.10.2',
+        'flax>=0.12.8',
+        'optax>=0.2.8',
+        'orbax-checkpoint>=0.12.8',
+        'tensorflow-datasets>=4.9.10',
+        # tf.data for TFDS only; never imported by the training path.
+        'tensorflow-cpu>=2.21; sys_platform != "darwin"',
+        'tensorflow>=2.21; sys_platform == "darwin"',
+        'absl-py>=2.5.1',
+        'ml_collections>=1.1.0',
+        'sentencepiece>=0.2.3',
+        'sacrebleu>=2.6.0',
+        'matplotlib>=3.11',
+        'numpy>=2.0',
+    ],
+    extras_require={
+        'test': ['pytest>=9.0'],
+        'gpu': ['jax[cuda12]>=0.10.2'],
+        'tpu': ['jax[tpu]>=0.10.2'],
+    },
+)

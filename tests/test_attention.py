@@ -1,0 +1,425 @@
+"""Properties of attention stated in the lectures, and its error messages."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import attention
+from transformer import layers
+
+IMPLS = ('einsum', 'xla', 'auto')
+
+
+def normal(seed, *shape, dtype=jnp.float32):
+  return jnp.asarray(np.random.default_rng(seed).normal(size=shape), dtype)
+
+
+def reference_attention(q, k, v, mask=None, scale=None):
+  """float64 NumPy: E = Q K^T * scale, A = softmax(E), Y = A V, per head."""
+  q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+  b, t, n, h = q.shape
+  group = n // k.shape[2]
+  k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
+  logits = np.einsum('btnh,bsnh->bnts', q, k) * (scale or h**-0.5)
+  mask = np.ones(logits.shape, bool) if mask is None else np.broadcast_to(
+      np.asarray(mask), logits.shape)
+  logits = np.where(mask, logits, -np.inf)
+  peak = np.max(logits, axis=-1, keepdims=True)
+  peak = np.where(np.isfinite(peak), peak, 0.0)
+  weights = np.exp(logits - peak) * mask
+  total = weights.sum(-1, keepdims=True)
+  weights = np.divide(weights, total, out=np.zeros_like(weights),
+                      where=total > 0)
+  return np.einsum('bnts,bsnh->btnh', weights, v), weights
+
+
+def random_mask(seed, b, t, s):
+  """A random [B, 1, T, S] mask with one query row fully masked."""
+  mask = np.random.default_rng(seed).random((b, 1, t, s)) > 0.4
+  mask[0, 0, 1] = False
+  return jnp.asarray(mask)
+
+
+def masks(b, t, s):
+  lengths = jnp.asarray([s, 0] + [s - 2] * (b - 2))
+  return {
+      'none': (None, None, False),
+      'padding': (None, lengths, False),
+      'causal': (None, None, True),
+      'padding+causal': (None, lengths, True),
+      'arbitrary+causal': (random_mask(0, b, t, s), None, True),
+  }
+
+
+def combined(mask, lengths, causal, t, s):
+  return attention.combine_masks(
+      mask, None if lengths is None else attention.padding_mask(lengths, s),
+      attention.causal_mask(t, s) if causal else None)
+
+
+@pytest.mark.parametrize('kind', list(masks(3, 5, 7)))
+def test_weights_are_probabilities_and_masked_keys_get_zero(kind):
+  b, t, s = 3, 5, 7
+  mask, lengths, causal = masks(b, t, s)[kind]
+  _, weights = attention.dot_product_attention(
+      normal(0, b, t, 4, 8), normal(1, b, s, 4, 8), normal(2, b, s, 4, 8),
+      mask=mask, key_lengths=lengths, causal=causal, return_weights=True)
+  weights = np.asarray(weights)
+  full = np.broadcast_to(
+      np.ones((1, 1, t, s), bool) if kind == 'none'
+      else np.asarray(combined(mask, lengths, causal, t, s)), weights.shape)
+  assert np.all((weights >= 0) & (weights <= 1))
+  assert np.all(weights[~full] == 0.0)  # exactly zero, not just small
+  sums = weights.sum(-1)
+  has_key = full.any(-1)
+  np.testing.assert_allclose(sums[has_key], 1.0, rtol=1e-6)
+  np.testing.assert_array_equal(sums[~has_key], 0.0)
+  if kind != 'none':
+    assert not full.all(), 'the case must mask some keys'
+  if kind not in ('none', 'causal'):
+    assert not has_key.all(), 'the case must contain a fully masked row'
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+def test_fully_masked_rows_give_zeros_and_finite_gradients(impl):
+  q, k, v = normal(0, 2, 3, 2, 4), normal(1, 2, 5, 2, 4), normal(2, 2, 5, 2, 4)
+  lengths = jnp.asarray([0, 3])  # the first example has no keys at all
+  f = lambda q, k, v: attention.dot_product_attention(
+      q, k, v, key_lengths=lengths, implementation=impl)
+  out = f(q, k, v)
+  np.testing.assert_array_equal(out[0], 0.0)
+  assert np.abs(np.asarray(out[1])).min() > 0
+  grads = jax.jit(jax.grad(lambda *a: f(*a).sum(), argnums=(0, 1, 2)))(q, k, v)
+  assert all(np.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize('impl', IMPLS)
+@pytest.mark.parametrize('kind', list(masks(3, 5, 7)))
+@pytest.mark.parametrize('kv_heads', [4, 2, 1])
+def test_matches_float64_numpy_reference(impl, kind, kv_heads):
+  b, t, s = 3, 5, 7
+  mask, lengths, causal = masks(b, t, s)[kind]
+  q, k, v = (normal(0, b, t, 4, 8), normal(1, b, s, kv_heads, 8),
+             normal(2, b, s, kv_heads, 8))
+  out = jax.jit(lambda q, k, v: attention.dot_product_attention(
+      q, k, v, mask=mask, key_lengths=lengths, causal=causal,
+      implementation=impl))(q, k, v)
+  expected, _ = reference_attention(q, k, v, combined(mask, lengths, causal,
+                                                      t, s))
+  error = np.abs(np.asarray(out, np.float64) - expected).max()
+  assert error / np.abs(expected).max() < 1e-5
+
+
+@pytest.mark.parametrize('causal', [False, True])
+def test_equals_jax_nn_dot_product_attention(causal):
+  q, k, v = normal(0, 2, 6, 4, 8), normal(1, 2, 6, 2, 8), normal(2, 2, 6, 2, 8)
+  lengths = jnp.asarray([6, 4], jnp.int32)
+  expected = jax.nn.dot_product_attention(
+      q, k, v, is_causal=causal, key_value_seq_lengths=lengths)
+  for impl in IMPLS:
+    out = attention.dot_product_attention(q, k, v, key_lengths=lengths,
+                                          causal=causal, implementation=impl)
+    np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_plain_dot_product_uses_no_scale():
+  q, k, v = normal(0, 1, 3, 1, 16), normal(1, 1, 4, 1, 16), normal(2, 1, 4, 1, 16)
+  out = attention.dot_product_attention(q, k, v, scale=1.0)
+  expected, _ = reference_attention(q, k, v, scale=1.0)
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+  scaled = attention.dot_product_attention(q, k, v)
+  assert np.abs(np.asarray(scaled) - expected).max() > 1e-2
+
+
+def test_extra_leading_batch_dimensions():
+  q, k, v = normal(0, 2, 3, 5, 2, 4), normal(1, 2, 3, 6, 2, 4), normal(
+      2, 2, 3, 6, 2, 4)
+  mask = jnp.asarray(np.random.default_rng(3).random((2, 3, 1, 5, 6)) > 0.3)
+  for impl in IMPLS:
+    out = attention.dot_product_attention(q, k, v, mask=mask,
+                                          implementation=impl)
+    for i in range(2):
+      expected, _ = reference_attention(q[i], k[i], v[i], mask[i])
+      np.testing.assert_allclose(out[i], expected, rtol=1e-5, atol=1e-6)
+
+
+def test_bf16_within_bf16_tolerance_of_float32():
+  q, k, v = normal(0, 2, 16, 4, 32), normal(1, 2, 16, 4, 32), normal(
+      2, 2, 16, 4, 32)
+  lengths = jnp.asarray([16, 9])
+  for impl in IMPLS:
+    f = lambda q, k, v: attention.dot_product_attention(
+        q, k, v, key_lengths=lengths, causal=True, implementation=impl)
+    full = f(q, k, v)
+    half = f(*(a.astype(jnp.bfloat16) for a in (q, k, v)))
+    assert half.dtype == jnp.bfloat16
+    # bf16 has an 8-bit mantissa: 2^-8 relative per rounding, a few roundings.
+    np.testing.assert_allclose(half.astype(jnp.float32), full, atol=4e-2,
+                               rtol=4e-2)
+
+
+def test_cudnn_without_gpu_says_so():
+  if jax.default_backend() == 'gpu':
+    pytest.skip('a GPU is present')
+  q = normal(0, 1, 4, 2, 8)
+  with pytest.raises(ValueError, match='needs a GPU'):
+    attention.dot_product_attention(q, q, q, implementation='cudnn')
+
+
+# ----------------------------------------------------------------------------
+# Multi-head attention
+# ----------------------------------------------------------------------------
+
+
+def init_mha(module, *inputs, **kwargs):
+  variables = module.init(jax.random.key(0), *inputs, deterministic=True,
+                          **kwargs)
+  return nn.unbox(variables)
+
+
+def test_self_attention_is_permutation_equivariant_without_positions():
+  x = normal(0, 2, 7, 16)
+  perm = np.random.default_rng(1).permutation(7)
+  mha = attention.MultiHeadAttention(num_heads=4)
+  params = init_mha(mha, x)
+  f = lambda x: mha.apply(params, x, deterministic=True)
+  np.testing.assert_allclose(f(x[:, perm]), f(x)[:, perm], rtol=1e-5,
+                             atol=1e-6)
+  # Adding positions first breaks equivariance: f(s(x) + P) != s(f(x + P)).
+  pe = layers.PositionalEncoding(max_length=7)
+  g = lambda x: f(pe.apply({}, x))
+  assert np.abs(np.asarray(g(x[:, perm]) - g(x)[:, perm])).max() > 1e-2
+
+
+def test_causal_output_ignores_later_inputs():
+  x = normal(0, 2, 8, 16)
+  mha = attention.MultiHeadAttention(num_heads=4)
+  params = init_mha(mha, x)
+  t = 4
+  changed = x.at[:, t + 1:].set(normal(5, 2, 8 - t - 1, 16))
+  f = lambda x, causal: mha.apply(params, x, causal=causal,
+                                  deterministic=True)
+  np.testing.assert_allclose(f(changed, True)[:, :t + 1],
+                             f(x, True)[:, :t + 1], rtol=1e-6, atol=1e-6)
+  assert np.abs(np.asarray(f(changed, True)[:, t + 1:] -
+                           f(x, True)[:, t + 1:])).max() > 1e-3
+  # Without the causal mask, earlier outputs do see the change.
+  assert np.abs(np.asarray(f(changed, False)[:, :t + 1] -
+                           f(x, False)[:, :t + 1])).max() > 1e-3
+
+
+def test_cross_attention_depends_on_queries_only_through_weights():
+  decoder, encoder = normal(0, 2, 3, 16), normal(1, 2, 6, 12)
+  mha = attention.MultiHeadAttention(num_heads=4)
+  params = init_mha(mha, decoder, encoder)
+  out, weights = mha.apply(params, decoder, encoder, deterministic=True,
+                           return_weights=True)
+  assert out.shape == (2, 3, 16) and weights.shape == (2, 4, 3, 6)
+  # Y = (A V) W_O + b with V computed from the encoder alone.
+  p = params['params']
+  value = np.einsum('bsd,dnh->bsnh', encoder, p['value']['kernel']) + p[
+      'value']['bias']
+  heads = np.einsum('bnts,bsnh->btnh', weights, value)
+  expected = np.einsum('btnh,nhd->btd', heads, p['out']['kernel']) + p['out'][
+      'bias']
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-5)
+  # Fix the weights (zero W_Q gives uniform weights): the decoder input then
+  # has no influence at all.
+  frozen = jax.tree.map(lambda a: a, params)
+  frozen['params']['query'] = jax.tree.map(jnp.zeros_like, p['query'])
+  other = normal(2, 2, 3, 16)
+  a = mha.apply(frozen, decoder, encoder, deterministic=True)
+  b = mha.apply(frozen, other, encoder, deterministic=True)
+  np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+  assert np.abs(np.asarray(mha.apply(params, other, encoder,
+                                     deterministic=True) - out)).max() > 1e-3
+
+
+def test_multi_head_equals_single_heads_concatenated_and_projected():
+  x = normal(0, 2, 5, 12)
+  mha = attention.MultiHeadAttention(num_heads=3, head_dim=6)
+  params = init_mha(mha, x)
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params['params'])
+  proj = lambda name, i: (x @ p[name]['kernel'][:, i] + p[name]['bias'][i])
+  heads = []
+  for i in range(3):  # each head: its own W_Q, W_K, W_V, then attention
+    q, k, v = proj('query', i), proj('key', i), proj('value', i)
+    e = np.einsum('btd,bsd->bts', q, k) / np.sqrt(6)
+    a = np.exp(e - e.max(-1, keepdims=True))
+    a /= a.sum(-1, keepdims=True)
+    heads.append(a @ v)
+  w_o = p['out']['kernel'].reshape(3 * 6, 12)  # rows: head-major concat
+  expected = np.concatenate(heads, -1) @ w_o + p['out']['bias']
+  np.testing.assert_allclose(mha.apply(params, x, deterministic=True),
+                             expected, rtol=1e-5, atol=1e-5)
+
+
+def test_grouped_query_attention():
+  x = normal(0, 2, 5, 16)
+  # With as many KV heads as query heads it is plain multi-head attention.
+  plain = attention.MultiHeadAttention(num_heads=4)
+  same = attention.MultiHeadAttention(num_heads=4, num_kv_heads=4)
+  params = init_mha(plain, x)
+  np.testing.assert_array_equal(plain.apply(params, x, deterministic=True),
+                                same.apply(params, x, deterministic=True))
+  # With K < N it equals multi-head attention whose key/value heads repeat
+  # each shared head for its group of G = N / K consecutive query heads.
+  grouped = attention.MultiHeadAttention(num_heads=4, num_kv_heads=2)
+  gparams = init_mha(grouped, x)
+  repeated = jax.tree.map(lambda a: a, gparams)
+  for name in ('key', 'value'):
+    for leaf in ('kernel', 'bias'):
+      repeated['params'][name][leaf] = jnp.repeat(
+          gparams['params'][name][leaf], 2, axis=-2)
+  for impl in IMPLS:
+    grouped = grouped.clone(implementation=impl)
+    np.testing.assert_allclose(
+        grouped.apply(gparams, x, causal=True, deterministic=True),
+        plain.apply(repeated, x, causal=True, deterministic=True),
+        rtol=1e-5, atol=1e-6)
+  assert gparams['params']['key']['kernel'].shape == (16, 2, 4)
+
+
+def test_attention_dropout_only_when_not_deterministic():
+  x = normal(0, 2, 6, 16)
+  mha = attention.MultiHeadAttention(num_heads=4, dropout_rate=0.5)
+  params = init_mha(mha, x)
+  rngs = lambda seed: {'dropout': jax.random.key(seed)}
+  clean = mha.apply(params, x, deterministic=True)
+  noisy = mha.apply(params, x, deterministic=False, rngs=rngs(1))
+  again = mha.apply(params, x, deterministic=False, rngs=rngs(1))
+  assert np.abs(np.asarray(noisy - clean)).max() > 1e-3
+  np.testing.assert_array_equal(noisy, again)
+
+
+def test_weights_are_sown_for_plots():
+  x = normal(0, 2, 5, 16)
+  mha = attention.MultiHeadAttention(num_heads=4)
+  params = init_mha(mha, x)
+  (_, weights), state = mha.apply(params, x, causal=True, deterministic=True,
+                                  return_weights=True,
+                                  mutable=['intermediates'])
+  sown = state['intermediates']['attention_weights'][0]
+  np.testing.assert_array_equal(sown, weights)
+  assert sown.shape == (2, 4, 5, 5)
+
+
+# ----------------------------------------------------------------------------
+# KV cache
+# ----------------------------------------------------------------------------
+
+
+def decode_in_chunks(module, params, x, chunks, **kwargs):
+  """Runs `module` in decode mode over consecutive chunks of x."""
+  _, cache = module.apply(params, jnp.zeros_like(x), deterministic=True,
+                          mutable=['cache'], **kwargs)
+  outputs, start = [], 0
+  for size in chunks:
+    out, cache = module.apply({**params, **cache}, x[:, start:start + size],
+                              deterministic=True, mutable=['cache'], **kwargs)
+    outputs.append(out)
+    start += size
+  return jnp.concatenate(outputs, axis=1), cache
+
+
+@pytest.mark.parametrize('chunks', [[1] * 7, [4, 1, 1, 1], [7]])
+@pytest.mark.parametrize('kv_heads', [4, 1])
+def test_kv_cache_decoding_equals_full_causal_pass(chunks, kv_heads):
+  x = normal(0, 2, 7, 16)
+  mha = attention.MultiHeadAttention(num_heads=4, num_kv_heads=kv_heads)
+  params = init_mha(mha, x)
+  full = mha.apply(params, x, causal=True, deterministic=True)
+  stepped, cache = decode_in_chunks(mha.clone(decode=True), params, x, chunks,
+                                    causal=True)
+  np.testing.assert_allclose(stepped, full, rtol=1e-5, atol=1e-5)
+  assert int(cache['cache']['cache_index']) == 7
+
+
+def test_kv_cache_overflow_is_an_error():
+  x = normal(0, 1, 3, 8)
+  mha = attention.MultiHeadAttention(num_heads=2, decode=True)
+  params = init_mha(mha.clone(decode=False), x)
+  _, cache = mha.apply(params, x, deterministic=True, mutable=['cache'])
+  with pytest.raises(ValueError, match='do not fit a KV cache'):
+    mha.apply({**params, **cache}, normal(1, 1, 4, 8), deterministic=True,
+              mutable=['cache'])
+
+
+# ----------------------------------------------------------------------------
+# Additive attention
+# ----------------------------------------------------------------------------
+
+
+def test_additive_attention_matches_its_formula():
+  s, h = normal(0, 2, 3, 10), normal(1, 2, 6, 8)
+  mask = jnp.asarray(np.random.default_rng(2).random((2, 1, 6)) > 0.3)
+  module = attention.AdditiveAttention(features=5)
+  params = nn.unbox(module.init(jax.random.key(0), s, h))
+  context, weights = module.apply(params, s, h, mask=mask)
+  p = jax.tree.map(lambda a: np.asarray(a, np.float64), params['params'])
+  # e_i = v^T tanh(W_q s + W_k h_i)
+  e = np.tanh((s @ p['query_projection']['kernel'] + p['query_projection'][
+      'bias'])[:, :, None] + (h @ p['key_projection']['kernel'])[:, None])
+  e = (e @ p['score']['kernel'])[..., 0]
+  full_mask = np.broadcast_to(np.asarray(mask), e.shape)
+  a = np.where(full_mask, np.exp(e - e.max(-1, keepdims=True)), 0)
+  a /= a.sum(-1, keepdims=True)
+  np.testing.assert_allclose(weights, a, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(context, a @ np.asarray(h), rtol=1e-5, atol=1e-5)
+  assert np.all(np.asarray(weights)[~full_mask] == 0)
+  np.testing.assert_allclose(np.asarray(weights).sum(-1), 1.0, rtol=1e-6)
+
+
+def test_additive_attention_is_jit_and_grad_safe_with_empty_rows():
+  s, h = normal(0, 2, 1, 10), normal(1, 2, 4, 8)
+  mask = jnp.asarray([[[True, True, False, False]],
+                      [[False, False, False, False]]])
+  module = attention.AdditiveAttention(features=5)
+  params = nn.unbox(module.init(jax.random.key(0), s, h))
+  loss = lambda p: module.apply(p, s, h, mask=mask)[0].sum()
+  grads = jax.jit(jax.grad(loss))(params)
+  assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
+  context, weights = module.apply(params, s, h, mask=mask)
+  np.testing.assert_array_equal(context[1], 0)
+  np.testing.assert_array_equal(weights[1], 0)
+  # Projecting the keys once and attending per step gives the same result.
+  projected = module.apply(params, h, method='project_keys')
+  stepped, _ = module.apply(params, s, projected, h, mask=mask,
+                            method='attend')
+  np.testing.assert_allclose(stepped, context, rtol=1e-6)
+
+
+# ----------------------------------------------------------------------------
+# Errors
+# ----------------------------------------------------------------------------
+
+
+def test_clear_errors_for_bad_input():
+  x = normal(0, 2, 5, 10)
+  with pytest.raises(ValueError, match='not divisible by num_heads'):
+    attention.MultiHeadAttention(num_heads=4).init(
+        jax.random.key(0), x, deterministic=True)
+  with pytest.raises(ValueError, match='not a multiple of num_kv_heads'):
+    attention.MultiHeadAttention(num_heads=5, num_kv_heads=2).init(
+        jax.random.key(0), x, deterministic=True)
+  q, k = normal(0, 2, 5, 4, 8), normal(1, 2, 6, 4, 8)
+  with pytest.raises(ValueError, match='does not broadcast'):
+    attention.dot_product_attention(q, k, k, mask=jnp.ones((2, 6), bool))
+  with pytest.raises(ValueError, match='must be boolean'):
+    attention.dot_product_attention(q, k, k, mask=jnp.ones((5, 6)))
+  with pytest.raises(ValueError, match='Key and value lengths differ'):
+    attention.dot_product_attention(q, k, normal(2, 2, 7, 4, 8))
+  with pytest.raises(ValueError, match='multiple'):
+    attention.dot_product_attention(q, normal(1, 2, 6, 3, 8),
+                                    normal(2, 2, 6, 3, 8))
+  with pytest.raises(ValueError, match='Unknown attention implementation'):
+    attention.dot_product_attention(q, k, k, implementation='flash')
+  with pytest.raises(ValueError, match='same length S'):
+    module = attention.AdditiveAttention(features=3)
+    module.init(jax.random.key(0), x, normal(1, 2, 6, 8), normal(2, 2, 7, 8))
+  with pytest.raises(ValueError, match='does not broadcast'):
+    attention.MultiHeadAttention(num_heads=2).init(
+        jax.random.key(0), x, mask=jnp.ones((3, 5, 5), bool),
+        deterministic=True)

@@ -1,0 +1,534 @@
+"""Attention: additive (Bahdanau), dot-product, multi-head, with a KV cache.
+
+Conventions
+-----------
+Letters used in shapes and einsum strings across the codebase:
+
+  B  batch (`...` where any number of leading batch dimensions is allowed)
+  T  query length ("target")        S  key/value length ("source")
+  N  query heads                     K  key/value heads, N % K == 0
+  G  query heads per key/value head, G = N // K
+  H  head dim                        D  model dim
+  A  hidden size of the additive-attention MLP
+  V  vocabulary size
+
+Layouts are those of flax and `jax.nn.dot_product_attention`, so the fused
+kernels take them without transposes: queries [..., T, N, H], keys and values
+[..., S, K, H], attention weights [..., N, T, S]. Masks are boolean, True where
+a query may attend to a key, and must broadcast against [..., N, T, S]: a
+[T, S] mask applies to every batch element and head, a padding mask from
+`padding_mask` is [B, 1, 1, S].
+
+A query row whose keys are all masked attends to nothing: its weights are all
+zero and its output is zero (never NaN, never a uniform average).
+
+Kernels (`implementation=`):
+  'einsum'  the plain reference below; the only one that returns weights and
+            applies attention dropout, so both of those always use it.
+  'xla'     `jax.nn.dot_product_attention(implementation='xla')`.
+  'cudnn'   `jax.nn.dot_product_attention(implementation='cudnn')`: cuDNN
+            flash attention; raises where cuDNN cannot run the inputs.
+  'auto'    cuDNN on a GPU when its constraints hold (bf16/fp16, head dim a
+            multiple of 8 and at most 128), XLA everywhere else, and XLA again
+            when cuDNN rejects the inputs at trace time.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Callable
+
+from absl import logging
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+Dtype = Any
+
+IMPLEMENTATIONS = ('einsum', 'xla', 'cudnn', 'auto')
+
+
+# ----------------------------------------------------------------------------
+# Masks
+# ----------------------------------------------------------------------------
+
+
+def padding_mask(lengths: Array, max_length: int) -> Array:
+  """Mask of the first `lengths[b]` keys of each batch element.
+
+  Args:
+    lengths: [...] int, number of valid keys per batch element.
+    max_length: S, the padded key length.
+
+  Returns:
+    [..., 1, 1, S] bool, broadcastable against weights [..., N, T, S].
+  """
+  lengths = jnp.asarray(lengths)
+  return (jnp.arange(max_length) < lengths[..., None])[..., None, None, :]
+
+
+def causal_mask(query_length: int, key_length: int | None = None,
+                offset: int | Array = 0) -> Array:
+  """No look-ahead: query t (at position t + offset) sees keys s <= t + offset.
+
+  Args:
+    query_length: T.
+    key_length: S, defaults to T.
+    offset: position of the first query; a traced scalar in KV-cache
+      decoding, where the queries are the newest positions of the cache.
+
+  Returns:
+    [T, S] bool.
+  """
+  key_length = query_length if key_length is None else key_length
+  query_positions = jnp.arange(query_length)[:, None] + offset
+  return jnp.arange(key_length)[None, :] <= query_positions
+
+
+def combine_masks(*masks: Array | None) -> Array | None:
+  """Logical AND of the masks that are not None (None if all are)."""
+  masks = [m for m in masks if m is not None]
+  if not masks:
+    return None
+  return functools.reduce(jnp.logical_and, masks)
+
+
+def _check_mask(mask: Array | None, target_shape: tuple[int, ...],
+                target: str) -> None:
+  if mask is None:
+    return
+  if mask.dtype != jnp.bool_:
+    raise ValueError(
+        f'Attention masks must be boolean (True = may attend), got dtype '
+        f'{mask.dtype}. Convert with `mask.astype(bool)`.')
+  try:
+    broadcast = np.broadcast_shapes(mask.shape, target_shape)
+  except ValueError:
+    broadcast = None
+  if broadcast != tuple(target_shape):
+    raise ValueError(
+        f'Mask of shape {mask.shape} does not broadcast to the attention '
+        f'weights {target} = {tuple(target_shape)}. Give per-example masks '
+        f'head and query axes, e.g. padding_mask(lengths, S) is [B, 1, 1, S].')
+
+
+def _masked_softmax(logits: Array, mask: Array | None) -> Array:
+  """Softmax over the last axis; masked entries and fully masked rows are 0."""
+  if mask is None:
+    return jax.nn.softmax(logits, axis=-1)
+  # The finite minimum (not -inf) keeps fully masked rows free of NaN in both
+  # the forward and the backward pass; the final `where` zeroes them exactly.
+  logits = jnp.where(mask, logits, jnp.finfo(logits.dtype).min)
+  return jnp.where(mask, jax.nn.softmax(logits, axis=-1), 0.0)
+
+
+# ----------------------------------------------------------------------------
+# Additive attention (Bahdanau et al. 2015)
+# ----------------------------------------------------------------------------
+
+
+class AdditiveAttention(nn.Module):
+  """Bahdanau attention, the MLP similarity e_i = v^T tanh(W_q s + W_k h_i).
+
+  Weights a = softmax(e) over the keys, context c = sum_i a_i h_i. Keys and
+  values are usually the same encoder states h. In an RNN decoder the keys
+  are projected once with `project_keys` and `attend` runs at every step.
+
+  Attributes:
+    features: A, the hidden size of the MLP.
+  """
+  features: int
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
+
+  def setup(self):
+    dense = functools.partial(
+        nn.Dense, self.features, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.with_logical_partitioning(self.kernel_init,
+                                                 ('embed', 'mlp')))
+    self.query_projection = dense(
+        use_bias=True,
+        bias_init=nn.with_logical_partitioning(nn.initializers.zeros,
+                                               ('mlp',)))
+    self.key_projection = dense(use_bias=False)
+    self.score = nn.Dense(
+        1, use_bias=False, dtype=self.dtype, param_dtype=self.param_dtype,
+        kernel_init=nn.with_logical_partitioning(self.kernel_init,
+                                                 ('mlp', None)))
+
+  def project_keys(self, keys: Array) -> Array:
+    """W_k h_i. keys: [..., S, D_k] -> [..., S, A]."""
+    return self.key_projection(keys)
+
+  def attend(self, query: Array, projected_keys: Array, values: Array,
+             mask: Array | None = None) -> tuple[Array, Array]:
+    """Attention of each query over the keys.
+
+    Args:
+      query: [..., T, D_q], decoder states s (T = 1 for one RNN step).
+      projected_keys: [..., S, A] from `project_keys`.
+      values: [..., S, D_v], the vectors averaged (usually the keys h).
+      mask: bool broadcastable to [..., T, S].
+
+    Returns:
+      context [..., T, D_v] and weights [..., T, S].
+    """
+    if projected_keys.shape[-2] != values.shape[-2]:
+      raise ValueError(
+          f'Keys and values must have the same length S, got keys '
+          f'{projected_keys.shape} and values {values.shape}.')
+    weights_shape = (*query.shape[:-1], projected_keys.shape[-2])
+    _check_mask(mask, weights_shape, '[..., T, S]')
+    hidden = jnp.tanh(self.query_projection(query)[..., :, None, :] +
+                      projected_keys[..., None, :, :])  # [..., T, S, A]
+    scores = self.score(hidden)[..., 0].astype(jnp.float32)  # [..., T, S]
+    weights = _masked_softmax(scores, mask)
+    self.sow('intermediates', 'attention_weights', weights)
+    context = jnp.einsum('...ts,...sd->...td', weights.astype(values.dtype),
+                         values)
+    return context, weights
+
+  def __call__(self, query: Array, keys: Array, values: Array | None = None,
+               mask: Array | None = None) -> tuple[Array, Array]:
+    """`attend(query, project_keys(keys), values or keys, mask)`."""
+    values = keys if values is None else values
+    return self.attend(query, self.project_keys(keys), values, mask)
+
+
+# ----------------------------------------------------------------------------
+# Dot-product attention
+# ----------------------------------------------------------------------------
+
+
+def _check_qkv(query: Array, key: Array, value: Array) -> None:
+  if not query.ndim == key.ndim == value.ndim >= 3:
+    raise ValueError(
+        f'query, key and value must be [..., T, N, H], [..., S, K, H] and '
+        f'[..., S, K, H] with the same rank >= 3; got shapes {query.shape}, '
+        f'{key.shape}, {value.shape}. Add a head axis of size 1 for '
+        f'single-head attention.')
+  if key.shape[-3] != value.shape[-3]:
+    raise ValueError(
+        f'Key and value lengths differ: key {key.shape} has S={key.shape[-3]} '
+        f'but value {value.shape} has S={value.shape[-3]}. Keys and values '
+        f'must come from the same sequence.')
+  if key.shape[:-1] != value.shape[:-1]:
+    raise ValueError(
+        f'key {key.shape} and value {value.shape} must agree on batch, '
+        f'length and heads.')
+  if query.shape[:-3] != key.shape[:-3]:
+    raise ValueError(
+        f'query {query.shape} and key {key.shape} have different batch '
+        f'dimensions.')
+  if query.shape[-1] != key.shape[-1]:
+    raise ValueError(
+        f'query and key head dims differ: {query.shape[-1]} vs '
+        f'{key.shape[-1]}; the dot product needs the same H.')
+  if query.shape[-2] % key.shape[-2]:
+    raise ValueError(
+        f'The number of query heads N={query.shape[-2]} must be a multiple '
+        f'of the number of key/value heads K={key.shape[-2]}.')
+
+
+def _einsum_attention(query, key, value, mask, scale, dropout_rate,
+                      dropout_rng):
+  """The reference: E = Q K^T * scale, A = softmax(E), Y = A V."""
+  *batch, t, n, h = query.shape
+  s, k = key.shape[-3], key.shape[-2]
+  # Grouped-query attention without repeating keys: query heads are split
+  # into K groups of G that share one key/value head.
+  grouped = query.reshape(*batch, t, k, n // k, h)
+  logits = jnp.einsum('...tkgh,...skh->...kgts', grouped, key,
+                      preferred_element_type=jnp.float32)
+  logits = logits.reshape(*batch, n, t, s) * scale
+  weights = _masked_softmax(logits, mask)
+  probs = weights
+  if dropout_rng is not None and dropout_rate > 0.0:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+    probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+  probs = probs.astype(value.dtype).reshape(*batch, k, n // k, t, s)
+  out = jnp.einsum('...kgts,...skh->...tkgh', probs, value)
+  return out.reshape(*batch, t, n, value.shape[-1]), weights
+
+
+def _cudnn_may_run(query: Array, key: Array, value: Array) -> bool:
+  """The documented cuDNN flash-attention constraints, checked up front."""
+  head_dim = query.shape[-1]
+  return (jax.default_backend() == 'gpu'
+          and query.dtype in (jnp.bfloat16, jnp.float16)
+          and key.dtype == value.dtype == query.dtype
+          and value.shape[-1] == head_dim
+          and head_dim % 8 == 0 and head_dim <= 128)
+
+
+def _fused_attention(query, key, value, mask, scale, implementation):
+  """`jax.nn.dot_product_attention` on [..., T, N, H] inputs."""
+  batch = query.shape[:-3]
+  flat = lambda x: x.reshape(-1, *x.shape[len(batch):])
+  if mask is not None and mask.ndim > 3 and len(batch) != 1:
+    # The kernel takes one batch axis: flatten the mask's batch axes too.
+    mask = jnp.broadcast_to(mask, (*batch, *mask.shape[-3:]))
+    mask = mask.reshape(-1, *mask.shape[-3:])
+  key, value = key.astype(query.dtype), value.astype(query.dtype)
+  call = functools.partial(jax.nn.dot_product_attention, flat(query),
+                           flat(key), flat(value), mask=mask, scale=scale)
+  if implementation == 'cudnn' and jax.default_backend() != 'gpu':
+    raise ValueError(
+        f"implementation='cudnn' needs a GPU, but JAX runs on "
+        f"{jax.default_backend()!r}; use 'auto' to take cuDNN where it can "
+        f"run and XLA elsewhere.")
+  if implementation == 'auto':
+    implementation = 'xla'
+    if _cudnn_may_run(query, key, value):
+      try:
+        return call(implementation='cudnn').reshape(query.shape)
+      except (ValueError, NotImplementedError, RuntimeError) as e:
+        logging.log_first_n(logging.WARNING,
+                            'cuDNN attention rejected shapes q=%s k=%s (%s); '
+                            'using XLA.', 1, query.shape, key.shape, e)
+  return call(implementation=implementation).reshape(query.shape)
+
+
+def dot_product_attention(
+    query: Array,
+    key: Array,
+    value: Array,
+    *,
+    mask: Array | None = None,
+    key_lengths: Array | None = None,
+    causal: bool = False,
+    scale: float | None = None,
+    implementation: str = 'xla',
+    dropout_rate: float = 0.0,
+    dropout_rng: Array | None = None,
+    return_weights: bool = False,
+) -> Array | tuple[Array, Array]:
+  """Scaled dot-product attention Y = softmax(Q K^T * scale) V per head.
+
+  Args:
+    query: [..., T, N, H].
+    key: [..., S, K, H], K divides N (K < N is grouped-query attention).
+    value: [..., S, K, H_v].
+    mask: bool broadcastable to [..., N, T, S], True = may attend.
+    key_lengths: [...] int, keys at positions >= length are padding.
+    causal: mask keys after each query (s > t).
+    scale: multiplies the logits; None gives 1/sqrt(H) (scaled dot product),
+      1.0 gives plain dot-product attention.
+    implementation: kernel, one of IMPLEMENTATIONS (module docstring).
+    dropout_rate: attention dropout, applied when `dropout_rng` is given.
+    dropout_rng: PRNG key for attention dropout, None for none.
+    return_weights: also return the attention weights.
+
+  Returns:
+    [..., T, N, H_v] outputs, and [..., N, T, S] float32 weights (before
+    dropout) if `return_weights`.
+  """
+  _check_qkv(query, key, value)
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f'Unknown attention implementation {implementation!r}; '
+                     f'choose one of {IMPLEMENTATIONS}.')
+  *batch, t, n, h = query.shape
+  s = key.shape[-3]
+  weights_shape = (*batch, n, t, s)
+  _check_mask(mask, weights_shape, '[..., N, T, S]')
+  if key_lengths is not None:
+    mask = combine_masks(mask, padding_mask(key_lengths, s))
+  if causal:
+    mask = combine_masks(mask, causal_mask(t, s))
+  scale = 1.0 / math.sqrt(h) if scale is None else scale
+  dropout = dropout_rng is not None and dropout_rate > 0.0
+  if (implementation == 'einsum' or return_weights or dropout
+      or value.shape[-1] != h):
+    out, weights = _einsum_attention(query, key, value, mask, scale,
+                                     dropout_rate, dropout_rng)
+    return (out, weights) if return_weights else out
+  out = _fused_attention(query, key, value, mask, scale, implementation)
+  if mask is not None:
+    # The kernels average all values for a fully masked row; zero it instead.
+    attends = jnp.broadcast_to(jnp.any(mask, axis=-1), weights_shape[:-1])
+    out = jnp.where(jnp.swapaxes(attends, -1, -2)[..., None], out, 0)
+  return out
+
+
+# ----------------------------------------------------------------------------
+# Multi-head attention
+# ----------------------------------------------------------------------------
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head self- or cross-attention with optional grouped KV heads.
+
+  Q = x W_Q, K = z W_K, V = z W_V per head (z = x for self-attention, the
+  encoder states for cross-attention), scaled dot-product attention per head,
+  heads concatenated and projected by W_O.
+
+  With `decode=True` the module keeps a KV cache in the 'cache' collection:
+  - Self-attention: the first call with 'cache' mutable and empty creates a
+    zero cache whose capacity is that call's length (call it with a dummy
+    sequence of the maximum decode length) and computes the ordinary forward
+    pass. Each later call appends its T new keys/values at the cache index,
+    attends over everything written so far (causally within the new block if
+    `causal`) and advances the index; a mask, if given, is [..., T, S_cache].
+  - Cross-attention: the first call stores the projected keys and values of
+    its `inputs_kv`, which must therefore be the real encoder outputs; later
+    calls reuse them and ignore `inputs_kv`.
+
+  Attention weights are sown into 'intermediates' as 'attention_weights'
+  ([..., N, T, S]) whenever that collection is mutable (for plots); this
+  routes the computation through the einsum kernel.
+
+  Attributes:
+    num_heads: N, query heads.
+    num_kv_heads: K, key/value heads; None = N, 1 = multi-query attention.
+    head_dim: H; None = D / N.
+    out_features: output width; None = D of `inputs_q`.
+    use_bias: biases in the four projections.
+    dropout_rate: attention dropout on the weights.
+    implementation: the kernel, see the module docstring.
+    decode: keep a KV cache for incremental decoding.
+  """
+  num_heads: int
+  num_kv_heads: int | None = None
+  head_dim: int | None = None
+  out_features: int | None = None
+  use_bias: bool = True
+  dropout_rate: float = 0.0
+  implementation: str = 'xla'
+  decode: bool = False
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
+  bias_init: Callable[..., Array] = nn.initializers.zeros
+
+  def _head_sizes(self, features: int) -> tuple[int, int]:
+    """Validated (K, H) for inputs of width D = features."""
+    num_kv_heads = self.num_kv_heads or self.num_heads
+    if self.num_heads <= 0 or num_kv_heads <= 0:
+      raise ValueError(f'num_heads={self.num_heads} and num_kv_heads='
+                       f'{self.num_kv_heads} must be positive.')
+    if self.num_heads % num_kv_heads:
+      raise ValueError(
+          f'num_heads={self.num_heads} is not a multiple of num_kv_heads='
+          f'{num_kv_heads}: each key/value head serves a whole group of '
+          f'query heads. Pick num_kv_heads among the divisors of num_heads.')
+    if self.head_dim is None and features % self.num_heads:
+      raise ValueError(
+          f'Model dim D={features} is not divisible by num_heads='
+          f'{self.num_heads}; choose a num_heads that divides D or set '
+          f'head_dim explicitly.')
+    if self.implementation not in IMPLEMENTATIONS:
+      raise ValueError(f'Unknown attention implementation '
+                       f'{self.implementation!r}; choose one of '
+                       f'{IMPLEMENTATIONS}.')
+    return num_kv_heads, self.head_dim or features // self.num_heads
+
+  def _projection(self, heads: int, head_dim: int, name: str) -> nn.Module:
+    return nn.DenseGeneral(
+        (heads, head_dim), use_bias=self.use_bias, dtype=self.dtype,
+        param_dtype=self.param_dtype, name=name,
+        kernel_init=nn.with_logical_partitioning(self.kernel_init,
+                                                 ('embed', 'heads', 'kv')),
+        bias_init=nn.with_logical_partitioning(self.bias_init,
+                                               ('heads', 'kv')))
+
+  @nn.compact
+  def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, *,
+               mask: Array | None = None, causal: bool = False,
+               deterministic: bool,
+               return_weights: bool = False) -> Array | tuple[Array, Array]:
+    """Attends from `inputs_q` to `inputs_kv` (to itself if None).
+
+    Args:
+      inputs_q: [..., T, D].
+      inputs_kv: [..., S, D_kv] for cross-attention, None for self-attention.
+      mask: bool broadcastable to [..., N, T, S].
+      causal: no look-ahead (decoder self-attention).
+      deterministic: disables attention dropout.
+      return_weights: also return the [..., N, T, S] weights.
+
+    Returns:
+      [..., T, out_features], and the weights if `return_weights`.
+    """
+    features = inputs_q.shape[-1]
+    num_kv_heads, head_dim = self._head_sizes(features)
+    self_attention = inputs_kv is None
+    kv_source = inputs_q if self_attention else inputs_kv
+    query = self._projection(self.num_heads, head_dim, 'query')(inputs_q)
+    project_kv = lambda: (
+        self._projection(num_kv_heads, head_dim, 'key')(kv_source),
+        self._projection(num_kv_heads, head_dim, 'value')(kv_source))
+
+    if not self.decode:
+      key, value = project_kv()
+    elif self_attention:
+      key, value = project_kv()
+      key, value, mask = self._update_self_cache(key, value, mask, causal)
+      causal = False  # now part of the mask, in cache coordinates
+    else:
+      key, value = self._cross_cache(project_kv)
+
+    dropout_rng = None
+    if not deterministic and self.dropout_rate > 0.0:
+      dropout_rng = self.make_rng('dropout')
+    capture = self.is_mutable_collection('intermediates')
+    result = dot_product_attention(
+        query, key, value, mask=mask, causal=causal,
+        implementation=self.implementation, dropout_rate=self.dropout_rate,
+        dropout_rng=dropout_rng, return_weights=return_weights or capture)
+    out, weights = result if (return_weights or capture) else (result, None)
+    if capture:
+      self.sow('intermediates', 'attention_weights', weights)
+    out = nn.DenseGeneral(
+        self.out_features or features, axis=(-2, -1), use_bias=self.use_bias,
+        dtype=self.dtype, param_dtype=self.param_dtype, name='out',
+        kernel_init=nn.with_logical_partitioning(self.kernel_init,
+                                                 ('heads', 'kv', 'embed')),
+        bias_init=nn.with_logical_partitioning(self.bias_init,
+                                               ('embed',)))(out)
+    return (out, weights) if return_weights else out
+
+  def _update_self_cache(self, key, value, mask, causal):
+    """Writes the new keys/values into the cache; returns cache and mask."""
+    initialized = self.has_variable('cache', 'cached_key')
+    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape,
+                               key.dtype)
+    cached_value = self.variable('cache', 'cached_value', jnp.zeros,
+                                 value.shape, value.dtype)
+    index = self.variable('cache', 'cache_index',
+                          lambda: jnp.array(0, jnp.int32))
+    if not initialized:  # the call that creates the cache: plain forward
+      return key, value, combine_masks(
+          mask, causal_mask(key.shape[-3]) if causal else None)
+    t, capacity = key.shape[-3], cached_key.value.shape[-3]
+    if t > capacity:
+      raise ValueError(f'{t} new positions do not fit a KV cache of '
+                       f'{capacity}; initialise the cache with a longer '
+                       f'sequence.')
+    start = index.value
+    cached_key.value = jax.lax.dynamic_update_slice_in_dim(
+        cached_key.value, key.astype(cached_key.value.dtype), start, axis=-3)
+    cached_value.value = jax.lax.dynamic_update_slice_in_dim(
+        cached_value.value, value.astype(cached_value.value.dtype), start,
+        axis=-3)
+    index.value = start + t
+    if causal:
+      visible = causal_mask(t, capacity, offset=start)
+    else:  # every position written so far, e.g. a bidirectional prefix
+      visible = (jnp.arange(capacity) < start + t)[None, :]
+    _check_mask(mask, (*key.shape[:-3], self.num_heads, t, capacity),
+                '[..., N, T, S_cache]')
+    return cached_key.value, cached_value.value, combine_masks(mask, visible)
+
+  def _cross_cache(self, project_kv):
+    """Encoder keys/values, projected once on the cache-creating call."""
+    if self.has_variable('cache', 'cross_key'):
+      return (self.get_variable('cache', 'cross_key'),
+              self.get_variable('cache', 'cross_value'))
+    key, value = project_kv()
+    self.put_variable('cache', 'cross_key', key)
+    self.put_variable('cache', 'cross_value', value)
+    return key, value

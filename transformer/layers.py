@@ -1,0 +1,340 @@
+"""Transformer building blocks: embeddings, positions, feed-forward, blocks.
+
+Shapes use the letters of `transformer.attention`. Every parameter carries
+logical axis names ('vocab', 'embed', 'mlp', 'heads', 'kv') and block
+activations are constrained to ('batch', 'length', 'embed'), so a mesh and a
+set of logical axis rules shard a model without changing it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Any, Callable
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer import attention
+
+Array = jax.Array
+Dtype = Any
+
+ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu}
+NORM_POSITIONS = ('post', 'pre')
+ACTIVATION_AXES = ('batch', 'length', 'embed')
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Hyperparameters of a stack of Transformer blocks (paper base defaults).
+
+  Decode variants come from `config.replace(decode=True)`.
+  """
+  num_layers: int = 6
+  d_model: int = 512
+  num_heads: int = 8
+  num_kv_heads: int | None = None  # None: num_heads; fewer: grouped-query
+  head_dim: int | None = None  # None: d_model // num_heads
+  d_ff: int | None = None  # None: 4 * d_model
+  activation: str = 'relu'  # 'relu' (paper) or 'gelu'
+  dropout_rate: float = 0.1  # on every residual branch
+  attention_dropout_rate: float = 0.0
+  norm_position: str = 'post'  # 'post': LN(x + f(x)) (paper); 'pre'
+  layer_norm_epsilon: float = 1e-6
+  use_bias: bool = True
+  attention_implementation: str = 'xla'
+  decode: bool = False
+  dtype: Dtype = jnp.float32  # computation
+  param_dtype: Dtype = jnp.float32
+
+  def __post_init__(self):
+    if self.activation not in ACTIVATIONS:
+      raise ValueError(f'activation={self.activation!r}; choose one of '
+                       f'{tuple(ACTIVATIONS)}.')
+    if self.norm_position not in NORM_POSITIONS:
+      raise ValueError(f'norm_position={self.norm_position!r}; choose one of '
+                       f'{NORM_POSITIONS}.')
+    if self.attention_implementation not in attention.IMPLEMENTATIONS:
+      raise ValueError(
+          f'attention_implementation={self.attention_implementation!r}; '
+          f'choose one of {attention.IMPLEMENTATIONS}.')
+    if self.head_dim is None and self.d_model % self.num_heads:
+      raise ValueError(
+          f'd_model={self.d_model} is not divisible by num_heads='
+          f'{self.num_heads}; change one of them or set head_dim.')
+    if self.num_heads % (self.num_kv_heads or self.num_heads):
+      raise ValueError(
+          f'num_heads={self.num_heads} is not a multiple of num_kv_heads='
+          f'{self.num_kv_heads}.')
+
+  def replace(self, **changes) -> TransformerConfig:
+    return dataclasses.replace(self, **changes)
+
+  @property
+  def mlp_dim(self) -> int:
+    return self.d_ff or 4 * self.d_model
+
+
+def _partitioned(init: Callable[..., Array], names: tuple[str | None, ...]):
+  return nn.with_logical_partitioning(init, names)
+
+
+def layer_norm(config: TransformerConfig, name: str | None = None) -> nn.Module:
+  """LayerNorm over D: gamma * (x - mean) / sqrt(var + eps) + beta."""
+  return nn.LayerNorm(
+      epsilon=config.layer_norm_epsilon, dtype=config.dtype,
+      param_dtype=config.param_dtype, name=name,
+      scale_init=_partitioned(nn.initializers.ones, ('embed',)),
+      bias_init=_partitioned(nn.initializers.zeros, ('embed',)))
+
+
+class TokenEmbedding(nn.Module):
+  """Token embedding, optionally scaled by sqrt(D), reusable as the softmax.
+
+  `attend(x)` multiplies by the transposed table, which ties the input
+  embedding and the pre-softmax linear layer as in the paper (Section 3.4).
+  """
+  vocab_size: int
+  features: int
+  scale_by_sqrt_dim: bool = True
+  embedding_init: Callable[..., Array] | None = None  # None: N(0, 1/D)
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  def setup(self):
+    # With N(0, 1/D) entries and the sqrt(D) input scale, inputs have unit
+    # scale and tied output logits start small.
+    init = self.embedding_init or nn.initializers.normal(
+        stddev=self.features**-0.5)
+    self.embed = nn.Embed(
+        self.vocab_size, self.features, dtype=self.dtype,
+        param_dtype=self.param_dtype,
+        embedding_init=_partitioned(init, ('vocab', 'embed')))
+
+  def __call__(self, tokens: Array) -> Array:
+    """tokens: [...] int -> [..., D]."""
+    x = self.embed(tokens)
+    return x * jnp.sqrt(self.features).astype(x.dtype) \
+        if self.scale_by_sqrt_dim else x
+
+  def attend(self, x: Array) -> Array:
+    """x: [..., D] -> logits [..., V] with the embedding table as weights."""
+    return self.embed.attend(x)
+
+
+def sinusoidal_encoding(length: int, features: int,
+                        max_timescale: float = 10_000.0) -> np.ndarray:
+  """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(same).
+
+  Returns:
+    [length, features] float32.
+  """
+  if features % 2:
+    raise ValueError(f'Sinusoidal encodings pair sin and cos: features must '
+                     f'be even, got {features}.')
+  positions = np.arange(length, dtype=np.float64)[:, None]
+  two_i = np.arange(0, features, 2, dtype=np.float64)[None, :]
+  angles = positions / max_timescale**(two_i / features)
+  table = np.empty((length, features), np.float64)
+  table[:, 0::2] = np.sin(angles)
+  table[:, 1::2] = np.cos(angles)
+  return table.astype(np.float32)
+
+
+class PositionalEncoding(nn.Module):
+  """Adds sinusoidal or learned position encodings to embeddings.
+
+  With `decode=True` the position of the next call is kept in the 'cache'
+  collection, so one-token decoding steps get consecutive positions; the call
+  that creates the cache starts counting at 0 and does not advance it.
+
+  Attributes:
+    max_length: longest sequence (the table size).
+    kind: 'sinusoidal' (paper) or 'learned' (paper Table 3 row E).
+  """
+  max_length: int
+  kind: str = 'sinusoidal'
+  decode: bool = False
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array, *, positions: Array | None = None) -> Array:
+    """x: [B, T, D]; positions: [B, T] int (default 0..T-1) -> [B, T, D]."""
+    t, features = x.shape[-2:]
+    if self.kind == 'sinusoidal':
+      table = jnp.asarray(sinusoidal_encoding(self.max_length, features))
+    elif self.kind == 'learned':
+      table = self.param(
+          'embedding',
+          _partitioned(nn.initializers.normal(stddev=0.02), (None, 'embed')),
+          (self.max_length, features), self.param_dtype)
+    else:
+      raise ValueError(f"Positional encoding kind {self.kind!r}; choose "
+                       f"'sinusoidal' or 'learned'.")
+    if t > self.max_length:
+      raise ValueError(f'Sequence length {t} exceeds the positional encoding '
+                       f'max_length={self.max_length}; raise max_length.')
+    if positions is None:
+      positions = jnp.arange(t)
+      if self.decode:
+        initialized = self.has_variable('cache', 'position_index')
+        index = self.variable('cache', 'position_index',
+                              lambda: jnp.array(0, jnp.int32))
+        if initialized:
+          positions = positions + index.value
+          index.value = index.value + t
+    return x + jnp.take(table, positions, axis=0).astype(x.dtype)
+
+
+class FeedForward(nn.Module):
+  """Position-wise FFN(x) = W2 act(W1 x + b1) + b2, act = ReLU or GELU."""
+  mlp_dim: int
+  activation: str = 'relu'
+  use_bias: bool = True
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+  kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    """x: [..., D] -> [..., D]."""
+    dense = functools.partial(nn.Dense, use_bias=self.use_bias,
+                              dtype=self.dtype, param_dtype=self.param_dtype)
+    h = dense(self.mlp_dim, name='wi',
+              kernel_init=_partitioned(self.kernel_init, ('embed', 'mlp')),
+              bias_init=_partitioned(nn.initializers.zeros, ('mlp',)))(x)
+    h = ACTIVATIONS[self.activation](h)
+    return dense(x.shape[-1], name='wo',
+                 kernel_init=_partitioned(self.kernel_init, ('mlp', 'embed')),
+                 bias_init=_partitioned(nn.initializers.zeros, ('embed',)))(h)
+
+
+class Sublayer(nn.Module):
+  """Residual connection with LayerNorm and dropout around a sublayer f.
+
+  post-LN (the paper): LN(x + Dropout(f(x))).
+  pre-LN:              x + Dropout(f(LN(x))); the stack ends with one LN.
+  """
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, fn: Callable[[Array], Array], *,
+               deterministic: bool) -> Array:
+    norm = layer_norm(self.config, name='norm')
+    dropout = nn.Dropout(self.config.dropout_rate)
+    if self.config.norm_position == 'pre':
+      return x + dropout(fn(norm(x)), deterministic=deterministic)
+    return norm(x + dropout(fn(x), deterministic=deterministic))
+
+
+def _attention(config: TransformerConfig, name: str) -> nn.Module:
+  return attention.MultiHeadAttention(
+      num_heads=config.num_heads, num_kv_heads=config.num_kv_heads,
+      head_dim=config.head_dim, use_bias=config.use_bias,
+      dropout_rate=config.attention_dropout_rate,
+      implementation=config.attention_implementation, decode=config.decode,
+      dtype=config.dtype, param_dtype=config.param_dtype, name=name)
+
+
+def _feed_forward(config: TransformerConfig) -> nn.Module:
+  return FeedForward(config.mlp_dim, config.activation, config.use_bias,
+                     dtype=config.dtype, param_dtype=config.param_dtype,
+                     name='mlp')
+
+
+class EncoderBlock(nn.Module):
+  """Self-attention and feed-forward, each inside a `Sublayer`.
+
+  `causal=True` makes it a decoder-only (GPT) block.
+  """
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, *, mask: Array | None = None,
+               causal: bool = False, deterministic: bool) -> Array:
+    """x: [B, T, D]; mask broadcastable to [B, N, T, T] -> [B, T, D]."""
+    x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+    self_attention = _attention(self.config, 'self_attention')
+    x = Sublayer(self.config, name='attention_sublayer')(
+        x, lambda h: self_attention(h, mask=mask, causal=causal,
+                                    deterministic=deterministic),
+        deterministic=deterministic)
+    x = Sublayer(self.config, name='mlp_sublayer')(
+        x, _feed_forward(self.config), deterministic=deterministic)
+    return nn.with_logical_constraint(x, ACTIVATION_AXES)
+
+
+class DecoderBlock(nn.Module):
+  """Masked self-attention, cross-attention to the encoder, feed-forward."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, y: Array, encoded: Array, *,
+               self_mask: Array | None = None,
+               cross_mask: Array | None = None,
+               deterministic: bool) -> Array:
+    """Decoder layer.
+
+    Args:
+      y: [B, T, D] target-side inputs.
+      encoded: [B, S, D] encoder outputs.
+      self_mask: extra mask for self-attention, broadcastable to
+        [B, N, T, T] (the causal mask is always applied).
+      cross_mask: broadcastable to [B, N, T, S], e.g. source padding.
+      deterministic: disables dropout.
+
+    Returns:
+      [B, T, D].
+    """
+    y = nn.with_logical_constraint(y, ACTIVATION_AXES)
+    self_attention = _attention(self.config, 'self_attention')
+    cross_attention = _attention(self.config, 'cross_attention')
+    y = Sublayer(self.config, name='attention_sublayer')(
+        y, lambda h: self_attention(h, mask=self_mask, causal=True,
+                                    deterministic=deterministic),
+        deterministic=deterministic)
+    y = Sublayer(self.config, name='cross_attention_sublayer')(
+        y, lambda h: cross_attention(h, encoded, mask=cross_mask,
+                                     deterministic=deterministic),
+        deterministic=deterministic)
+    y = Sublayer(self.config, name='mlp_sublayer')(
+        y, _feed_forward(self.config), deterministic=deterministic)
+    return nn.with_logical_constraint(y, ACTIVATION_AXES)
+
+
+class EncoderStack(nn.Module):
+  """N encoder blocks (causal ones for a GPT), then a LayerNorm if pre-LN."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, x: Array, *, mask: Array | None = None,
+               causal: bool = False, deterministic: bool) -> Array:
+    """x: [B, T, D] embedded inputs -> [B, T, D]."""
+    for i in range(self.config.num_layers):
+      x = EncoderBlock(self.config, name=f'layer_{i}')(
+          x, mask=mask, causal=causal, deterministic=deterministic)
+    if self.config.norm_position == 'pre':
+      x = layer_norm(self.config, name='final_norm')(x)
+    return x
+
+
+class DecoderStack(nn.Module):
+  """N decoder blocks attending to the encoder, then a LayerNorm if pre-LN."""
+  config: TransformerConfig
+
+  @nn.compact
+  def __call__(self, y: Array, encoded: Array, *,
+               self_mask: Array | None = None,
+               cross_mask: Array | None = None,
+               deterministic: bool) -> Array:
+    """y: [B, T, D] embedded targets, encoded: [B, S, D] -> [B, T, D]."""
+    for i in range(self.config.num_layers):
+      y = DecoderBlock(self.config, name=f'layer_{i}')(
+          y, encoded, self_mask=self_mask, cross_mask=cross_mask,
+          deterministic=deterministic)
+    if self.config.norm_position == 'pre':
+      y = layer_norm(self.config, name='final_norm')(y)
+    return y

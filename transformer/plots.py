@@ -1,0 +1,60 @@
+"""Attention heatmaps written as PNG files.
+
+Uses matplotlib's object API with the Agg canvas, so plotting never touches
+pyplot's global state or needs a display.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Sequence
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+import numpy as np
+
+
+def plot_attention(weights: np.ndarray, query_labels: Sequence[str],
+                   key_labels: Sequence[str], path: str,
+                   titles: Sequence[str] | None = None) -> str:
+  """Heatmaps of attention weights, rows queries and columns keys.
+
+  Args:
+    weights: [T, S] for one panel or [P, T, S] for P panels (e.g. heads).
+    query_labels: T row labels (e.g. target tokens).
+    key_labels: S column labels (e.g. source tokens).
+    path: PNG file to write; parent folders are created.
+    titles: P panel titles.
+
+  Returns:
+    `path`.
+  """
+  weights = np.asarray(weights, np.float32)
+  if weights.ndim == 2:
+    weights = weights[None]
+  panels, t, s = weights.shape
+  if (len(query_labels), len(key_labels)) != (t, s):
+    raise ValueError(f'{len(query_labels)} query and {len(key_labels)} key '
+                     f'labels for weights of shape {weights.shape[-2:]}.')
+  if titles is not None and len(titles) != panels:
+    raise ValueError(f'{len(titles)} titles for {panels} panels.')
+  columns = min(panels, 4)
+  rows = math.ceil(panels / columns)
+  cell = 0.35
+  figure = Figure(figsize=(columns * max(3.0, cell * s + 1.5),
+                           rows * max(3.0, cell * t + 1.5)),
+                  layout='constrained')
+  FigureCanvasAgg(figure)
+  for p in range(panels):
+    axes = figure.add_subplot(rows, columns, p + 1)
+    image = axes.imshow(weights[p], cmap='viridis', vmin=0.0, vmax=1.0,
+                        aspect='auto')
+    axes.set_xticks(range(s), key_labels, rotation=90, fontsize=8)
+    axes.set_yticks(range(t), query_labels, fontsize=8)
+    if titles is not None:
+      axes.set_title(titles[p], fontsize=9)
+  figure.colorbar(image, ax=figure.axes, shrink=0.8)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  figure.savefig(path, dpi=100)
+  return path
