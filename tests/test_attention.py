@@ -160,6 +160,19 @@ def test_bf16_within_bf16_tolerance_of_float32():
                                rtol=4e-2)
 
 
+@pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')
+@pytest.mark.parametrize('causal', [False, True])
+def test_cudnn_matches_xla_on_gpu(causal):
+  q, k, v = (normal(i, 2, 256, 8, 64, dtype=jnp.bfloat16) for i in range(3))
+  lengths = jnp.asarray([256, 100])
+  f = lambda impl: attention.dot_product_attention(
+      q, k, v, key_lengths=lengths, causal=causal, implementation=impl)
+  np.testing.assert_allclose(f('cudnn').astype(jnp.float32),
+                             f('xla').astype(jnp.float32), atol=2e-2,
+                             rtol=2e-2)
+  np.testing.assert_array_equal(f('auto'), f('cudnn'))
+
+
 def test_cudnn_without_gpu_says_so():
   if jax.default_backend() == 'gpu':
     pytest.skip('a GPU is present')

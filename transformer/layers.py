@@ -150,6 +150,7 @@ class PositionalEncoding(nn.Module):
   With `decode=True` the position of the next call is kept in the 'cache'
   collection, so one-token decoding steps get consecutive positions; the call
   that creates the cache starts counting at 0 and does not advance it.
+  Explicit `positions` (e.g. of packed sequences) are used as given.
 
   Attributes:
     max_length: longest sequence (the table size).
