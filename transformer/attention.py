@@ -359,6 +359,44 @@ def dot_product_attention(
 # ----------------------------------------------------------------------------
 
 
+class HeadProjection(nn.Module):
+  """Linear map of the last `num_in_axes` axes onto `out_shape`.
+
+  x [..., *in] -> [..., *out] with a kernel [*in, *out] created at its full
+  shape (not flattened, unlike `nn.DenseGeneral`), so its logical axis names
+  apply while a mesh is active. Xavier-uniform over all in and out axes.
+
+  Attributes:
+    out_shape: e.g. (N, H) for a query projection, (D,) for the output.
+    axis_names: logical names of the kernel's in and out axes.
+    num_in_axes: how many trailing input axes are contracted.
+  """
+  out_shape: tuple[int, ...]
+  axis_names: tuple[str | None, ...]
+  num_in_axes: int = 1
+  use_bias: bool = True
+  dtype: Dtype = jnp.float32
+  param_dtype: Dtype = jnp.float32
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    n_in, n_out = self.num_in_axes, len(self.out_shape)
+    init = nn.initializers.xavier_uniform(
+        in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out)))
+    kernel = self.param(
+        'kernel', nn.with_logical_partitioning(init, self.axis_names),
+        (*x.shape[-n_in:], *self.out_shape), self.param_dtype)
+    y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype),
+                      axes=n_in)
+    if self.use_bias:
+      bias = self.param(
+          'bias', nn.with_logical_partitioning(nn.initializers.zeros,
+                                               self.axis_names[n_in:]),
+          self.out_shape, self.param_dtype)
+      y = y + bias.astype(self.dtype)
+    return y
+
+
 class MultiHeadAttention(nn.Module):
   """Multi-head self- or cross-attention with optional grouped KV heads.
 
@@ -401,8 +439,6 @@ class MultiHeadAttention(nn.Module):
   decode: bool = False
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
-  kernel_init: Callable[..., Array] = nn.initializers.xavier_uniform()
-  bias_init: Callable[..., Array] = nn.initializers.zeros
 
   def _head_sizes(self, features: int) -> tuple[int, int]:
     """Validated (K, H) for inputs of width D = features."""
@@ -427,13 +463,9 @@ class MultiHeadAttention(nn.Module):
     return num_kv_heads, self.head_dim or features // self.num_heads
 
   def _projection(self, heads: int, head_dim: int, name: str) -> nn.Module:
-    return nn.DenseGeneral(
-        (heads, head_dim), use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, name=name,
-        kernel_init=nn.with_logical_partitioning(self.kernel_init,
-                                                 ('embed', 'heads', 'kv')),
-        bias_init=nn.with_logical_partitioning(self.bias_init,
-                                               ('heads', 'kv')))
+    return HeadProjection((heads, head_dim), ('embed', 'heads', 'kv'),
+                          use_bias=self.use_bias, dtype=self.dtype,
+                          param_dtype=self.param_dtype, name=name)
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, *,
@@ -482,13 +514,10 @@ class MultiHeadAttention(nn.Module):
     out, weights = result if (return_weights or capture) else (result, None)
     if capture:
       self.sow('intermediates', 'attention_weights', weights)
-    out = nn.DenseGeneral(
-        self.out_features or features, axis=(-2, -1), use_bias=self.use_bias,
-        dtype=self.dtype, param_dtype=self.param_dtype, name='out',
-        kernel_init=nn.with_logical_partitioning(self.kernel_init,
-                                                 ('heads', 'kv', 'embed')),
-        bias_init=nn.with_logical_partitioning(self.bias_init,
-                                               ('embed',)))(out)
+    out = HeadProjection(
+        (self.out_features or features,), ('heads', 'kv', 'embed'),
+        num_in_axes=2, use_bias=self.use_bias, dtype=self.dtype,
+        param_dtype=self.param_dtype, name='out')(out)
     return (out, weights) if return_weights else out
 
   def _update_self_cache(self, key, value, mask, causal):

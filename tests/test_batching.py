@@ -1,0 +1,307 @@
+"""Packing, packed training batches and padded evaluation batches."""
+
+import collections
+import logging
+
+import numpy as np
+import pytest
+
+from transformer.data import batching
+
+EOS = 1
+
+
+def random_examples(n, seed=0, max_len=30, correlated=True):
+  """Examples whose first source token is 3 + its index, ids in [3, 10^4)."""
+  rng = np.random.default_rng(seed)
+  out = []
+  for i in range(n):
+    src_len = int(rng.integers(2, max_len + 1))
+    tgt_len = (np.clip(src_len + rng.integers(-3, 4), 2, max_len)
+               if correlated else rng.integers(2, max_len + 1))
+    src = np.concatenate([[3 + i], rng.integers(3, 10_000, src_len - 2), [EOS]])
+    tgt = np.concatenate([rng.integers(3, 10_000, tgt_len - 1), [EOS]])
+    out.append((src.astype(np.int32), tgt.astype(np.int32)))
+  return out
+
+
+def unpack(batch):
+  """Rows of a packed batch -> examples, in order, checking the layout."""
+  examples = []
+  for row in range(batch['inputs'].shape[0]):
+    sides = []
+    for prefix in ('inputs', 'targets'):
+      tokens = batch[prefix][row]
+      segments = batch[f'{prefix}_segmentation'][row]
+      positions = batch[f'{prefix}_position'][row]
+      used = segments > 0
+      # Segments 1, 2, ... left to right, padding only at the end.
+      assert (np.diff(segments[used]) >= 0).all()
+      assert not used[np.argmin(used):].any() or used.all()
+      assert (tokens[~used] == 0).all() and (positions[~used] == 0).all()
+      assert (tokens[used] != 0).all()
+      ids = np.unique(segments[used])
+      np.testing.assert_array_equal(ids, np.arange(1, len(ids) + 1))
+      parts = []
+      for s in ids:
+        np.testing.assert_array_equal(positions[segments == s],
+                                      np.arange((segments == s).sum()))
+        parts.append(tokens[segments == s])
+      sides.append(parts)
+    # The same examples on both sides: segment ids agree.
+    assert len(sides[0]) == len(sides[1])
+    examples.extend(zip(*sides))
+  return examples
+
+
+def key(example):
+  return tuple(example[0]), tuple(example[1])
+
+
+def assert_same_examples(got, want):
+  assert [key(e) for e in got] == [key(e) for e in want]
+
+
+# ----------------------------------------------------------------------------
+# filter_long and pack
+# ----------------------------------------------------------------------------
+
+
+def test_filter_long_counts_and_warns(caplog):
+  examples = random_examples(200, max_len=40)
+  too_long = sum(max(len(s), len(t)) > 25 for s, t in examples)
+  assert 0 < too_long < 200
+  with caplog.at_level(logging.WARNING):
+    kept, dropped = batching.filter_long(examples, 25)
+  assert dropped == too_long and len(kept) == 200 - too_long
+  assert_same_examples(kept, [e for e in examples
+                              if max(len(e[0]), len(e[1])) <= 25])
+  assert f'Dropped {too_long} of 200' in caplog.text
+  assert 'max_length=25' in caplog.text
+  assert batching.filter_long(kept, 25)[1] == 0
+
+
+def test_pack_keeps_every_token_once_in_order():
+  examples = random_examples(500)
+  packed = batching.pack(examples, 64)
+  assert set(packed) == set(batching.PACKED_KEYS)
+  for array in packed.values():
+    assert array.dtype == np.int32 and array.shape == packed['inputs'].shape
+  assert_same_examples(unpack(packed), examples)
+  # The source and target sides of a row hold the same examples.
+  np.testing.assert_array_equal(packed['inputs_segmentation'].max(1),
+                                packed['targets_segmentation'].max(1))
+
+
+def test_pack_is_greedy_on_both_sides():
+  examples = random_examples(300, correlated=False)
+  packed = batching.pack(examples, 48)
+  lengths = {p: (packed[f'{p}_segmentation'] > 0).sum(1)
+             for p in ('inputs', 'targets')}
+  assert max(lengths['inputs'].max(), lengths['targets'].max()) <= 48
+  # A row ends only when the next example would overflow one of its sides.
+  rows = [unpack({k: v[r:r + 1] for k, v in packed.items()})
+          for r in range(len(packed['inputs']))]
+  for r in range(len(rows) - 1):
+    src, tgt = rows[r + 1][0]
+    assert (lengths['inputs'][r] + len(src) > 48
+            or lengths['targets'][r] + len(tgt) > 48)
+
+
+def test_pack_hand_example():
+  examples = [([5, 6, EOS], [7, EOS]), ([8, EOS], [9, 9, 9, EOS]),
+              ([4, 4, 4, EOS], [3, EOS])]
+  packed = batching.pack(examples, 6)
+  np.testing.assert_array_equal(packed['inputs'], [[5, 6, 1, 8, 1, 0],
+                                                   [4, 4, 4, 1, 0, 0]])
+  np.testing.assert_array_equal(packed['targets'], [[7, 1, 9, 9, 9, 1],
+                                                    [3, 1, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(packed['inputs_segmentation'],
+                                [[1, 1, 1, 2, 2, 0], [1, 1, 1, 1, 0, 0]])
+  np.testing.assert_array_equal(packed['targets_position'],
+                                [[0, 1, 0, 1, 2, 3], [0, 1, 0, 0, 0, 0]])
+
+
+def test_pack_rejects_bad_examples():
+  with pytest.raises(ValueError, match='filter_long'):
+    batching.pack([([3] * 9 + [EOS], [EOS])], 8)
+  with pytest.raises(ValueError, match='empty'):
+    batching.pack([([3, EOS], [])], 8)
+  with pytest.raises(ValueError, match='reserved for padding'):
+    batching.pack([([3, EOS], [4, EOS]), ([3, 0, EOS], [EOS])], 8)
+  with pytest.raises(ValueError, match='integer ids'):
+    batching.pack([([3.5, EOS], [4, EOS])], 8)
+
+
+# ----------------------------------------------------------------------------
+# PackedTrainBatches
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize('tokens_per_batch, row_multiple, rows', [
+    (1000, 1, 15),  # 1000 // 64
+    (1000, 4, 12),  # rounded down to a multiple of 4
+    (1000, 8, 8),
+    (1000, 16, 16),  # at least one row per device
+    (10, 1, 1),  # at least one row
+    (10, 4, 4),
+])
+def test_rows_per_batch(tokens_per_batch, row_multiple, rows):
+  batches = batching.PackedTrainBatches(
+      random_examples(50), max_length=64, tokens_per_batch=tokens_per_batch,
+      seed=0, row_multiple=row_multiple)
+  assert batches.rows_per_batch == rows
+  batch = next(batches)
+  assert set(batch) == set(batching.PACKED_KEYS)
+  for array in batch.values():
+    assert array.shape == (rows, 64) and array.dtype == np.int32
+
+
+def first_batches(n, **kwargs):
+  batches = batching.PackedTrainBatches(**kwargs)
+  return [next(batches) for _ in range(n)]
+
+
+def assert_same_batches(a, b):
+  assert len(a) == len(b)
+  for x, y in zip(a, b):
+    for k in batching.PACKED_KEYS:
+      np.testing.assert_array_equal(x[k], y[k])
+
+
+def test_deterministic_per_seed():
+  args = dict(examples=random_examples(300), max_length=64,
+              tokens_per_batch=512)
+  reference = first_batches(5, seed=0, **args)
+  assert_same_batches(reference, first_batches(5, seed=0, **args))
+  other = first_batches(5, seed=1, **args)
+  assert not np.array_equal(reference[0]['inputs'], other[0]['inputs'])
+
+
+def example_stream(batches):
+  """Example ids (first source token - 3) in the order the rows hold them."""
+  return [int(src[0]) - 3 for b in batches for src, _ in unpack(b)]
+
+
+@pytest.mark.parametrize('num_examples, tokens_per_batch', [
+    (200, 640),  # several batches per epoch, leftover rows carried over
+    (7, 1024),  # an epoch smaller than a batch: a batch spans epochs
+])
+def test_every_example_once_per_epoch(num_examples, tokens_per_batch):
+  examples = random_examples(num_examples)
+  batches = batching.PackedTrainBatches(
+      examples, max_length=64, tokens_per_batch=tokens_per_batch, seed=3)
+  stream = [next(batches) for _ in range(int(4 * batches.batches_per_epoch)
+                                         + 2)]
+  ids = example_stream(stream)
+  epochs = [ids[i:i + num_examples]
+            for i in range(0, len(ids) - num_examples + 1, num_examples)]
+  assert len(epochs) >= 3
+  for epoch in epochs:
+    assert sorted(epoch) == list(range(num_examples))
+  assert epochs[0] != epochs[1]  # each epoch reshuffled
+  # Rows never mix epochs: epoch 0 ends exactly at row rows_per_epoch.
+  rows = [unpack({k: v[r:r + 1] for k, v in b.items()})
+          for b in stream for r in range(batches.rows_per_batch)]
+  assert sum(len(r) for r in rows[:batches.rows_per_epoch]) == num_examples
+  # Content survives too, not just ids.
+  assert_same_examples(unpack(stream[0])[:1], [examples[ids[0]]])
+
+
+def test_resume_equals_advancing():
+  args = dict(examples=random_examples(150), max_length=64,
+              tokens_per_batch=512, seed=5)
+  batches = batching.PackedTrainBatches(**args)
+  steps = int(3 * batches.batches_per_epoch) + 2  # crosses two epoch ends
+  reference = [next(batches) for _ in range(steps)]
+  assert batches.step == steps
+  for start in (1, int(batches.batches_per_epoch),
+                int(batches.batches_per_epoch) + 1, steps - 3):
+    resumed = batching.PackedTrainBatches(start_step=start, **args)
+    assert_same_batches([next(resumed) for _ in range(steps - start)],
+                        reference[start:])
+  # Random access agrees as well, backwards included.
+  assert_same_batches([batches.batch_at(2), batches.batch_at(0)],
+                      [reference[2], reference[0]])
+
+
+@pytest.mark.parametrize('n, lengths, max_length, rows, padding', [
+    (4, (3, 2), 5, 4, 0.5),  # one example per row: 20 of 40 slots used
+    (5, (2, 1), 4, 3, 0.375),  # two per row, one alone: 15 of 24 slots used
+])
+def test_padding_fraction_by_hand(n, lengths, max_length, rows, padding):
+  # All examples alike, so every shuffle packs into the same rows.
+  examples = [([3 + i] * (lengths[0] - 1) + [EOS],
+               [4] * (lengths[1] - 1) + [EOS]) for i in range(n)]
+  batches = batching.PackedTrainBatches(
+      examples, max_length=max_length, tokens_per_batch=max_length, seed=0)
+  assert batches.rows_per_epoch == rows
+  assert batches.examples_per_epoch == n
+  assert batches.batches_per_epoch == rows
+  assert batches.padding_fraction == pytest.approx(padding)
+
+
+def test_padding_fraction_matches_batches_and_is_low():
+  batches = batching.PackedTrainBatches(
+      random_examples(2000, max_len=40), max_length=128,
+      tokens_per_batch=128, seed=0)
+  epoch = [next(batches) for _ in range(batches.rows_per_epoch)]
+  slots = sum(b['inputs'].size + b['targets'].size for b in epoch)
+  zeros = sum((b['inputs'] == 0).sum() + (b['targets'] == 0).sum()
+              for b in epoch)
+  assert batches.padding_fraction == pytest.approx(zeros / slots)
+  assert batches.padding_fraction < 0.2
+
+
+# ----------------------------------------------------------------------------
+# padded_batches
+# ----------------------------------------------------------------------------
+
+
+def test_padded_batches_restore_order_and_pad_with_zeros():
+  examples = random_examples(101, max_len=40, correlated=False)
+  batches = batching.padded_batches(examples, batch_size=12,
+                                    length_multiple=8, row_multiple=8)
+  restored = [None] * len(examples)
+  for batch in batches:
+    assert set(batch) == {'inputs', 'targets', 'index'}
+    rows = len(batch['index'])
+    assert rows % 8 == 0 and rows <= 16
+    for k in ('inputs', 'targets'):
+      assert batch[k].shape[0] == rows and batch[k].shape[1] % 8 == 0
+      assert batch[k].dtype == np.int32
+    for row, i in enumerate(batch['index']):
+      if i < 0:  # filler rows are all padding
+        assert not batch['inputs'][row].any()
+        assert not batch['targets'][row].any()
+        continue
+      assert restored[i] is None
+      sides = []
+      for k, want in zip(('inputs', 'targets'), examples[i]):
+        np.testing.assert_array_equal(batch[k][row, :len(want)], want)
+        assert not batch[k][row, len(want):].any()
+        sides.append(want)
+      restored[i] = tuple(sides)
+    # Widths are those of the batch's longest example, rounded up.
+    real = batch['index'][batch['index'] >= 0]
+    longest = max(len(examples[i][0]) for i in real)
+    assert batch['inputs'].shape[1] == -(-longest // 8) * 8
+  assert_same_examples(restored, examples)
+  assert sum((b['index'] < 0).sum() for b in batches) == 8 * 16 + 8 - 101
+
+
+def test_padded_batches_sorting_keeps_padding_low():
+  examples = random_examples(400, max_len=60, correlated=False)
+  batches = batching.padded_batches(examples, batch_size=16,
+                                    length_multiple=1)
+  slots = sum(b['inputs'].size for b in batches)
+  tokens = sum(len(s) for s, _ in examples)
+  assert 1 - tokens / slots < 0.05
+  assert collections.Counter(len(b['index']) for b in batches) == {16: 25}
+
+
+def test_padded_batches_allow_empty_targets():
+  examples = [(np.array([5, EOS]), np.zeros(0, np.int32))] * 3
+  (batch,) = batching.padded_batches(examples, batch_size=4)
+  assert batch['inputs'].shape == (3, 8) and not batch['targets'].any()
+  np.testing.assert_array_equal(sorted(batch['index']), [0, 1, 2])

@@ -1,0 +1,336 @@
+"""Batches of token ids: packed rows for training, padded rows for evaluation.
+
+An example is a pair (source ids, target ids) of 1-D integer arrays, each
+ending with EOS and free of 0, the padding id.
+
+Training packs consecutive examples into rows of `max_length` tokens so that
+few slots are padding. Both sides of an example go to the same row, with the
+same segment id, so that a row of `inputs` and the same row of `targets` hold
+the same examples in the same order:
+
+  inputs               [R, L]  source tokens, 0 at padding
+  targets              [R, L]  target tokens, 0 at padding
+  inputs_segmentation  [R, L]  1, 2, ... per example in the row, 0 at padding
+  targets_segmentation [R, L]  the same ids on the target side
+  inputs_position      [R, L]  0, 1, ... restarting in each segment
+  targets_position     [R, L]  likewise, 0 at padding
+
+Evaluation and decoding use unpacked rows (`padded_batches`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+
+from absl import logging
+import numpy as np
+
+Example = tuple[np.ndarray, np.ndarray]  # ([S] source ids, [T] target ids)
+
+PACKED_KEYS = ('inputs', 'targets', 'inputs_segmentation',
+               'targets_segmentation', 'inputs_position', 'targets_position')
+
+
+def _round_up(n: int, multiple: int) -> int:
+  return -(-n // multiple) * multiple
+
+
+def filter_long(examples: Sequence[Example],
+                max_length: int) -> tuple[list[Example], int]:
+  """Drops the pairs whose source or target is longer than `max_length`.
+
+  Returns:
+    The kept examples, in order, and how many were dropped (also logged, so
+    that data never disappears unnoticed).
+  """
+  kept = [ex for ex in examples
+          if len(ex[0]) <= max_length and len(ex[1]) <= max_length]
+  dropped = len(examples) - len(kept)
+  if dropped:
+    logging.warning(
+        'Dropped %d of %d examples whose source or target is longer than '
+        'max_length=%d tokens; raise max_length in the config to keep them.',
+        dropped, len(examples), max_length)
+  return kept, dropped
+
+
+class _Side:
+  """One side (source or target) of the examples: all ids in one array.
+
+  Gathering rows from one flat array is vectorised numpy; a list of millions
+  of small arrays would cost a python loop per batch and more memory.
+  """
+
+  def __init__(self, sequences: Sequence[np.ndarray], name: str):
+    self.lengths = np.fromiter(map(len, sequences), np.int64, len(sequences))
+    self.starts = np.cumsum(self.lengths) - self.lengths
+    # Empty sequences are left out: an empty list would make the result
+    # float, which must stay an error for genuinely non-integer ids.
+    tokens = np.concatenate(
+        [s for s, n in zip(sequences, self.lengths.tolist()) if n]
+        or [np.zeros(0, np.int32)])
+    if tokens.ndim != 1 or tokens.dtype.kind not in 'iu':
+      raise ValueError(f'Each {name} must be a 1-D sequence of integer ids, '
+                       f'not {tokens.dtype} of rank {tokens.ndim}.')
+    self.tokens = tokens.astype(np.int32, copy=False)
+    if (self.tokens == 0).any():
+      where = np.flatnonzero(self.tokens == 0)[0]
+      index = np.searchsorted(self.starts, where, side='right') - 1
+      raise ValueError(f'The {name} of example {index} contains id 0, which '
+                       'is reserved for padding.')
+
+  def gather(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Tokens of examples `ids`, concatenated, with their layout.
+
+    Returns:
+      tokens [K], position of each token within its example [K], lengths of
+      the examples [len(ids)] and the offset of each example in tokens.
+    """
+    lengths = self.lengths[ids]
+    begins = np.cumsum(lengths) - lengths
+    within = np.arange(lengths.sum()) - np.repeat(begins, lengths)
+    tokens = self.tokens[np.repeat(self.starts[ids], lengths) + within]
+    return tokens, within, lengths, begins
+
+
+def _greedy_rows(source_lengths: np.ndarray, target_lengths: np.ndarray,
+                 max_length: int) -> np.ndarray:
+  """Next-fit packing of examples, in order, into rows of `max_length`.
+
+  Args:
+    source_lengths: [N] lengths, each in [1, max_length].
+    target_lengths: [N] lengths, each in [1, max_length].
+    max_length: row length L.
+
+  Returns:
+    [R + 1] offsets: row r holds examples starts[r] to starts[r + 1] - 1.
+  """
+  # For every i, the first example that no longer fits in a row beginning at
+  # i (on either side), found for all i at once; the python loop below then
+  # only visits row starts, not examples.
+  ends = []
+  for lengths in (source_lengths, target_lengths):
+    cum = np.concatenate([[0], np.cumsum(lengths)])
+    ends.append(np.searchsorted(cum, cum[:-1] + max_length, side='right') - 1)
+  following = np.minimum(*ends).tolist()
+  starts = [0]
+  while starts[-1] < len(following):
+    starts.append(following[starts[-1]])
+  return np.asarray(starts)
+
+
+def _pack_rows(source: _Side, target: _Side, ids: np.ndarray,
+               row_starts: np.ndarray,
+               max_length: int) -> dict[str, np.ndarray]:
+  """Packed rows of `PACKED_KEYS`, [R, L] each.
+
+  Args:
+    source: source side of all examples.
+    target: target side of all examples.
+    ids: [K] the examples to pack, row after row.
+    row_starts: [R + 1] offsets into `ids` of each row.
+    max_length: row length L.
+  """
+  num_rows = len(row_starts) - 1
+  row = np.repeat(np.arange(num_rows), np.diff(row_starts))
+  segment = np.arange(len(ids)) - row_starts[row] + 1
+  batch = {}
+  for side, prefix in ((source, 'inputs'), (target, 'targets')):
+    tokens, within, lengths, begins = side.gather(ids)
+    first_column = begins - begins[row_starts[row]]
+    r = np.repeat(row, lengths)
+    c = np.repeat(first_column, lengths) + within
+    for key, values in ((prefix, tokens),
+                        (f'{prefix}_segmentation', np.repeat(segment, lengths)),
+                        (f'{prefix}_position', within)):
+      batch[key] = np.zeros((num_rows, max_length), np.int32)
+      batch[key][r, c] = values
+  return batch
+
+
+def _check_packable(source: _Side, target: _Side, max_length: int) -> None:
+  for side, name in ((source, 'source'), (target, 'target')):
+    if len(side.lengths) and side.lengths.min() < 1:
+      raise ValueError(f'Example {np.argmin(side.lengths)} has an empty '
+                       f'{name}; each side must end with EOS.')
+    if len(side.lengths) and side.lengths.max() > max_length:
+      raise ValueError(
+          f'Example {np.argmax(side.lengths)} has a {name} of '
+          f'{side.lengths.max()} tokens, longer than max_length={max_length};'
+          ' drop such examples with `filter_long` first.')
+
+
+def pack(examples: Sequence[Example],
+         max_length: int) -> dict[str, np.ndarray]:
+  """Packs examples, in order, into [R, max_length] rows of `PACKED_KEYS`.
+
+  A new row starts when the next example's source or target would overflow
+  the current one.
+  """
+  source = _Side([ex[0] for ex in examples], 'source')
+  target = _Side([ex[1] for ex in examples], 'target')
+  _check_packable(source, target, max_length)
+  starts = _greedy_rows(source.lengths, target.lengths, max_length)
+  return _pack_rows(source, target, np.arange(len(examples)), starts,
+                    max_length)
+
+
+class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
+  """Endless, deterministic, resumable packed training batches.
+
+  Epoch e shuffles the examples with a generator seeded by (seed, e) and
+  packs them into rows. The rows of all epochs form one stream, cut into
+  batches of `rows_per_batch` rows: the rows left over at the end of an epoch
+  begin the first batch of the next one (carry-over), so no example is ever
+  dropped or repeated within its epoch and no batch holds filler rows. A
+  batch may therefore mix the end of one epoch with the start of the next.
+
+  Batch k depends only on (examples, max_length, tokens_per_batch, seed,
+  row_multiple), not on how the iterator got there: starting at
+  `start_step=k` recomputes only the row counts of the earlier epochs (one
+  shuffle and one packing pass each, no batches) to find where it begins.
+
+  Each batch is a dict of `PACKED_KEYS` to int32 [rows_per_batch,
+  max_length] arrays. `tokens_per_batch` counts slots on each side, as in
+  the paper's "25000 source tokens and 25000 target tokens".
+
+  Attributes:
+    rows_per_batch: max(1, tokens_per_batch // max_length), rounded down to
+      a multiple of row_multiple (at least row_multiple), so that the batch
+      splits evenly over data-parallel devices.
+    examples_per_epoch: number of examples.
+    rows_per_epoch: rows of epoch 0 (other epochs differ slightly).
+    batches_per_epoch: rows_per_epoch / rows_per_batch, a float since the
+      epochs do not align with batches.
+    padding_fraction: fraction of the token slots of epoch 0 that are
+      padding, source and target together.
+    step: index of the batch that `next` returns.
+  """
+
+  def __init__(self, examples: Sequence[Example], *, max_length: int,
+               tokens_per_batch: int, seed: int, start_step: int = 0,
+               row_multiple: int = 1):
+    if not examples:
+      raise ValueError('No training examples to batch.')
+    if row_multiple < 1 or tokens_per_batch < 1:
+      raise ValueError(f'tokens_per_batch={tokens_per_batch} and '
+                       f'row_multiple={row_multiple} must be positive.')
+    self._source = _Side([ex[0] for ex in examples], 'source')
+    self._target = _Side([ex[1] for ex in examples], 'target')
+    _check_packable(self._source, self._target, max_length)
+    self.max_length = max_length
+    self.seed = seed
+    self.step = start_step
+    rows = max(1, tokens_per_batch // max_length)
+    self.rows_per_batch = max(row_multiple, rows - rows % row_multiple)
+    self.examples_per_epoch = len(examples)
+
+    self._plans = {}  # epoch -> (order, row starts), for the epochs in use
+    self._first_row = [0]  # epoch e: rows [_first_row[e], _first_row[e + 1])
+    self._count_rows(0, 1)
+    self.rows_per_epoch = self._first_row[1]
+    self.batches_per_epoch = self.rows_per_epoch / self.rows_per_batch
+    tokens = len(self._source.tokens) + len(self._target.tokens)
+    self.padding_fraction = 1 - tokens / (
+        2 * self.rows_per_epoch * max_length)
+
+  def _make_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    """The shuffled example order of an epoch and the offsets of its rows."""
+    order = np.random.default_rng([self.seed, epoch]).permutation(
+        self.examples_per_epoch)
+    return order, _greedy_rows(self._source.lengths[order],
+                               self._target.lengths[order], self.max_length)
+
+  def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+    if epoch not in self._plans:
+      self._plans[epoch] = self._make_plan(epoch)
+    return self._plans[epoch]
+
+  def _count_rows(self, begin: int, end: int) -> None:
+    """Extends `_first_row` to cover global rows [begin, end)."""
+    while self._first_row[-1] < end:
+      epoch = len(self._first_row) - 1
+      plan = self._make_plan(epoch)
+      self._first_row.append(self._first_row[-1] + len(plan[1]) - 1)
+      # Epochs before `begin` (on a resume) are needed for their row count
+      # only; keeping just the plans in use bounds memory to a few epochs.
+      if self._first_row[-1] > begin:
+        self._plans[epoch] = plan
+
+  def batch_at(self, step: int) -> dict[str, np.ndarray]:
+    """Batch number `step` (what `next` returns at that step)."""
+    begin = step * self.rows_per_batch
+    end = begin + self.rows_per_batch
+    self._count_rows(begin, end)
+    first_epoch = bisect.bisect_right(self._first_row, begin) - 1
+    for stale in [e for e in self._plans if e < first_epoch]:
+      del self._plans[stale]
+    ids, row_starts = [], [np.zeros(1, np.int64)]
+    epoch = first_epoch
+    while self._first_row[epoch] < end:
+      order, starts = self._plan(epoch)
+      lo = max(begin, self._first_row[epoch]) - self._first_row[epoch]
+      hi = min(end, self._first_row[epoch + 1]) - self._first_row[epoch]
+      ids.append(order[starts[lo]:starts[hi]])
+      row_starts.append(starts[lo + 1:hi + 1] - starts[lo]
+                        + row_starts[-1][-1])
+      epoch += 1
+    return _pack_rows(self._source, self._target, np.concatenate(ids),
+                      np.concatenate(row_starts), self.max_length)
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    batch = self.batch_at(self.step)
+    self.step += 1
+    return batch
+
+
+def _padded(side: _Side, ids: np.ndarray, num_rows: int,
+            length_multiple: int) -> np.ndarray:
+  """[num_rows, W] ids of examples `ids`, zero-padded; W a length multiple."""
+  tokens, within, lengths, _ = side.gather(ids)
+  width = _round_up(max(1, int(lengths.max(initial=0))), length_multiple)
+  out = np.zeros((num_rows, width), np.int32)
+  out[np.repeat(np.arange(len(ids)), lengths), within] = tokens
+  return out
+
+
+def padded_batches(examples: Sequence[Example], *, batch_size: int,
+                   length_multiple: int = 8,
+                   row_multiple: int = 1) -> list[dict[str, np.ndarray]]:
+  """Unpacked, zero-padded batches for evaluation and decoding.
+
+  Examples are sorted by source length (then target length) and cut into
+  batches of `batch_size`, so that a batch holds similar lengths and little
+  padding. The longest batches come first so that running out of memory
+  shows at once. Widths are rounded up to `length_multiple` to bound the
+  number of shapes, hence of compilations.
+
+  Args:
+    examples: pairs of ids; either side may be empty (e.g. targets when
+      only decoding).
+    batch_size: examples per batch (the last batch may hold fewer).
+    length_multiple: widths are multiples of this.
+    row_multiple: rows are padded with all-zero rows to a multiple of this
+      (the number of data-parallel devices).
+
+  Returns:
+    Dicts with `inputs` int32 [B, S], `targets` int32 [B, T] and `index`
+    int32 [B]: the position of each row's example in `examples`, -1 for
+    filler rows. Every example is in exactly one batch.
+  """
+  source = _Side([ex[0] for ex in examples], 'source')
+  target = _Side([ex[1] for ex in examples], 'target')
+  order = np.lexsort((target.lengths, source.lengths))[::-1]
+  batches = []
+  for begin in range(0, len(order), batch_size):
+    ids = order[begin:begin + batch_size]
+    num_rows = _round_up(len(ids), row_multiple)
+    index = np.full(num_rows, -1, np.int32)
+    index[:len(ids)] = ids
+    batches.append({
+        'inputs': _padded(source, ids, num_rows, length_multiple),
+        'targets': _padded(target, ids, num_rows, length_multiple),
+        'index': index,
+    })
+  return batches

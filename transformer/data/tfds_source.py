@@ -1,0 +1,110 @@
+"""Translation pairs from TensorFlow Datasets (e.g. WMT), read once into lists.
+
+TensorFlow stays at the edge: importing this module does not import
+TensorFlow or TFDS. `load_translation` imports them when called and hides
+TensorFlow's GPUs first, so that TensorFlow never allocates accelerator
+memory beside JAX.
+
+Nothing here downloads: a dataset must be prepared beforehand, e.g.
+
+    tfds build wmt14_translate/de-en --data_dir=~/tensorflow_datasets
+"""
+
+from __future__ import annotations
+
+import os
+
+# Names used elsewhere in this codebase for TFDS's 'validation' split.
+_SPLIT_ALIASES = {'val': 'validation', 'valid': 'validation',
+                  'dev': 'validation'}
+
+
+class DatasetNotFoundError(Exception):
+  """A TFDS dataset is unknown, or not prepared in the data directory."""
+
+
+def _import_tfds():
+  """Imports TensorFlow with its GPUs hidden, then TFDS."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    tf.config.set_visible_devices([], 'GPU')
+  except RuntimeError:
+    # TensorFlow had already initialised its devices (imported and used
+    # elsewhere in this process); nothing can be hidden any more.
+    pass
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+  return tfds
+
+
+def _not_prepared_message(name: str, data_dir_root: str,
+                          data_dir: str | None) -> str:
+  if data_dir is None:
+    searched = (f'{data_dir_root} (the TFDS default: $TFDS_DATA_DIR if set, '
+                'else ~/tensorflow_datasets)')
+  else:
+    searched = data_dir_root
+  return (
+      f'TFDS dataset {name!r} is not prepared in {searched}. Prepare it once '
+      f'(this downloads the data), then run again:\n'
+      f'  tfds build {name} --data_dir={data_dir_root}\n'
+      f'or\n'
+      f'  python -c "import tensorflow_datasets as tfds; '
+      f"tfds.builder('{name}', data_dir='{data_dir_root}')"
+      f'.download_and_prepare()"\n'
+      'or point data_dir at a directory where it is prepared.')
+
+
+def load_translation(name: str, split: str, source_lang: str,
+                     target_lang: str, data_dir: str | None = None,
+                     max_examples: int | None = None) -> list[tuple[str, str]]:
+  """Returns the (source, target) sentence pairs of a prepared TFDS split.
+
+  Args:
+    name: a TFDS translation dataset with its config, e.g.
+      'wmt14_translate/de-en'.
+    split: 'train', 'validation' (or 'val', 'dev') or 'test', or any TFDS
+      split expression such as 'train[:1%]'.
+    source_lang: language code of the source side, e.g. 'en'.
+    target_lang: language code of the target side, e.g. 'de'.
+    data_dir: TFDS data directory; None for the TFDS default.
+    max_examples: read only the first this many examples.
+
+  Raises:
+    DatasetNotFoundError: `name` is unknown, or not prepared in `data_dir`.
+    ValueError: a language is not in the dataset, or `max_examples` < 0.
+  """
+  if max_examples is not None and max_examples < 0:
+    raise ValueError(f'max_examples must be >= 0 or None, got {max_examples}.')
+  tfds = _import_tfds()
+  try:
+    builder = tfds.builder(name, data_dir=data_dir)
+  except tfds.core.DatasetNotFoundError:
+    raise DatasetNotFoundError(
+        f'TFDS has no dataset named {name!r}; see '
+        'https://www.tensorflow.org/datasets/catalog/overview for names, '
+        'e.g. wmt14_translate/de-en.') from None
+  languages = list(builder.info.features.keys())
+  for lang in (source_lang, target_lang):
+    if lang not in languages:
+      raise ValueError(f'{name} has no language {lang!r}; it has {languages}.')
+  try:
+    # Each example is read once, into a list: TFDS's in-memory cache of
+    # small datasets would only cost memory (and warn when take() stops).
+    dataset = builder.as_dataset(
+        split=_SPLIT_ALIASES.get(split, split), shuffle_files=False,
+        read_config=tfds.ReadConfig(try_autocache=False))
+  except AssertionError:
+    # TFDS asserts that the prepared files exist. This is checked here rather
+    # than with builder.is_prepared() up front because
+    # tfds.testing.mock_data serves fake examples without any files.
+    if builder.is_prepared():
+      raise
+    raise DatasetNotFoundError(_not_prepared_message(
+        name, os.fspath(builder.data_dir_root), data_dir)) from None
+  if max_examples is not None:
+    # take() rather than a 'train[:n]' split: it composes with any split
+    # expression and also limits tfds.testing.mock_data, which ignores slices.
+    dataset = dataset.take(max_examples)
+  return [(example[source_lang].decode('utf-8'),
+           example[target_lang].decode('utf-8'))
+          for example in tfds.as_numpy(dataset)]

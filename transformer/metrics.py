@@ -1,0 +1,78 @@
+"""Metrics: sums normalised on the host, BLEU, and metric writing.
+
+Steps return every metric as a (sum, count) pair; they are added up across
+steps and devices and divided once on the host (`normalize`), so averages
+are exact however batches and devices split the data.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+from absl import logging
+import jax
+import numpy as np
+import sacrebleu
+
+Sums = Mapping[str, tuple[Any, Any]]
+
+
+def add(a: Sums | None, b: Sums) -> dict[str, tuple[Any, Any]]:
+  """Element-wise sum of two metric dicts (a may be None)."""
+  if a is None:
+    return dict(b)
+  return {k: (a[k][0] + b[k][0], a[k][1] + b[k][1]) for k in b}
+
+
+def normalize(sums: Sums) -> dict[str, float]:
+  """sum / count for every metric; adds 'perplexity' = exp(nll)."""
+  sums = jax.device_get(sums)
+  result = {k: float(s) / max(float(n), 1e-9) for k, (s, n) in sums.items()}
+  if 'nll' in result:
+    result['perplexity'] = math.exp(min(result['nll'], 100.0))
+  return result
+
+
+def bleu(hypotheses: Sequence[str], references: Sequence[str],
+         tokenize: str = '13a') -> tuple[float, str]:
+  """Corpus BLEU of detokenised hypotheses against raw references.
+
+  Returns:
+    The score and sacreBLEU's signature string (print it with the score).
+  """
+  metric = sacrebleu.BLEU(tokenize=tokenize)
+  score = metric.corpus_score(list(hypotheses), [list(references)])
+  return score.score, str(metric.get_signature())
+
+
+class MetricWriter:
+  """TensorBoard event files via tensorboardX (no TensorFlow import).
+
+  Only process 0 writes, so multi-host runs produce one set of events.
+  """
+
+  def __init__(self, logdir: str):
+    self._writer = None
+    if jax.process_index() == 0:
+      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+      os.makedirs(logdir, exist_ok=True)
+      self._writer = SummaryWriter(logdir=logdir)
+
+  def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+    if self._writer is None:
+      return
+    for name, value in scalars.items():
+      if np.isfinite(value):
+        self._writer.add_scalar(name, value, global_step=step)
+    self._writer.flush()
+
+  def write_text(self, step: int, name: str, text: str) -> None:
+    if self._writer is not None:
+      self._writer.add_text(name, text, global_step=step)
+
+  def close(self) -> None:
+    if self._writer is not None:
+      self._writer.close()
+      logging.info('Metrics written to %s', self._writer.logdir)

@@ -1,0 +1,1 @@
+"""Models built from `transformer.layers`; each keeps its table of sizes."""

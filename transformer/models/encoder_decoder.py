@@ -1,0 +1,167 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need".
+
+N encoder and N decoder layers (`transformer.layers`), one source/target
+vocabulary whose embedding is shared by encoder, decoder and the pre-softmax
+projection, embeddings scaled by sqrt(D), sinusoidal (or learned) positions,
+post-LN, dropout on embeddings and residuals.
+
+Token conventions: 0 is padding and also the decoder's start symbol (targets
+are shifted right with 0, as in T5 and flax's WMT example), so no separate
+BOS id is needed. Packed rows carry segment ids (1, 2, ... per example, 0 for
+padding) and per-segment positions; attention never crosses segments.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer import layers
+
+Array = jax.Array
+
+# Named sizes. base and big are Table 3 of the paper; dropout is that of the
+# paper's EN-DE runs (EN-FR big used 0.1, set by its experiment).
+SIZES = {
+    'tiny': dict(num_layers=1, d_model=32, num_heads=4, d_ff=64),
+    'small': dict(num_layers=3, d_model=256, num_heads=8, d_ff=512),
+    'base': dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048,
+                 dropout_rate=0.1),
+    'big': dict(num_layers=6, d_model=1024, num_heads=16, d_ff=4096,
+                dropout_rate=0.3),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(layers.TransformerConfig):
+  """Block hyperparameters plus what the whole model needs."""
+  vocab_size: int = 37_000
+  max_length: int = 256  # longest source or target sequence
+  positional_encoding: str = 'sinusoidal'  # or 'learned' (Table 3 row E)
+  tie_embeddings: bool = True  # softmax weights = embedding table
+
+
+def config_for(size: str, **overrides) -> Config:
+  """Config of a named size (`SIZES`) with field overrides."""
+  if size not in SIZES:
+    raise ValueError(f'Unknown model size {size!r}; choose one of '
+                     f'{tuple(SIZES)}.')
+  return Config(**{**SIZES[size], **overrides})
+
+
+def shift_right(targets: Array, segmentation: Array | None = None) -> Array:
+  """Decoder inputs: targets moved one step right, 0 at each segment start."""
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  if segmentation is not None:
+    previous = jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1]
+    shifted = jnp.where(segmentation == previous, shifted, 0)
+  return shifted
+
+
+def segment_mask(query_segments: Array, key_segments: Array) -> Array:
+  """[B, T], [B, S] segment ids -> [B, 1, T, S]: same segment, key not pad."""
+  same = query_segments[:, :, None] == key_segments[:, None, :]
+  return (same & (key_segments[:, None, :] > 0))[:, None]
+
+
+def key_padding_mask(tokens: Array) -> Array:
+  """[B, S] tokens -> [B, 1, 1, S], True at real (non-zero) tokens."""
+  return (tokens > 0)[:, None, None, :]
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer.
+
+  `__call__` is the teacher-forced training pass; `encode` and `decode` are
+  used separately for inference, `decode` with `config.decode=True` one
+  position at a time against a KV cache.
+  """
+  config: Config
+
+  def setup(self):
+    c = self.config
+    self.embed = layers.TokenEmbedding(
+        c.vocab_size, c.d_model, scale_by_sqrt_dim=True, dtype=c.dtype,
+        param_dtype=c.param_dtype)
+    self.encoder_positions = layers.PositionalEncoding(
+        c.max_length, c.positional_encoding, param_dtype=c.param_dtype)
+    self.decoder_positions = layers.PositionalEncoding(
+        c.max_length, c.positional_encoding, decode=c.decode,
+        param_dtype=c.param_dtype)
+    self.encoder = layers.EncoderStack(c.replace(decode=False))
+    self.decoder = layers.DecoderStack(c)
+    self.dropout = nn.Dropout(c.dropout_rate)
+    if not c.tie_embeddings:
+      self.logits_projection = nn.Dense(
+          c.vocab_size, use_bias=False, dtype=c.dtype,
+          param_dtype=c.param_dtype,
+          kernel_init=nn.with_logical_partitioning(
+              nn.initializers.xavier_uniform(), ('embed', 'vocab')))
+
+  def encode(self, inputs: Array, *, inputs_positions: Array | None = None,
+             inputs_segmentation: Array | None = None,
+             deterministic: bool) -> Array:
+    """inputs: [B, S] tokens -> encoded [B, S, D]."""
+    x = self.embed(inputs)
+    x = self.encoder_positions(x, positions=inputs_positions)
+    x = self.dropout(x, deterministic=deterministic)
+    segments = (inputs > 0).astype(jnp.int32) if inputs_segmentation is None \
+        else inputs_segmentation
+    return self.encoder(x, mask=segment_mask(segments, segments),
+                        deterministic=deterministic)
+
+  def decode(self, encoded: Array, inputs: Array, decoder_inputs: Array, *,
+             targets_positions: Array | None = None,
+             inputs_segmentation: Array | None = None,
+             targets_segmentation: Array | None = None,
+             deterministic: bool) -> Array:
+    """Logits of the next token at every decoder position.
+
+    Args:
+      encoded: [B, S, D] from `encode`.
+      inputs: [B, S] source tokens (for the source padding mask).
+      decoder_inputs: [B, T] shifted targets (`shift_right`), or in decode
+        mode the newest T tokens.
+      targets_positions: [B, T] positions within packed segments.
+      inputs_segmentation: [B, S] segment ids of packed rows.
+      targets_segmentation: [B, T] segment ids of packed rows.
+      deterministic: disables dropout.
+
+    Returns:
+      [B, T, V] float32 logits.
+    """
+    y = self.embed(decoder_inputs)
+    y = self.decoder_positions(y, positions=targets_positions)
+    y = self.dropout(y, deterministic=deterministic)
+    if targets_segmentation is None or inputs_segmentation is None:
+      self_mask, cross_mask = None, key_padding_mask(inputs)
+    else:
+      self_mask = segment_mask(targets_segmentation, targets_segmentation)
+      cross_mask = segment_mask(targets_segmentation, inputs_segmentation)
+    y = self.decoder(y, encoded, self_mask=self_mask, cross_mask=cross_mask,
+                     deterministic=deterministic)
+    if self.config.tie_embeddings:
+      logits = self.embed.attend(y)
+    else:
+      logits = self.logits_projection(y)
+    return logits.astype(jnp.float32)
+
+  def __call__(self, inputs: Array, targets: Array, *,
+               inputs_positions: Array | None = None,
+               targets_positions: Array | None = None,
+               inputs_segmentation: Array | None = None,
+               targets_segmentation: Array | None = None,
+               deterministic: bool) -> Array:
+    """Teacher forcing: inputs [B, S], targets [B, T] -> logits [B, T, V]."""
+    encoded = self.encode(inputs, inputs_positions=inputs_positions,
+                          inputs_segmentation=inputs_segmentation,
+                          deterministic=deterministic)
+    return self.decode(
+        encoded, inputs, shift_right(targets, targets_segmentation),
+        targets_positions=targets_positions,
+        inputs_segmentation=inputs_segmentation,
+        targets_segmentation=targets_segmentation,
+        deterministic=deterministic)

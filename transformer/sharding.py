@@ -1,0 +1,100 @@
+"""Device mesh, logical axis rules, and the shardings derived from them.
+
+Models name their parameter and activation axes logically ('batch', 'embed',
+'heads', ...); the config maps those names to mesh axes ('data', 'fsdp',
+'tensor'). Changing parallelism means changing the config, not the model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any, Iterator, Sequence
+
+import flax.linen as nn
+import jax
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+import numpy as np
+
+MESH_AXES = ('data', 'fsdp', 'tensor')
+# Mesh axes that split the batch: every batch dimension is sharded over them.
+BATCH_AXES = ('data', 'fsdp')
+
+
+def make_mesh(shape: dict[str, int],
+              devices: Sequence[jax.Device] | None = None) -> Mesh:
+  """A mesh over all devices with the named axes of `shape`.
+
+  Args:
+    shape: axis name -> size for each of MESH_AXES; one size may be -1,
+      meaning all remaining devices (e.g. {'data': -1, 'fsdp': 1,
+      'tensor': 1} is pure data parallelism on any number of devices).
+    devices: defaults to `jax.devices()` (all processes).
+  """
+  devices = list(jax.devices() if devices is None else devices)
+  unknown = set(shape) - set(MESH_AXES)
+  if unknown:
+    raise ValueError(f'Unknown mesh axes {sorted(unknown)} in config.mesh; '
+                     f'use {MESH_AXES}.')
+  sizes = [int(shape.get(axis, 1)) for axis in MESH_AXES]
+  if sizes.count(-1) > 1:
+    raise ValueError(f'Only one mesh axis may be -1, got {dict(shape)}.')
+  known = math.prod(s for s in sizes if s != -1)
+  if -1 in sizes:
+    if len(devices) % known:
+      raise ValueError(
+          f'config.mesh {dict(shape)}: {len(devices)} devices are not '
+          f'divisible by the fixed axes ({known}).')
+    sizes[sizes.index(-1)] = len(devices) // known
+  if math.prod(sizes) != len(devices):
+    raise ValueError(
+        f'config.mesh {dict(zip(MESH_AXES, sizes))} needs '
+        f'{math.prod(sizes)} devices but {len(devices)} are available; '
+        f'set one axis to -1 to use all devices.')
+  return jax.make_mesh(tuple(sizes), MESH_AXES,
+                       axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                       devices=devices)
+
+
+def rules_from_config(rules: Any) -> tuple[tuple[str, Any], ...]:
+  """Config rules (a sequence of [logical, mesh axis or list or None])."""
+  return tuple((str(logical), tuple(mesh) if isinstance(mesh, (list, tuple))
+                else mesh) for logical, mesh in rules)
+
+
+@contextlib.contextmanager
+def active(mesh: Mesh, rules: Sequence[tuple[str, Any]]) -> Iterator[None]:
+  """Mesh and rules in effect, so `nn.with_logical_constraint` applies."""
+  with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+    yield
+
+
+def logical_shardings(boxed_tree: Any, mesh: Mesh,
+                      rules: Sequence[tuple[str, Any]]) -> Any:
+  """NamedShardings for a tree of `nn.LogicallyPartitioned` leaves.
+
+  Unboxed leaves (e.g. the step counter or optimizer scalars) are
+  replicated.
+  """
+  specs = nn.get_partition_spec(boxed_tree)
+  return nn.logical_to_mesh_sharding(specs, mesh, rules)
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Leading (batch) axis split over the data-parallel mesh axes."""
+  return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
+
+
+def batch_divisor(mesh: Mesh) -> int:
+  """The global batch size must be a multiple of this."""
+  return int(np.prod([mesh.shape[axis] for axis in BATCH_AXES]))
+
+
+def global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str,
+                                                                     jax.Array]:
+  """Assembles this process's share of a batch into global arrays."""
+  sharding = batch_sharding(mesh)
+  return {
+      key: jax.make_array_from_process_local_data(sharding, value)
+      for key, value in batch.items()
+  }

@@ -1,0 +1,56 @@
+"""Tasks: what differs between machine translation, language modelling, ...
+
+The trainer sees a task only through the `Task` interface below; adding a
+task means adding a module here and a line to `build`, never editing the
+trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Protocol
+
+import jax
+import ml_collections
+
+Batch = dict[str, Any]
+
+
+class Task(Protocol):
+  """What the trainer needs from a task."""
+
+  unit: str  # what the loss is counted in, for throughput ('tokens')
+
+  def init(self, rng: jax.Array) -> Any:
+    """Parameters (with logical axis metadata) for a PRNG key."""
+
+  def train_iter(self, start_step: int) -> Iterator[Batch]:
+    """Training batches from `start_step` on; the same batches for the same
+    step whether or not the run was interrupted."""
+
+  def eval_batches(self) -> Iterable[Batch]:
+    """Held-out batches for the loss metrics."""
+
+  def loss(self, params: Any, batch: Batch, rng: jax.Array | None, *,
+           deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
+    """Scalar training loss and metric (sum, count) pairs; pure, jittable."""
+
+  def evaluate(self, params: Any, *, step: int) -> dict[str, float]:
+    """Task metrics computed on the host (BLEU, ...), plots, reports."""
+
+
+def build(config: ml_collections.ConfigDict, workdir: str, *,
+          batch_divisor: int = 1) -> Task:
+  """The task named by `config.task`.
+
+  Args:
+    config: the experiment config.
+    workdir: where the task caches its vocabulary and writes reports.
+    batch_divisor: batches must have a multiple of this many rows (the
+      number of data-parallel shards).
+  """
+  if config.task == 'translation':
+    from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
+    return translation.TranslationTask(config, workdir,
+                                       batch_divisor=batch_divisor)
+  raise ValueError(f"Unknown config.task {config.task!r}; available: "
+                   f"'translation'.")

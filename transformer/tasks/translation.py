@@ -1,0 +1,307 @@
+"""Machine translation: parallel text -> SentencePiece -> Transformer -> BLEU.
+
+Data comes from the offline generated grammar, a folder of local parallel
+text files, or TFDS (see `config.data.source`); it is read only when needed,
+so translating with a trained workdir reads no corpus.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any, Iterable, Iterator, Sequence
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from transformer import decoding
+from transformer import metrics
+from transformer import plots
+from transformer import train
+from transformer.data import batching
+from transformer.data import tokenizers
+from transformer.models import encoder_decoder
+
+Pairs = list[tuple[str, str]]
+MODEL_FIELDS = ('num_layers', 'd_model', 'num_heads', 'num_kv_heads',
+                'head_dim', 'd_ff', 'dropout_rate', 'attention_dropout_rate',
+                'activation', 'norm_position', 'positional_encoding',
+                'tie_embeddings', 'attention_implementation')
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every setting of a translation experiment, with the paper's values
+  where the paper gives one; experiment files change what they need."""
+  config = train.default_config()
+  config.task = 'translation'
+  config.data = ml_collections.ConfigDict(dict(
+      source='offline',  # 'offline' | 'local' | 'tfds'
+      source_lang='en', target_lang='es',
+      train_split='train', eval_split='validation',
+      num_train=50_000, num_eval=500, num_test=500, seed=0,  # offline
+      path='',  # local: folder of {split}.{lang}[.gz]
+      tfds_name='', tfds_data_dir='', max_examples_per_split=0,  # tfds
+      vocab_size=37_000, max_length=256,
+      tokens_per_batch=25_000,  # per side, as in the paper
+      eval_batch_size=64))
+  config.model = ml_collections.ConfigDict(dict(
+      size='base', dtype='float32',
+      # None: the named size's value (encoder_decoder.SIZES).
+      **{field: None for field in MODEL_FIELDS}))
+  config.eval.update(dict(
+      beam_size=4, length_penalty=0.6, max_length_offset=50,
+      num_bleu_examples=0,  # 0: the whole eval split
+      num_print=3, plot_example=0))
+  return config
+
+
+def read_split(data: ml_collections.ConfigDict, split: str) -> Pairs:
+  """(source, target) sentence pairs of one split of the configured corpus."""
+  if data.source == 'offline':
+    from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
+    return offline_mt.splits(data.num_train, data.num_eval, data.num_test,
+                             seed=data.seed)[split]
+  if data.source == 'local':
+    from transformer.data import parallel_text  # pylint: disable=g-import-not-at-top
+    return parallel_text.read_parallel(data.path, split, data.source_lang,
+                                       data.target_lang)
+  if data.source == 'tfds':
+    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+    return tfds_source.load_translation(
+        data.tfds_name, split, data.source_lang, data.target_lang,
+        data.tfds_data_dir or None,
+        max_examples=data.max_examples_per_split or None)
+  raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
+                   f"'local' or 'tfds'.")
+
+
+def model_config(config: ml_collections.ConfigDict,
+                 vocab_size: int) -> encoder_decoder.Config:
+  """The model's dataclass from the named size and the config's overrides."""
+  overrides = {k: config.model[k] for k in MODEL_FIELDS
+               if config.model.get(k) is not None}
+  return encoder_decoder.config_for(
+      config.model.size, vocab_size=vocab_size,
+      max_length=config.data.max_length, dtype=jnp.dtype(config.model.dtype),
+      **overrides)
+
+
+def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
+                           smoothing: float) -> tuple[jax.Array, jax.Array]:
+  """Per-token label-smoothed loss and plain negative log-likelihood.
+
+  The smoothed target puts 1 - smoothing on the label and smoothing / V on
+  every token; written without a one-hot so [B, T, V] is never built twice.
+  """
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  uniform = -log_probs.mean(axis=-1)
+  return (1.0 - smoothing) * nll + smoothing * uniform, nll
+
+
+class TranslationTask:
+  """The `transformer.tasks.Task` for machine translation."""
+
+  unit = 'tokens'
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    self.config, self.workdir = config, workdir
+    self.batch_divisor = batch_divisor
+    self.tokenizer = tokenizers.load_or_train(
+        os.path.join(workdir, 'vocab', 'spm.model'),
+        lambda: [s for pair in self.pairs(config.data.train_split)
+                 for s in pair], config.data.vocab_size)
+    self.model_config = model_config(config, self.tokenizer.vocab_size)
+    self.model = encoder_decoder.Transformer(self.model_config)
+    self.decoder = encoder_decoder.Transformer(
+        self.model_config.replace(decode=True))
+
+  @functools.cache
+  def pairs(self, split: str) -> Pairs:
+    return read_split(self.config.data, split)
+
+  @functools.cache
+  def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Tokenised pairs (both sides end with EOS) no longer than max_length."""
+    pairs = self.pairs(split)
+    encode = lambda texts: [np.asarray(t, np.int32)
+                            for t in self.tokenizer.encode_batch(texts)]
+    examples = list(zip(encode([s for s, _ in pairs]),
+                        encode([t for _, t in pairs])))
+    # filter_long counts and reports what it drops.
+    return batching.filter_long(examples, self.config.data.max_length)[0]
+
+  # -- Task interface -------------------------------------------------------
+
+  def init(self, rng: jax.Array) -> Any:
+    tokens = jnp.ones((1, 8), jnp.int32)
+    return self.model.init({'params': rng}, tokens, tokens,
+                           deterministic=True)['params']
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    batches = batching.PackedTrainBatches(
+        self.examples(data.train_split), max_length=data.max_length,
+        tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+        start_step=start_step, row_multiple=self.batch_divisor)
+    print(f'Training data: {batches.examples_per_epoch:,} pairs, '
+          f'{batches.batches_per_epoch:,.1f} batches per epoch, padding '
+          f'{batches.padding_fraction:.1%} of token slots.', flush=True)
+    return iter(batches)
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    for batch in self._padded(self.config.data.eval_split):
+      yield {k: v for k, v in batch.items() if k != 'index'}
+
+  def loss(self, params: Any, batch: dict[str, jax.Array],
+           rng: jax.Array | None, *, deterministic: bool):
+    packed = 'inputs_segmentation' in batch
+    logits = self.model.apply(
+        {'params': params}, batch['inputs'], batch['targets'],
+        inputs_positions=batch.get('inputs_position'),
+        targets_positions=batch.get('targets_position'),
+        inputs_segmentation=batch.get('inputs_segmentation') if packed
+        else None,
+        targets_segmentation=batch.get('targets_segmentation') if packed
+        else None,
+        deterministic=deterministic,
+        rngs=None if rng is None else {'dropout': rng})
+    targets = batch['targets']
+    weights = (targets > 0).astype(jnp.float32)
+    loss, nll = smoothed_cross_entropy(
+        logits, targets, self.config.train.label_smoothing)
+    count = weights.sum()
+    correct = (logits.argmax(-1) == targets) * weights
+    sums = {'loss': ((loss * weights).sum(), count),
+            'nll': ((nll * weights).sum(), count),
+            'accuracy': (correct.sum(), count)}
+    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+
+  def evaluate(self, params: Any, *, step: int) -> dict[str, float]:
+    """BLEU and exact match of beam-search translations of the eval split."""
+    data, cfg = self.config.data, self.config.eval
+    pairs = self.pairs(data.eval_split)
+    limit = cfg.num_bleu_examples if cfg.num_bleu_examples > 0 else len(pairs)
+    sources = [s for s, _ in pairs[:limit]]
+    references = [t for _, t in pairs[:limit]]
+    hypotheses = self.translate(params, sources, beam_size=cfg.beam_size,
+                                length_penalty=cfg.length_penalty,
+                                max_length_offset=cfg.max_length_offset)
+    score, signature = metrics.bleu(hypotheses, references)
+    exact = float(np.mean([h == r for h, r in zip(hypotheses, references)]))
+    report = os.path.join(self.workdir, 'reports',
+                          f'{data.eval_split}_step{step}.txt')
+    os.makedirs(os.path.dirname(report), exist_ok=True)
+    with open(report, 'w') as f:
+      for source, reference, hypothesis in zip(sources, references,
+                                               hypotheses):
+        f.write(f'SRC {source}\nREF {reference}\nHYP {hypothesis}\n\n')
+    print(f'BLEU {score:.2f} on {len(sources)} {data.eval_split} sentences '
+          f'(sacreBLEU {signature}); exact match {exact:.1%}; '
+          f'translations: {report}', flush=True)
+    for source, reference, hypothesis in list(zip(sources, references,
+                                                  hypotheses))[:cfg.num_print]:
+      print(f'  SRC {source}\n  REF {reference}\n  HYP {hypothesis}')
+    if cfg.plot_example >= 0 and cfg.plot_example < len(sources):
+      self.plot_cross_attention(params, sources[cfg.plot_example],
+                                hypotheses[cfg.plot_example],
+                                os.path.join(self.workdir, 'plots',
+                                             f'cross_attention_step{step}'))
+    return {'bleu': score, 'exact_match': exact}
+
+  # -- Inference ------------------------------------------------------------
+
+  def _padded(self, split: str) -> list[dict[str, np.ndarray]]:
+    return batching.padded_batches(
+        self.examples(split), batch_size=self.config.data.eval_batch_size,
+        row_multiple=self.batch_divisor)
+
+  @functools.partial(jax.jit, static_argnums=(0,),
+                     static_argnames=('beam_size', 'max_length'))
+  def _search(self, params, inputs, max_lengths, *, beam_size: int,
+              length_penalty: float, max_length: int):
+    """Beam search (greedy for beam 1) with the KV cache: [B, max_length]."""
+    batch = inputs.shape[0]
+    encoded = self.model.apply({'params': params}, inputs,
+                               deterministic=True, method='encode')
+    # The cache-creating call stores every layer's projected encoder keys
+    # and values; the search tiles them per beam.
+    _, cache = self.decoder.apply(
+        {'params': params}, encoded, inputs,
+        jnp.zeros((batch, max_length), jnp.int32), deterministic=True,
+        method='decode', mutable=['cache'])
+    tiled_inputs = jnp.repeat(inputs, beam_size, axis=0)
+    tiled_encoded = jnp.repeat(encoded, beam_size, axis=0)
+
+    def step_fn(tokens, cache):
+      logits, variables = self.decoder.apply(
+          {'params': params, **cache}, tiled_encoded, tiled_inputs, tokens,
+          deterministic=True,
+          method='decode', mutable=['cache'])
+      return logits[:, -1], variables
+
+    if beam_size == 1:
+      tokens, _ = decoding.greedy_search(
+          step_fn, cache, batch_size=batch, max_length=max_length,
+          eos_id=tokenizers.EOS_ID, max_lengths=max_lengths)
+      return tokens
+    sequences, _ = decoding.beam_search(
+        step_fn, cache, batch_size=batch, beam_size=beam_size,
+        max_length=max_length, eos_id=tokenizers.EOS_ID,
+        alpha=length_penalty, max_lengths=max_lengths)
+    return sequences[:, 0]
+
+  def translate(self, params: Any, sources: Sequence[str], *,
+                beam_size: int, length_penalty: float,
+                max_length_offset: int) -> list[str]:
+    """Detokenised translations of `sources`, in order."""
+    encoded = [np.asarray(t, np.int32)[:self.config.data.max_length]
+               for t in self.tokenizer.encode_batch(list(sources))]
+    examples = [(e, np.zeros(0, np.int32)) for e in encoded]
+    outputs = [''] * len(sources)
+    for batch in batching.padded_batches(
+        examples, batch_size=self.config.data.eval_batch_size,
+        row_multiple=self.batch_divisor):
+      lengths = (batch['inputs'] > 0).sum(-1)
+      # Maximum output length: input length + offset (paper: 50), capped by
+      # the positional table; one static bound per batch keeps compiles few.
+      cap = self.config.data.max_length
+      max_lengths = np.minimum(lengths + max_length_offset, cap)
+      tokens = self._search(params, batch['inputs'],
+                            max_lengths.astype(np.int32),
+                            beam_size=beam_size,
+                            length_penalty=length_penalty,
+                            max_length=int(min(batch['inputs'].shape[1] +
+                                               max_length_offset, cap)))
+      for row, index in enumerate(batch['index']):
+        if index >= 0:
+          outputs[index] = self.tokenizer.decode(np.asarray(tokens[row]))
+    return outputs
+
+  def plot_cross_attention(self, params: Any, source: str, translation: str,
+                           prefix: str) -> list[str]:
+    """Heatmaps of the decoder's cross-attention for one sentence pair, one
+    PNG per layer (every head and their mean)."""
+    inputs = np.asarray([self.tokenizer.encode(source)], np.int32)
+    targets = np.asarray([self.tokenizer.encode(translation)], np.int32)
+    _, state = self.model.apply({'params': params}, inputs, targets,
+                                deterministic=True, mutable=['intermediates'])
+    decoder = state['intermediates']['decoder']
+    pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
+    paths = []
+    for layer in sorted(decoder, key=lambda name: int(name.split('_')[-1])):
+      weights = np.asarray(
+          decoder[layer]['cross_attention']['attention_weights'][0][0])
+      heads = weights.shape[0]
+      paths.append(plots.plot_attention(
+          np.concatenate([weights, weights.mean(0, keepdims=True)]),
+          pieces(targets[0]), pieces(inputs[0]), f'{prefix}_{layer}.png',
+          titles=[f'{layer} head {h}' for h in range(heads)] + [
+              f'{layer} mean']))
+    print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} layers)',
+          flush=True)
+    return paths
+

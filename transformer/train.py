@@ -1,0 +1,291 @@
+"""The generic training loop: sharded state, jitted steps, checkpoints.
+
+The trainer knows nothing about tokens or images. It drives a task object
+(`transformer.tasks.Task`): the task initialises parameters, yields batches,
+computes the loss and its metric sums, and evaluates; the trainer owns the
+mesh, the optimizer, the jitted steps, checkpoints, metric writing and
+progress.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import time
+from typing import Any, Callable
+
+from absl import logging
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+from transformer import checkpoints
+from transformer import metrics
+from transformer import sharding
+from transformer import tasks
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """The trainer's settings; tasks add theirs (e.g. `data`, `model`)."""
+  config = ml_collections.ConfigDict()
+  config.seed = 0
+  config.task = ''
+  config.train = ml_collections.ConfigDict(dict(
+      num_steps=100_000, log_every=100, eval_every=5_000,
+      checkpoint_every=1_000, keep_checkpoints=20, label_smoothing=0.1))
+  # Vaswani et al. 5.3: Adam(0.9, 0.98, 1e-9), D^-0.5 * rsqrt schedule.
+  config.optimizer = ml_collections.ConfigDict(dict(
+      schedule='rsqrt', learning_rate=512**-0.5, warmup_steps=4_000, b1=0.9,
+      b2=0.98, eps=1e-9, grad_clip_norm=0.0))
+  config.eval = ml_collections.ConfigDict(dict(average_checkpoints=1))
+  # -1: all remaining devices. Pure data parallelism by default.
+  config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
+  # Logical axis -> mesh axes. Activations use 'embed' too, so it cannot also
+  # take an axis that 'batch' uses; tensor parallelism splits heads and mlp.
+  config.axis_rules = [('batch', ('data', 'fsdp')), ('length', None),
+                       ('embed', None), ('mlp', 'tensor'),
+                       ('heads', 'tensor'), ('kv', None), ('vocab', 'tensor')]
+  return config
+
+
+@flax.struct.dataclass
+class TrainState:
+  step: jax.Array
+  params: Any
+  opt_state: Any
+
+
+def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
+  """lrate = learning_rate * min(step^-0.5, step * warmup^-1.5), step >= 1.
+
+  With learning_rate = D^-0.5 this is the schedule of Vaswani et al. (5.3).
+  """
+  def schedule(count):
+    step = jnp.maximum(count + 1, 1).astype(jnp.float32)
+    return learning_rate * jnp.minimum(step**-0.5,
+                                       step * warmup_steps**-1.5)
+  return schedule
+
+
+def make_optimizer(config: ml_collections.ConfigDict
+                  ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """Adam with the config's schedule; gradient clipping if configured."""
+  if config.schedule == 'rsqrt':
+    schedule = rsqrt_schedule(config.learning_rate, config.warmup_steps)
+  elif config.schedule == 'constant':
+    schedule = optax.constant_schedule(config.learning_rate)
+  else:
+    raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt' "
+                     f"or 'constant'.")
+  adam = optax.adam(schedule, b1=config.b1, b2=config.b2, eps=config.eps)
+  if config.grad_clip_norm:
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
+                       adam), schedule
+  return adam, schedule
+
+
+def train_step(state: TrainState, batch: dict[str, jax.Array], *,
+               loss_fn: Callable[..., Any], tx: optax.GradientTransformation,
+               seed: int) -> tuple[TrainState, metrics.Sums]:
+  """One optimizer step. Dropout keys are fold_in(seed, step), so a resumed
+  run draws the same numbers as an uninterrupted one."""
+  rng = jax.random.fold_in(jax.random.key(seed), state.step)
+  grad_fn = jax.value_and_grad(
+      lambda p: loss_fn(p, batch, rng, deterministic=False), has_aux=True)
+  (_, sums), grads = grad_fn(state.params)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
+  sums = {**sums, 'grad_norm': (optax.global_norm(grads), 1.0)}
+  return state.replace(step=state.step + 1, params=params,
+                       opt_state=opt_state), sums
+
+
+def eval_step(params: Any, batch: dict[str, jax.Array], *,
+              loss_fn: Callable[..., Any]) -> metrics.Sums:
+  return loss_fn(params, batch, None, deterministic=True)[1]
+
+
+def create_state(task: tasks.Task, tx: optax.GradientTransformation,
+                 mesh: jax.sharding.Mesh, rules, seed: int
+                 ) -> tuple[Callable[[], TrainState], TrainState]:
+  """Sharded initialisation: eval_shape -> logical specs -> shardings ->
+  jit(init, out_shardings), so parameters are created already sharded and
+  never gathered on one device.
+
+  Returns:
+    A function that initialises the state, and the abstract state
+    (ShapeDtypeStructs carrying the shardings, for restoring).
+  """
+  def init(rng):
+    params = task.init(rng)
+    return TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                      opt_state=tx.init(params))
+
+  rng = jax.random.key(seed)
+  boxed = jax.eval_shape(init, rng)
+  shardings = sharding.logical_shardings(boxed, mesh, rules)
+  initialise = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=shardings)
+  # Plain unboxing: outside jit there is nothing to constrain.
+  unboxed = jax.tree.map(
+      lambda x: x.unbox(apply_constraint=False)
+      if isinstance(x, nn.LogicallyPartitioned) else x, boxed,
+      is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  abstract = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      unboxed, shardings)
+  return functools.partial(initialise, rng), abstract
+
+
+def _save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, 'config.json'), 'w') as f:
+      f.write(config.to_json_best_effort(indent=2))
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a workdir was trained with (for translate/evaluate)."""
+  path = os.path.join(workdir, 'config.json')
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'{path} not found: {workdir} is not a training workdir. Train into '
+        f'it first: python -m transformer.main --workdir={workdir}')
+  with open(path) as f:
+    return ml_collections.ConfigDict(json.load(f))
+
+
+def _format_time(seconds: float) -> str:
+  minutes, seconds = divmod(int(seconds), 60)
+  hours, minutes = divmod(minutes, 60)
+  return f'{hours}:{minutes:02d}:{seconds:02d}'
+
+
+class Trainer:
+  """Mesh, task, optimizer and jitted steps for one config and workdir."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+    self.config, self.workdir = config, workdir
+    self.mesh = sharding.make_mesh(config.mesh.to_dict())
+    self.rules = sharding.rules_from_config(config.axis_rules)
+    self.task = tasks.build(config, workdir,
+                            batch_divisor=sharding.batch_divisor(self.mesh))
+    self.tx, self.schedule = make_optimizer(config.optimizer)
+    with sharding.active(self.mesh, self.rules):
+      self.initialise, self.abstract = create_state(
+          self.task, self.tx, self.mesh, self.rules, config.seed)
+    state_shardings = jax.tree.map(lambda a: a.sharding, self.abstract)
+    batch_sharding = sharding.batch_sharding(self.mesh)
+    self.train_step = jax.jit(
+        functools.partial(train_step, loss_fn=self.task.loss, tx=self.tx,
+                          seed=config.seed),
+        in_shardings=(state_shardings, batch_sharding),
+        out_shardings=(state_shardings, None), donate_argnums=0)
+    self.eval_step = jax.jit(
+        functools.partial(eval_step, loss_fn=self.task.loss),
+        in_shardings=(state_shardings.params, batch_sharding))
+
+  def evaluate(self, params: Any, step: int) -> dict[str, float]:
+    """Loss metrics on the evaluation batches, then the task's own."""
+    sums = None
+    with sharding.active(self.mesh, self.rules):
+      for batch in self.task.eval_batches():
+        sums = metrics.add(sums, self.eval_step(
+            params, sharding.global_batch(batch, self.mesh)))
+      result = metrics.normalize(sums) if sums else {}
+      result.update(self.task.evaluate(params, step=step))
+    return result
+
+  def restore_params(self, average: int = 1) -> tuple[Any, int]:
+    """Latest (or averaged last `average`) parameters of the workdir."""
+    mngr = checkpoints.manager(self.workdir, read_only=True)
+    step = mngr.latest_step()
+    if step is None:
+      raise FileNotFoundError(
+          f'No checkpoint in {checkpoints.directory(self.workdir)}; train '
+          f'first: python -m transformer.main --workdir={self.workdir}')
+    if average > 1:
+      params, _ = checkpoints.averaged_params(mngr, self.abstract.params,
+                                              average)
+    else:
+      params = checkpoints.restore(mngr, step,
+                                   {'params': self.abstract.params})['params']
+    mngr.close()
+    return params, step
+
+
+def train_and_evaluate(config: ml_collections.ConfigDict,
+                       workdir: str) -> dict[str, float]:
+  """Trains (resuming from the workdir's latest checkpoint) and evaluates.
+
+  Returns:
+    The final evaluation metrics.
+  """
+  os.makedirs(workdir, exist_ok=True)
+  _save_config(config, workdir)
+  trainer = Trainer(config, workdir)
+  task, train_cfg = trainer.task, config.train
+  mngr = checkpoints.manager(workdir, max_to_keep=train_cfg.keep_checkpoints)
+  start = mngr.latest_step() or 0
+  if start:
+    restored = checkpoints.restore(mngr, start, {
+        'params': trainer.abstract.params,
+        'opt_state': trainer.abstract.opt_state})
+    state = TrainState(step=jnp.asarray(start, jnp.int32), **restored)
+    logging.info('Resumed from %s at step %d.', mngr.directory, start)
+  else:
+    state = trainer.initialise()
+  num_params = sum(x.size for x in jax.tree.leaves(state.params))
+  print(f'Model: {num_params:,} parameters; mesh {dict(trainer.mesh.shape)}; '
+        f'workdir {workdir}', flush=True)
+
+  writer = metrics.MetricWriter(workdir)
+  batches = task.train_iter(start)
+  sums, window_start, run_start = None, time.time(), time.time()
+  result = {}
+  with sharding.active(trainer.mesh, trainer.rules):
+    for step in range(start + 1, train_cfg.num_steps + 1):
+      batch = sharding.global_batch(next(batches), trainer.mesh)
+      state, step_sums = trainer.train_step(state, batch)
+      sums = metrics.add(sums, step_sums)
+      last = step == train_cfg.num_steps
+      if step % train_cfg.log_every == 0 or last:
+        summary = metrics.normalize(sums)
+        now = time.time()
+        count = float(jax.device_get(sums['loss'][1]))
+        steps_done = step - start
+        summary['learning_rate'] = float(trainer.schedule(step - 1))
+        summary[f'{task.unit}_per_second'] = count / (now - window_start)
+        eta = (now - run_start) / steps_done * (train_cfg.num_steps - step)
+        writer.write_scalars(step, {f'train/{k}': v
+                                    for k, v in summary.items()})
+        print(f'step {step}/{train_cfg.num_steps}  loss '
+              f'{summary["loss"]:.4f}  {task.unit}/s '
+              f'{summary[f"{task.unit}_per_second"]:,.0f}  elapsed '
+              f'{_format_time(now - run_start)}  remaining '
+              f'{_format_time(eta)}', flush=True)
+        sums, window_start = None, time.time()
+      if step % train_cfg.checkpoint_every == 0 or last:
+        checkpoints.save(mngr, step, state.params, state.opt_state)
+      if step % train_cfg.eval_every == 0 or last:
+        result = trainer.evaluate(state.params, step)
+        writer.write_scalars(step, {f'eval/{k}': v
+                                    for k, v in result.items()})
+        print(f'eval at step {step}: ' + '  '.join(
+            f'{k} {v:.4g}' for k, v in sorted(result.items())), flush=True)
+        window_start = time.time()  # keep evaluation out of throughput
+  if not result:  # resumed a finished run: evaluate what it ended with
+    result = trainer.evaluate(state.params, start)
+  mngr.wait_until_finished()
+  mngr.close()
+  if config.eval.average_checkpoints > 1:
+    params, _ = trainer.restore_params(config.eval.average_checkpoints)
+    averaged = trainer.evaluate(params, train_cfg.num_steps)
+    writer.write_scalars(train_cfg.num_steps,
+                         {f'eval_averaged/{k}': v
+                          for k, v in averaged.items()})
+    result.update({f'averaged_{k}': v for k, v in averaged.items()})
+  writer.close()
+  return result

@@ -1,0 +1,66 @@
+"""Translate sentences with a trained workdir.
+
+    echo "the red house" | python -m transformer.translate --workdir=DIR
+    python -m transformer.translate --workdir=DIR --input=src.txt \
+        --output=hyp.txt --beam_size=4 --length_penalty=0.6 --average=5
+
+Reads one sentence per line (a file or stdin), writes one translation per
+line (a file or stdout), from the workdir's latest checkpoint or the average
+of its last `--average` checkpoints. Defaults come from the workdir's config.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from transformer import train
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.',
+                               required=True)
+_INPUT = flags.DEFINE_string('input', '-', 'Source file; - for stdin.')
+_OUTPUT = flags.DEFINE_string('output', '-', 'Output file; - for stdout.')
+_BEAM_SIZE = flags.DEFINE_integer('beam_size', None,
+                                  'Beam size (1: greedy); default: config.')
+_LENGTH_PENALTY = flags.DEFINE_float(
+    'length_penalty', None, 'GNMT length penalty alpha; default: config.')
+_MAX_LENGTH_OFFSET = flags.DEFINE_integer(
+    'max_length_offset', None,
+    'Output length limit = input length + this; default: config.')
+_AVERAGE = flags.DEFINE_integer(
+    'average', None, 'Average the last N checkpoints; default: config.')
+
+
+def _pick(flag, default):
+  return default if flag.value is None else flag.value
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  config = train.load_config(_WORKDIR.value)
+  trainer = train.Trainer(config, _WORKDIR.value)
+  params, step = trainer.restore_params(
+      _pick(_AVERAGE, config.eval.average_checkpoints))
+  source = sys.stdin if _INPUT.value == '-' else open(_INPUT.value,
+                                                      encoding='utf-8')
+  with source:
+    sentences = [line.rstrip('\n') for line in source]
+  translations = trainer.task.translate(
+      params, sentences,
+      beam_size=_pick(_BEAM_SIZE, config.eval.beam_size),
+      length_penalty=_pick(_LENGTH_PENALTY, config.eval.length_penalty),
+      max_length_offset=_pick(_MAX_LENGTH_OFFSET,
+                              config.eval.max_length_offset))
+  text = ''.join(t + '\n' for t in translations)
+  if _OUTPUT.value == '-':
+    sys.stdout.write(text)
+  else:
+    with open(_OUTPUT.value, 'w', encoding='utf-8') as f:
+      f.write(text)
+  print(f'Translated {len(sentences)} sentences with the checkpoint of step '
+        f'{step}.', file=sys.stderr)
+
+
+if __name__ == '__main__':
+  app.run(main)
