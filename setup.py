@@ -25,6 +25,7 @@ setuptools.setup(
         'sentencepiece>=0.2.3',
         'sacrebleu>=2.6.0',
         'matplotlib>=3.11',
+        'tensorboardX>=2.6.5',
         'numpy>=2.0',
     ],
     extras_require={
