@@ -307,6 +307,27 @@ def test_attention_dropout_only_when_not_deterministic():
   np.testing.assert_array_equal(noisy, again)
 
 
+def test_no_dropout_without_a_key_or_when_deterministic():
+  q, k, v = normal(0, 2, 5, 4, 8), normal(1, 2, 6, 4, 8), normal(2, 2, 6, 4, 8)
+  plain = attention.dot_product_attention(q, k, v, implementation='einsum')
+  no_key = attention.dot_product_attention(q, k, v, implementation='einsum',
+                                           dropout_rate=0.5)
+  np.testing.assert_array_equal(no_key, plain)
+  x = normal(3, 2, 6, 16)
+  mha = attention.MultiHeadAttention(num_heads=4, dropout_rate=0.5)
+  params = init_mha(mha, x)
+  fused = mha.apply(params, x, deterministic=True)
+  reference, _ = mha.apply(params, x, deterministic=True, return_weights=True)
+  np.testing.assert_allclose(fused, reference, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_mask_values():
+  np.testing.assert_array_equal(attention.causal_mask(3),
+                                np.tril(np.ones((3, 3), bool)))
+  np.testing.assert_array_equal(attention.causal_mask(2, 4, offset=1),
+                                np.tril(np.ones((2, 4), bool), k=1))
+
+
 def test_weights_are_sown_for_plots():
   x = normal(0, 2, 5, 16)
   mha = attention.MultiHeadAttention(num_heads=4)

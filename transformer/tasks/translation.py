@@ -285,8 +285,11 @@ class TranslationTask:
                            prefix: str) -> list[str]:
     """Heatmaps of the decoder's cross-attention for one sentence pair, one
     PNG per layer (every head and their mean)."""
-    inputs = np.asarray([self.tokenizer.encode(source)], np.int32)
-    targets = np.asarray([self.tokenizer.encode(translation)], np.int32)
+    # One row per data-parallel shard: the batch axis is sharded.
+    rows = self.batch_divisor
+    inputs = np.asarray([self.tokenizer.encode(source)] * rows, np.int32)
+    targets = np.asarray([self.tokenizer.encode(translation)] * rows,
+                         np.int32)
     _, state = self.model.apply({'params': params}, inputs, targets,
                                 deterministic=True, mutable=['intermediates'])
     decoder = state['intermediates']['decoder']

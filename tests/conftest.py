@@ -1,0 +1,22 @@
+"""Shared test helpers."""
+
+import importlib.util
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def load_experiment(name: str, arg: str = ''):
+  """`get_config(arg)` of experiments/<name>.py, as config_flags loads it."""
+  path = os.path.join(REPO, 'experiments', f'{name}.py')
+  spec = importlib.util.spec_from_file_location(f'experiment_{name}', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+@pytest.fixture
+def experiment():
+  return load_experiment

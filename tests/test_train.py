@@ -1,0 +1,158 @@
+"""End to end: the real train_and_evaluate on tiny configs, resume, translate."""
+
+import os
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from conftest import REPO
+from transformer import checkpoints
+from transformer import metrics
+from transformer import sharding
+from transformer import train
+from transformer.tasks import translation
+
+
+def eval_loss(trainer, params):
+  sums = None
+  for batch in trainer.task.eval_batches():
+    sums = metrics.add(sums, trainer.eval_step(
+        params, sharding.global_batch(batch, trainer.mesh)))
+  return metrics.normalize(sums)['loss']
+
+
+def final_params(workdir, config):
+  return train.Trainer(config, workdir).restore_params()
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """The offline runlocal experiment trained for 10 steps."""
+  config = load_experiment('mt_offline', 'runlocal')
+  config.train.num_steps = 10
+  config.train.checkpoint_every = 5
+  config.train.eval_every = 10
+  workdir = str(tmp_path_factory.mktemp('offline'))
+  result = train.train_and_evaluate(config, workdir)
+  return config, workdir, result
+
+
+def test_offline_training_lowers_loss_and_writes_everything(trained):
+  config, workdir, result = trained
+  trainer = train.Trainer(config, workdir)
+  initial = eval_loss(trainer, trainer.initialise().params)
+  assert result['loss'] < initial - 0.2
+  for key in ('bleu', 'exact_match', 'perplexity', 'accuracy'):
+    assert key in result
+  assert sorted(checkpoints.manager(workdir, read_only=True).all_steps()) == [
+      5, 10]
+  assert os.path.exists(os.path.join(workdir, 'vocab', 'spm.model'))
+  assert any(f.startswith('events.out.tfevents')
+             for f in os.listdir(workdir))
+  assert os.path.getsize(os.path.join(
+      workdir, 'plots', 'cross_attention_step10_layer_0.png')) > 10_000
+  report = os.path.join(workdir, 'reports', 'test_step10.txt')
+  assert open(report).read().count('HYP ') == config.data.num_test
+
+
+def test_resume_continues_at_saved_step_with_identical_parameters(
+    trained, tmp_path):
+  config, full_workdir, _ = trained
+  # Interrupted run: 5 steps, then the same config asked for 10 resumes.
+  partial = config.copy_and_resolve_references()
+  partial.train.num_steps = 5
+  workdir = str(tmp_path)
+  train.train_and_evaluate(partial, workdir)
+  trainer = train.Trainer(config, workdir)
+  saved, step = trainer.restore_params()
+  assert step == 5
+  reference, _ = train.Trainer(config, full_workdir).restore_params()
+  # The uninterrupted run's step-5 checkpoint equals the interrupted one's.
+  mngr = checkpoints.manager(full_workdir, read_only=True)
+  at_five = checkpoints.restore(mngr, 5, {'params': trainer.abstract.params})
+  jax.tree.map(np.testing.assert_array_equal, at_five['params'], saved)
+  train.train_and_evaluate(config, workdir)
+  resumed, step = train.Trainer(config, workdir).restore_params()
+  assert step == 10
+  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
+
+
+def test_translate_command_round_trips(trained, tmp_path):
+  config, workdir, _ = trained
+  source = tmp_path / 'source.txt'
+  sentences = ['the red house eats a cat', 'those dogs see the old woman',
+               'a small bird']
+  source.write_text(''.join(s + '\n' for s in sentences))
+  output = tmp_path / 'out.txt'
+  subprocess.run(
+      [sys.executable, '-m', 'transformer.translate', f'--workdir={workdir}',
+       f'--input={source}', f'--output={output}', '--beam_size=2'],
+      check=True, cwd=REPO, capture_output=True)
+  lines = output.read_text().split('\n')[:-1]
+  trainer = train.Trainer(config, workdir)
+  params, _ = trainer.restore_params()
+  expected = trainer.task.translate(params, sentences, beam_size=2,
+                                    length_penalty=config.eval.length_penalty,
+                                    max_length_offset=
+                                    config.eval.max_length_offset)
+  assert lines == expected
+
+
+def test_checkpoint_averaging_is_the_mean(trained):
+  config, workdir, _ = trained
+  trainer = train.Trainer(config, workdir)
+  averaged, _ = trainer.restore_params(average=2)
+  mngr = checkpoints.manager(workdir, read_only=True)
+  five, ten = (checkpoints.restore(mngr, s, {'params': trainer.abstract.params}
+                                   )['params'] for s in (5, 10))
+  jax.tree.map(lambda a, x, y: np.testing.assert_allclose(
+      a, (x + y) / 2, rtol=1e-6, atol=1e-7), averaged, five, ten)
+
+
+def test_wmt_experiment_with_mock_tfds(tmp_path, monkeypatch):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  config = load_experiment('wmt14', 'ende_base')
+  config.data.update(dict(vocab_size=300, max_length=64,
+                          tokens_per_batch=512, eval_batch_size=8))
+  config.model.update(dict(size='tiny', dropout_rate=0.0))
+  config.optimizer.update(dict(schedule='constant', learning_rate=3e-3))
+  config.train.update(dict(num_steps=8, log_every=4, eval_every=8,
+                           checkpoint_every=8))
+  config.eval.update(dict(beam_size=2, num_bleu_examples=4,
+                          average_checkpoints=1, max_length_offset=5))
+  # The real TFDS reading code runs under mock_data; training runs outside
+  # it, because mock_data's fake file system would also catch the
+  # checkpoint writes.
+  with tfds.testing.mock_data(num_examples=32):
+    splits = {split: translation.read_split(config.data, split)
+              for split in ('train', 'test')}
+  assert all(isinstance(s, str) and isinstance(t, str)
+             for pairs in splits.values() for s, t in pairs)
+  monkeypatch.setattr(translation, 'read_split',
+                      lambda data, split: splits[split])
+  result = train.train_and_evaluate(config, str(tmp_path))
+  trainer = train.Trainer(config, str(tmp_path))
+  assert result['loss'] < eval_loss(trainer, trainer.initialise().params)
+  assert 0.0 <= result['bleu'] <= 100.0
+
+
+def test_eight_simulated_devices(tmp_path):
+  code = (
+      'import sys; sys.path.insert(0, "tests");'
+      'from conftest import load_experiment; from transformer import train;'
+      'c = load_experiment("mt_offline", "runlocal");'
+      'c.train.num_steps = 4; c.train.log_every = 2;'
+      'c.train.checkpoint_every = 4; c.train.eval_every = 4;'
+      f'r = train.train_and_evaluate(c, "{tmp_path}");'
+      'import jax; print("DEVICES", jax.device_count(), r["loss"])')
+  env = dict(os.environ,
+             XLA_FLAGS='--xla_force_host_platform_device_count=8')
+  out = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env,
+                       capture_output=True, text=True)
+  assert out.returncode == 0, out.stderr[-3000:]
+  assert "mesh {'data': 8, 'fsdp': 1, 'tensor': 1}" in out.stdout
+  assert 'DEVICES 8' in out.stdout
