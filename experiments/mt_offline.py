@@ -17,7 +17,7 @@ def get_config(arg: str = ''):
   config.data.update(dict(
       source='offline', source_lang='en', target_lang='es',
       eval_split='test', num_train=50_000, num_eval=500, num_test=500,
-      vocab_size=1_000, max_length=32, tokens_per_batch=2_048,
+      vocab_size=1_000, max_length=64, tokens_per_batch=2_048,
       eval_batch_size=100))
   config.model.update(dict(size='small', num_layers=2, d_model=128,
                            num_heads=4, d_ff=512, dropout_rate=0.1))

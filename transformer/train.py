@@ -99,7 +99,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   (_, sums), grads = grad_fn(state.params)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  sums = {**sums, 'grad_norm': (optax.global_norm(grads), 1.0)}
+  sums = {**sums, 'grad_norm': (optax.tree.norm(grads), 1.0)}
   return state.replace(step=state.step + 1, params=params,
                        opt_state=opt_state), sums
 

@@ -14,6 +14,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import jax
 import jax.numpy as jnp
 import ml_collections
+from ml_collections import config_dict
 import numpy as np
 
 from transformer import decoding
@@ -25,10 +26,14 @@ from transformer.data import tokenizers
 from transformer.models import encoder_decoder
 
 Pairs = list[tuple[str, str]]
-MODEL_FIELDS = ('num_layers', 'd_model', 'num_heads', 'num_kv_heads',
-                'head_dim', 'd_ff', 'dropout_rate', 'attention_dropout_rate',
-                'activation', 'norm_position', 'positional_encoding',
-                'tie_embeddings', 'attention_implementation')
+# Model fields an experiment may override, and their types (so that a field
+# left at None, meaning "the named size's value", is still overridable on
+# the command line).
+MODEL_FIELDS = dict(
+    num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
+    head_dim=int, d_ff=int, dropout_rate=float, attention_dropout_rate=float,
+    activation=str, norm_position=str, positional_encoding=str,
+    tie_embeddings=bool, attention_implementation=str)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -49,7 +54,8 @@ def default_config() -> ml_collections.ConfigDict:
   config.model = ml_collections.ConfigDict(dict(
       size='base', dtype='float32',
       # None: the named size's value (encoder_decoder.SIZES).
-      **{field: None for field in MODEL_FIELDS}))
+      **{field: config_dict.placeholder(kind)
+         for field, kind in MODEL_FIELDS.items()}))
   config.eval.update(dict(
       beam_size=4, length_penalty=0.6, max_length_offset=50,
       num_bleu_examples=0,  # 0: the whole eval split
@@ -99,6 +105,33 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
   nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
   uniform = -log_probs.mean(axis=-1)
   return (1.0 - smoothing) * nll + smoothing * uniform, nll
+
+
+def translation_loss(model: encoder_decoder.Transformer, params: Any,
+                     batch: dict[str, jax.Array], rng: jax.Array | None, *,
+                     label_smoothing: float, deterministic: bool):
+  """Mean label-smoothed loss over target tokens, and metric sums.
+
+  `batch` has 'inputs' and 'targets' [B, L], and for packed rows also
+  '{inputs,targets}_segmentation' and '{inputs,targets}_position'.
+  """
+  logits = model.apply(
+      {'params': params}, batch['inputs'], batch['targets'],
+      inputs_positions=batch.get('inputs_position'),
+      targets_positions=batch.get('targets_position'),
+      inputs_segmentation=batch.get('inputs_segmentation'),
+      targets_segmentation=batch.get('targets_segmentation'),
+      deterministic=deterministic,
+      rngs=None if rng is None else {'dropout': rng})
+  targets = batch['targets']
+  weights = (targets > 0).astype(jnp.float32)
+  loss, nll = smoothed_cross_entropy(logits, targets, label_smoothing)
+  count = weights.sum()
+  correct = (logits.argmax(-1) == targets) * weights
+  sums = {'loss': ((loss * weights).sum(), count),
+          'nll': ((nll * weights).sum(), count),
+          'accuracy': (correct.sum(), count)}
+  return sums['loss'][0] / jnp.maximum(count, 1.0), sums
 
 
 class TranslationTask:
@@ -158,27 +191,9 @@ class TranslationTask:
 
   def loss(self, params: Any, batch: dict[str, jax.Array],
            rng: jax.Array | None, *, deterministic: bool):
-    packed = 'inputs_segmentation' in batch
-    logits = self.model.apply(
-        {'params': params}, batch['inputs'], batch['targets'],
-        inputs_positions=batch.get('inputs_position'),
-        targets_positions=batch.get('targets_position'),
-        inputs_segmentation=batch.get('inputs_segmentation') if packed
-        else None,
-        targets_segmentation=batch.get('targets_segmentation') if packed
-        else None,
-        deterministic=deterministic,
-        rngs=None if rng is None else {'dropout': rng})
-    targets = batch['targets']
-    weights = (targets > 0).astype(jnp.float32)
-    loss, nll = smoothed_cross_entropy(
-        logits, targets, self.config.train.label_smoothing)
-    count = weights.sum()
-    correct = (logits.argmax(-1) == targets) * weights
-    sums = {'loss': ((loss * weights).sum(), count),
-            'nll': ((nll * weights).sum(), count),
-            'accuracy': (correct.sum(), count)}
-    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+    return translation_loss(self.model, params, batch, rng,
+                            label_smoothing=self.config.train.label_smoothing,
+                            deterministic=deterministic)
 
   def evaluate(self, params: Any, *, step: int) -> dict[str, float]:
     """BLEU and exact match of beam-search translations of the eval split."""

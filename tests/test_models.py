@@ -1,0 +1,96 @@
+"""The encoder-decoder Transformer: sizes, parameter counts, masking."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.models import encoder_decoder as ed
+
+
+def count_params(config: ed.Config) -> int:
+  """Parameter count from shapes alone: nothing is allocated."""
+  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+  shapes = jax.eval_shape(
+      lambda x: ed.Transformer(config).init(jax.random.key(0), x, x,
+                                            deterministic=True), tokens)
+  return sum(np.prod(x.shape) for x in jax.tree.leaves(nn.unbox(shapes)))
+
+
+def closed_form(config: ed.Config) -> int:
+  """The architecture's count: shared embedding, post-LN layers with biases."""
+  d, f, v = config.d_model, config.mlp_dim, config.vocab_size
+  attention = 4 * (d * d + d)  # W_Q, W_K, W_V, W_O and biases
+  ffn = d * f + f + f * d + d
+  norm = 2 * d
+  encoder_layer = attention + ffn + 2 * norm
+  decoder_layer = 2 * attention + ffn + 3 * norm
+  total = v * d + config.num_layers * (encoder_layer + decoder_layer)
+  if config.positional_encoding == 'learned':
+    total += 2 * config.max_length * d
+  if not config.tie_embeddings:
+    total += d * v
+  return total
+
+
+@pytest.mark.parametrize('size,expected,paper', [
+    ('base', 63_082_496, 65e6),
+    ('big', 214_245_376, 213e6),
+])
+def test_paper_sizes_match_the_closed_form(size, expected, paper):
+  # Table 3's counts assume the paper's 37,000-token shared vocabulary.
+  config = ed.config_for(size, vocab_size=37_000)
+  assert count_params(config) == closed_form(config) == expected
+  assert abs(expected - paper) / paper < 0.03
+
+
+def test_options_change_the_count_as_the_formula_says():
+  base = ed.config_for('tiny', vocab_size=100, max_length=16)
+  for config in (base, base.replace(positional_encoding='learned'),
+                 base.replace(tie_embeddings=False)):
+    assert count_params(config) == closed_form(config)
+  assert ed.config_for('base').dropout_rate == 0.1
+  assert ed.config_for('big').dropout_rate == 0.3
+  assert (ed.config_for('big').d_model, ed.config_for('big').num_heads) == (
+      1024, 16)
+  with pytest.raises(ValueError, match='Unknown model size'):
+    ed.config_for('huge')
+
+
+def test_shift_right_restarts_at_each_segment():
+  targets = jnp.asarray([[5, 6, 1, 7, 1, 0]])
+  segments = jnp.asarray([[1, 1, 1, 2, 2, 0]])
+  np.testing.assert_array_equal(ed.shift_right(targets),
+                                [[0, 5, 6, 1, 7, 1]])
+  np.testing.assert_array_equal(ed.shift_right(targets, segments),
+                                [[0, 5, 6, 0, 7, 0]])
+
+
+def test_packed_rows_equal_separate_examples():
+  """Attention never crosses segments: a packed row gives each example the
+  logits it gets alone."""
+  config = ed.config_for('tiny', vocab_size=20, max_length=16,
+                         dropout_rate=0.0)
+  model = ed.Transformer(config)
+  a_src, a_tgt = [3, 4, 5, 1], [6, 7, 1]
+  b_src, b_tgt = [8, 9, 1], [10, 11, 12, 1]
+  pad = lambda x, n: x + [0] * (n - len(x))
+  row = lambda a, b: jnp.asarray([pad(a + b, 10)])
+  inputs, targets = row(a_src, b_src), row(a_tgt, b_tgt)
+  seg = lambda a, b: jnp.asarray([pad([1] * len(a) + [2] * len(b), 10)])
+  pos = lambda a, b: jnp.asarray([pad(list(range(len(a))) +
+                                      list(range(len(b))), 10)])
+  params = model.init(jax.random.key(0), inputs, targets,
+                      deterministic=True)
+  packed = model.apply(params, inputs, targets,
+                       inputs_segmentation=seg(a_src, b_src),
+                       targets_segmentation=seg(a_tgt, b_tgt),
+                       inputs_positions=pos(a_src, b_src),
+                       targets_positions=pos(a_tgt, b_tgt),
+                       deterministic=True)
+  for src, tgt, start in ((a_src, a_tgt, 0), (b_src, b_tgt, len(a_tgt))):
+    alone = model.apply(params, jnp.asarray([src]), jnp.asarray([tgt]),
+                        deterministic=True)
+    np.testing.assert_allclose(packed[0, start:start + len(tgt)], alone[0],
+                               rtol=1e-5, atol=1e-5)
