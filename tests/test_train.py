@@ -59,6 +59,33 @@ def test_offline_training_lowers_loss_and_writes_everything(trained):
   assert open(report).read().count('HYP ') == config.data.num_test
 
 
+def read_scalars(workdir):
+  """Scalar tags in the TensorBoard event files, read as TensorBoard does:
+  TFRecord framing (length, crc, data, crc) around Event protos."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  tags = set()
+  for name in os.listdir(workdir):
+    if not name.startswith('events.out.tfevents'):
+      continue
+    data = open(os.path.join(workdir, name), 'rb').read()
+    offset = 0
+    while offset < len(data):
+      length = int.from_bytes(data[offset:offset + 8], 'little')
+      event = event_pb2.Event.FromString(
+          data[offset + 12:offset + 12 + length])
+      tags.update(value.tag for value in event.summary.value)
+      offset += 12 + length + 4
+  return tags
+
+
+def test_tensorboard_events_hold_train_and_eval_scalars(trained):
+  _, workdir, _ = trained
+  tags = read_scalars(workdir)
+  for tag in ('train/loss', 'train/learning_rate', 'train/tokens_per_second',
+              'eval/loss', 'eval/bleu', 'eval/perplexity'):
+    assert tag in tags, sorted(tags)
+
+
 def test_resume_continues_at_saved_step_with_identical_parameters(
     trained, tmp_path):
   config, full_workdir, _ = trained
