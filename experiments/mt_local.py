@@ -16,10 +16,17 @@ from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
 REQUIRED = ('path', 'src', 'tgt')
+OPTIONAL = ('train', 'eval', 'size', 'runlocal')
 
 
 def parse(arg: str) -> dict[str, str]:
-  args = dict(item.split('=', 1) for item in arg.split(',') if item)
+  """'path=DIR,src=de,tgt=en,runlocal' -> dict (a bare key means 'true')."""
+  args = dict((item.split('=', 1) + ['true'])[:2]
+              for item in arg.split(',') if item)
+  unknown = sorted(set(args) - set(REQUIRED) - set(OPTIONAL))
+  if unknown:
+    raise ValueError(f'experiments/mt_local.py: unknown arguments {unknown}; '
+                     f'known: {REQUIRED + OPTIONAL}.')
   missing = [key for key in REQUIRED if key not in args]
   if missing:
     raise ValueError(
@@ -37,6 +44,9 @@ def get_config(arg: str = ''):
       eval_split=args.get('eval', 'val'), vocab_size=8_000, max_length=128,
       tokens_per_batch=4_096, eval_batch_size=64))
   size = args.get('size', 'small')
+  if size not in encoder_decoder.SIZES:
+    raise ValueError(f'experiments/mt_local.py: size={size!r}; choose one of '
+                     f'{sorted(encoder_decoder.SIZES)}.')
   config.model.update(dict(size=size, dropout_rate=0.1))
   config.optimizer.update(dict(
       learning_rate=encoder_decoder.SIZES[size]['d_model']**-0.5,

@@ -12,6 +12,12 @@ and 25,000 target tokens, Adam(0.9, 0.98, 1e-9), warmup 4,000, label
 smoothing 0.1, beam 4, length penalty 0.6, maximum output length input + 50,
 checkpoint averaging (last 5 for base, 20 for big).
 
+Periodic evaluation uses newstest2013 ('validation', the paper's
+development set). For newstest2014, evaluate the finished workdir on the test
+split (rerunning a finished run only evaluates it):
+`--config.data.eval_split=test`. `:ende_base,runlocal` is a seconds-long
+variant for tests.
+
 Paper (Table 2, newstest2014 BLEU): base EN-DE 27.3, big EN-DE 28.4,
 big EN-FR 41.8. The paper trained base for 100,000 steps (12 hours) and big
 for 300,000 steps (3.5 days) on 8 P100 GPUs. We have not run these here: no
@@ -32,14 +38,16 @@ VARIANTS = {
 
 
 def get_config(arg: str = 'ende_base'):
-  if arg not in VARIANTS:
+  variant, _, runlocal = arg.partition(',')
+  if variant not in VARIANTS or runlocal not in ('', 'runlocal'):
     raise ValueError(f'Unknown variant {arg!r}; choose one of '
-                     f'{sorted(VARIANTS)}.')
-  pair, src, tgt, size, steps, vocab, dropout, average, every = VARIANTS[arg]
+                     f'{sorted(VARIANTS)}, optionally followed by ,runlocal.')
+  pair, src, tgt, size, steps, vocab, dropout, average, every = VARIANTS[
+      variant]
   config = translation.default_config()
   config.data.update(dict(
       source='tfds', tfds_name=f'wmt14_translate/{pair}', source_lang=src,
-      target_lang=tgt, train_split='train', eval_split='test',
+      target_lang=tgt, train_split='train', eval_split='validation',
       vocab_size=vocab, max_length=256, tokens_per_batch=25_000,
       eval_batch_size=128))
   config.model.update(dict(size=size, dropout_rate=dropout))
@@ -52,4 +60,13 @@ def get_config(arg: str = 'ende_base'):
   config.eval.update(dict(beam_size=4, length_penalty=0.6,
                           max_length_offset=50, average_checkpoints=average,
                           num_bleu_examples=0))
+  if runlocal:  # seconds on a CPU, e.g. with tfds.testing.mock_data
+    config.data.update(dict(vocab_size=300, max_length=64,
+                            tokens_per_batch=512, eval_batch_size=8))
+    config.model.update(dict(size='tiny', dropout_rate=0.0))
+    config.optimizer.update(dict(schedule='constant', learning_rate=3e-3))
+    config.train.update(dict(num_steps=8, log_every=4, eval_every=8,
+                             checkpoint_every=8, keep_checkpoints=1))
+    config.eval.update(dict(beam_size=2, num_bleu_examples=4,
+                            average_checkpoints=1, max_length_offset=5))
   return config

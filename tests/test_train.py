@@ -142,21 +142,13 @@ def test_checkpoint_averaging_is_the_mean(trained):
 
 def test_wmt_experiment_with_mock_tfds(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
-  config = load_experiment('wmt14', 'ende_base')
-  config.data.update(dict(vocab_size=300, max_length=64,
-                          tokens_per_batch=512, eval_batch_size=8))
-  config.model.update(dict(size='tiny', dropout_rate=0.0))
-  config.optimizer.update(dict(schedule='constant', learning_rate=3e-3))
-  config.train.update(dict(num_steps=8, log_every=4, eval_every=8,
-                           checkpoint_every=8))
-  config.eval.update(dict(beam_size=2, num_bleu_examples=4,
-                          average_checkpoints=1, max_length_offset=5))
+  config = load_experiment('wmt14', 'ende_base,runlocal')
   # The real TFDS reading code runs under mock_data; training runs outside
   # it, because mock_data's fake file system would also catch the
   # checkpoint writes.
   with tfds.testing.mock_data(num_examples=32):
     splits = {split: translation.read_split(config.data, split)
-              for split in ('train', 'test')}
+              for split in ('train', 'validation')}
   assert all(isinstance(s, str) and isinstance(t, str)
              for pairs in splits.values() for s, t in pairs)
   monkeypatch.setattr(translation, 'read_split',
@@ -183,3 +175,26 @@ def test_eight_simulated_devices(tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   assert "mesh {'data': 8, 'fsdp': 1, 'tensor': 1}" in out.stdout
   assert 'DEVICES 8' in out.stdout
+
+
+def test_local_corpus_experiment_with_averaging(tmp_path):
+  from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
+  import gzip  # pylint: disable=g-import-not-at-top
+  corpus = tmp_path / 'corpus'
+  corpus.mkdir()
+  splits = offline_mt.splits(300, 8, 8, seed=1)
+  for split, pairs in (('train', splits['train']), ('val', splits['test'])):
+    (corpus / f'{split}.en').write_text(''.join(s + '\n' for s, _ in pairs))
+    with gzip.open(corpus / f'{split}.es.gz', 'wt') as f:
+      f.write(''.join(t + '\n' for _, t in pairs))
+  config = load_experiment('mt_local', f'path={corpus},src=en,tgt=es,runlocal')
+  workdir = str(tmp_path / 'workdir')
+  result = train.train_and_evaluate(config, workdir)
+  # The last two checkpoints were averaged and evaluated under their own name.
+  assert 'averaged_bleu' in result and 'bleu' in result
+  assert os.path.exists(os.path.join(workdir, 'reports',
+                                     'val_step6_average2.txt'))
+  bad = config.copy_and_resolve_references()
+  bad.data.eval_split = 'dev'
+  with pytest.raises(FileNotFoundError, match='dev'):
+    train.train_and_evaluate(bad, str(tmp_path / 'other'))

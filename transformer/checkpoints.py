@@ -22,6 +22,13 @@ def directory(workdir: str) -> str:
   return os.path.join(os.path.abspath(workdir), 'checkpoints')
 
 
+def exist(workdir: str) -> bool:
+  """Whether the workdir holds at least one finished checkpoint."""
+  folder = directory(workdir)
+  return os.path.isdir(folder) and any(name.isdigit()
+                                       for name in os.listdir(folder))
+
+
 def manager(workdir: str, *, max_to_keep: int | None = None,
             read_only: bool = False) -> ocp.CheckpointManager:
   """Checkpoint manager of a workdir; writes asynchronously."""

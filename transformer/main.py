@@ -4,10 +4,12 @@
         --workdir=DIR [--config.train.num_steps=100 ...]
 
 With no flags it runs the default experiment (`experiments/mt_offline.py`)
-into DEFAULT_WORKDIR. This is the only training module that defines flags.
+into DEFAULT_WORKDIR. Entry points (this one and `translate`) are the only
+modules that define flags.
 """
 
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -15,7 +17,9 @@ from absl import logging
 import jax
 from ml_collections import config_flags
 
+from transformer import checkpoints
 from transformer import train
+from transformer.data import tfds_source
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'experiments', 'mt_offline.py')
@@ -28,6 +32,14 @@ _WORKDIR = flags.DEFINE_string(
     f'default {DEFAULT_WORKDIR} for the default experiment.')
 
 
+def _multi_process() -> bool:
+  """Whether this process is one of several (a pod slice, SLURM tasks, or an
+  explicit coordinator), which `jax.distributed.initialize` then joins."""
+  return bool(os.environ.get('JAX_COORDINATOR_ADDRESS')
+              or int(os.environ.get('SLURM_NTASKS', '1')) > 1
+              or ',' in os.environ.get('TPU_WORKER_HOSTNAMES', ''))
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -38,18 +50,20 @@ def main(argv):
     workdir = DEFAULT_WORKDIR
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
           f'{os.path.abspath(workdir)}', flush=True)
-  # Multi-process runs (several hosts, or several processes per host) are
-  # joined here; a single process needs nothing.
-  if int(os.environ.get('JAX_NUM_PROCESSES', '1')) > 1:
+  if _multi_process():
     jax.distributed.initialize()
   logging.info('JAX devices: %s', jax.devices())
-  result = train.train_and_evaluate(_CONFIG.value, workdir)
+  try:
+    result = train.train_and_evaluate(_CONFIG.value, workdir)
+  except (tfds_source.DatasetNotFoundError, FileNotFoundError) as e:
+    # These messages say what to fix; a traceback would only bury them.
+    sys.exit(f'Error: {e}')
   print('Final evaluation: ' + '  '.join(
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
-  print(f'Checkpoints: {os.path.join(os.path.abspath(workdir), "checkpoints")}'
-        f'\nTensorBoard: tensorboard --logdir={os.path.abspath(workdir)}'
-        f'\nReports and plots: {os.path.abspath(workdir)}/reports, '
-        f'{os.path.abspath(workdir)}/plots')
+  workdir = os.path.abspath(workdir)
+  print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
+        f'TensorBoard: tensorboard --logdir={workdir}\n'
+        f'Reports and plots: {workdir}/reports, {workdir}/plots')
 
 
 if __name__ == '__main__':

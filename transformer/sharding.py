@@ -92,9 +92,14 @@ def batch_divisor(mesh: Mesh) -> int:
 
 def global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str,
                                                                      jax.Array]:
-  """Assembles this process's share of a batch into global arrays."""
+  """Global arrays from a batch that every process holds whole.
+
+  Each process contributes the rows of its own devices. (Pipelines that
+  read only a host's share of the data pass per-host arrays instead.)
+  """
   sharding = batch_sharding(mesh)
   return {
-      key: jax.make_array_from_process_local_data(sharding, value)
+      key: jax.make_array_from_process_local_data(sharding, value,
+                                                  value.shape)
       for key, value in batch.items()
   }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 from typing import Any, Callable
@@ -163,11 +164,26 @@ def _format_time(seconds: float) -> str:
   return f'{hours}:{minutes:02d}:{seconds:02d}'
 
 
+def _validate(config: ml_collections.ConfigDict) -> None:
+  """Checks across config sections, before anything is built or compiled."""
+  train_cfg = config.train
+  for name in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every',
+               'keep_checkpoints'):
+    if train_cfg[name] < 1:
+      raise ValueError(f'config.train.{name}={train_cfg[name]} must be >= 1.')
+  if config.eval.average_checkpoints > train_cfg.keep_checkpoints:
+    raise ValueError(
+        f'config.eval.average_checkpoints={config.eval.average_checkpoints} '
+        f'exceeds config.train.keep_checkpoints={train_cfg.keep_checkpoints}: '
+        f'keep at least as many checkpoints as are averaged.')
+
+
 class Trainer:
   """Mesh, task, optimizer and jitted steps for one config and workdir."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str):
     self.config, self.workdir = config, workdir
+    _validate(config)
     self.mesh = sharding.make_mesh(config.mesh.to_dict())
     self.rules = sharding.rules_from_config(config.axis_rules)
     self.task = tasks.build(config, workdir,
@@ -187,15 +203,16 @@ class Trainer:
         functools.partial(eval_step, loss_fn=self.task.loss),
         in_shardings=(state_shardings.params, batch_sharding))
 
-  def evaluate(self, params: Any, step: int) -> dict[str, float]:
-    """Loss metrics on the evaluation batches, then the task's own."""
+  def evaluate(self, params: Any, label: str) -> dict[str, float]:
+    """Loss metrics on the evaluation batches, then the task's own; `label`
+    (e.g. 'step2000') names the reports and plots the task writes."""
     sums = None
     with sharding.active(self.mesh, self.rules):
       for batch in self.task.eval_batches():
         sums = metrics.add(sums, self.eval_step(
             params, sharding.global_batch(batch, self.mesh)))
       result = metrics.normalize(sums) if sums else {}
-      result.update(self.task.evaluate(params, step=step))
+      result.update(self.task.evaluate(params, label=label))
     return result
 
   def restore_params(self, average: int = 1) -> tuple[Any, int]:
@@ -253,12 +270,17 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       last = step == train_cfg.num_steps
       if step % train_cfg.log_every == 0 or last:
         summary = metrics.normalize(sums)
+        if not math.isfinite(summary['loss']):
+          raise FloatingPointError(
+              f'Training loss is {summary["loss"]} at step {step}. Lower '
+              f'config.optimizer.learning_rate, set '
+              f'config.optimizer.grad_clip_norm, or resume from an earlier '
+              f'checkpoint in {checkpoints.directory(workdir)}.')
         now = time.time()
         count = float(jax.device_get(sums['loss'][1]))
-        steps_done = step - start
         summary['learning_rate'] = float(trainer.schedule(step - 1))
         summary[f'{task.unit}_per_second'] = count / (now - window_start)
-        eta = (now - run_start) / steps_done * (train_cfg.num_steps - step)
+        eta = (now - run_start) / (step - start) * (train_cfg.num_steps - step)
         writer.write_scalars(step, {f'train/{k}': v
                                     for k, v in summary.items()})
         print(f'step {step}/{train_cfg.num_steps}  loss '
@@ -266,23 +288,27 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
               f'{summary[f"{task.unit}_per_second"]:,.0f}  elapsed '
               f'{_format_time(now - run_start)}  remaining '
               f'{_format_time(eta)}', flush=True)
-        sums, window_start = None, time.time()
+        sums, window_start = None, now
       if step % train_cfg.checkpoint_every == 0 or last:
         checkpoints.save(mngr, step, state.params, state.opt_state)
       if step % train_cfg.eval_every == 0 or last:
-        result = trainer.evaluate(state.params, step)
+        eval_start = time.time()
+        result = trainer.evaluate(state.params, f'step{step}')
         writer.write_scalars(step, {f'eval/{k}': v
                                     for k, v in result.items()})
         print(f'eval at step {step}: ' + '  '.join(
             f'{k} {v:.4g}' for k, v in sorted(result.items())), flush=True)
-        window_start = time.time()  # keep evaluation out of throughput
+        # Keep evaluation time out of the throughput of this log window.
+        window_start += time.time() - eval_start
   if not result:  # resumed a finished run: evaluate what it ended with
-    result = trainer.evaluate(state.params, start)
+    result = trainer.evaluate(state.params, f'step{start}')
   mngr.wait_until_finished()
   mngr.close()
   if config.eval.average_checkpoints > 1:
-    params, _ = trainer.restore_params(config.eval.average_checkpoints)
-    averaged = trainer.evaluate(params, train_cfg.num_steps)
+    count = config.eval.average_checkpoints
+    params, _ = trainer.restore_params(count)
+    averaged = trainer.evaluate(params,
+                                f'step{train_cfg.num_steps}_average{count}')
     writer.write_scalars(train_cfg.num_steps,
                          {f'eval_averaged/{k}': v
                           for k, v in averaged.items()})

@@ -14,6 +14,7 @@ import sys
 from absl import app
 from absl import flags
 
+from transformer import sharding
 from transformer import train
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.',
@@ -46,12 +47,15 @@ def main(argv):
                                                       encoding='utf-8')
   with source:
     sentences = [line.rstrip('\n') for line in source]
-  translations = trainer.task.translate(
-      params, sentences,
-      beam_size=_pick(_BEAM_SIZE, config.eval.beam_size),
-      length_penalty=_pick(_LENGTH_PENALTY, config.eval.length_penalty),
-      max_length_offset=_pick(_MAX_LENGTH_OFFSET,
-                              config.eval.max_length_offset))
+  beam_size = _pick(_BEAM_SIZE, config.eval.beam_size)
+  if beam_size < 1:
+    raise app.UsageError(f'--beam_size={beam_size} must be >= 1.')
+  with sharding.active(trainer.mesh, trainer.rules):
+    translations = trainer.task.translate(
+        params, sentences, beam_size=beam_size,
+        length_penalty=_pick(_LENGTH_PENALTY, config.eval.length_penalty),
+        max_length_offset=_pick(_MAX_LENGTH_OFFSET,
+                                config.eval.max_length_offset))
   text = ''.join(t + '\n' for t in translations)
   if _OUTPUT.value == '-':
     sys.stdout.write(text)

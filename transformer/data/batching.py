@@ -286,18 +286,26 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
 
 
 def _padded(side: _Side, ids: np.ndarray, num_rows: int,
-            length_multiple: int) -> np.ndarray:
-  """[num_rows, W] ids of examples `ids`, zero-padded; W a length multiple."""
+            length_multiple: int, max_width: int | None) -> np.ndarray:
+  """[num_rows, W] ids of examples `ids`, zero-padded; W a length multiple
+  (or `max_width` when rounding up would pass it)."""
   tokens, within, lengths, _ = side.gather(ids)
-  width = _round_up(max(1, int(lengths.max(initial=0))), length_multiple)
+  longest = max(1, int(lengths.max(initial=0)))
+  width = _round_up(longest, length_multiple)
+  if max_width is not None:
+    if longest > max_width:
+      raise ValueError(f'An example of {longest} tokens does not fit '
+                       f'max_width={max_width}; filter or truncate it.')
+    width = min(width, max_width)
   out = np.zeros((num_rows, width), np.int32)
   out[np.repeat(np.arange(len(ids)), lengths), within] = tokens
   return out
 
 
 def padded_batches(examples: Sequence[Example], *, batch_size: int,
-                   length_multiple: int = 8,
-                   row_multiple: int = 1) -> list[dict[str, np.ndarray]]:
+                   length_multiple: int = 8, row_multiple: int = 1,
+                   max_width: int | None = None
+                   ) -> list[dict[str, np.ndarray]]:
   """Unpacked, zero-padded batches for evaluation and decoding.
 
   Examples are sorted by source length (then target length) and cut into
@@ -313,6 +321,7 @@ def padded_batches(examples: Sequence[Example], *, batch_size: int,
     length_multiple: widths are multiples of this.
     row_multiple: rows are padded with all-zero rows to a multiple of this
       (the number of data-parallel devices).
+    max_width: widths never exceed this (e.g. the model's max_length).
 
   Returns:
     Dicts with `inputs` int32 [B, S], `targets` int32 [B, T] and `index`
@@ -329,8 +338,9 @@ def padded_batches(examples: Sequence[Example], *, batch_size: int,
     index = np.full(num_rows, -1, np.int32)
     index[:len(ids)] = ids
     batches.append({
-        'inputs': _padded(source, ids, num_rows, length_multiple),
-        'targets': _padded(target, ids, num_rows, length_multiple),
+        'inputs': _padded(source, ids, num_rows, length_multiple, max_width),
+        'targets': _padded(target, ids, num_rows, length_multiple,
+                           max_width),
         'index': index,
     })
   return batches

@@ -34,8 +34,9 @@ class Task(Protocol):
            deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
     """Scalar training loss and metric (sum, count) pairs; pure, jittable."""
 
-  def evaluate(self, params: Any, *, step: int) -> dict[str, float]:
-    """Task metrics computed on the host (BLEU, ...), plots, reports."""
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    """Task metrics computed on the host (BLEU, ...); reports and plots are
+    named with `label` (e.g. 'step2000', 'step2000_average5')."""
 
 
 def build(config: ml_collections.ConfigDict, workdir: str, *,

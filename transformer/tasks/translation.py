@@ -11,12 +11,16 @@ import functools
 import os
 from typing import Any, Iterable, Iterator, Sequence
 
+from absl import logging
+
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
+from transformer import checkpoints
 from transformer import decoding
 from transformer import metrics
 from transformer import plots
@@ -48,7 +52,8 @@ def default_config() -> ml_collections.ConfigDict:
       num_train=50_000, num_eval=500, num_test=500, seed=0,  # offline
       path='',  # local: folder of {split}.{lang}[.gz]
       tfds_name='', tfds_data_dir='', max_examples_per_split=0,  # tfds
-      vocab_size=37_000, max_length=256,
+      vocab_size=37_000, tokenizer_model_type='unigram',
+      character_coverage=1.0, max_length=256,
       tokens_per_batch=25_000,  # per side, as in the paper
       eval_batch_size=64))
   config.model = ml_collections.ConfigDict(dict(
@@ -59,7 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.eval.update(dict(
       beam_size=4, length_penalty=0.6, max_length_offset=50,
       num_bleu_examples=0,  # 0: the whole eval split
-      num_print=3, plot_example=0))
+      num_print=3, plot_example=0, bleu_tokenize='13a'))
   return config
 
 
@@ -143,14 +148,31 @@ class TranslationTask:
                batch_divisor: int = 1):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
-    self.tokenizer = tokenizers.load_or_train(
-        os.path.join(workdir, 'vocab', 'spm.model'),
-        lambda: [s for pair in self.pairs(config.data.train_split)
-                 for s in pair], config.data.vocab_size)
+    self.tokenizer = self._tokenizer()
     self.model_config = model_config(config, self.tokenizer.vocab_size)
     self.model = encoder_decoder.Transformer(self.model_config)
     self.decoder = encoder_decoder.Transformer(
         self.model_config.replace(decode=True))
+
+  def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
+    """The workdir's SentencePiece model, trained on the training text the
+    first time (by process 0; the others wait for it)."""
+    path = os.path.join(self.workdir, 'vocab', 'spm.model')
+    data = self.config.data
+    if not os.path.exists(path) and checkpoints.exist(self.workdir):
+      raise FileNotFoundError(
+          f'{path} is missing but {self.workdir} has checkpoints: a new '
+          f'vocabulary would not match them. Restore the file or use a new '
+          f'workdir.')
+    if jax.process_index() == 0:
+      tokenizers.load_or_train(
+          path, lambda: [s for pair in self.pairs(data.train_split)
+                         for s in pair], data.vocab_size,
+          model_type=data.tokenizer_model_type,
+          character_coverage=data.character_coverage)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('sentencepiece model written')
+    return tokenizers.SentencePieceTokenizer(path)
 
   @functools.cache
   def pairs(self, split: str) -> Pairs:
@@ -180,6 +202,9 @@ class TranslationTask:
         self.examples(data.train_split), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
         start_step=start_step, row_multiple=self.batch_divisor)
+    # Read the evaluation split now, so that a wrong split name fails before
+    # training rather than at the first evaluation.
+    self.examples(data.eval_split)
     print(f'Training data: {batches.examples_per_epoch:,} pairs, '
           f'{batches.batches_per_epoch:,.1f} batches per epoch, padding '
           f'{batches.padding_fraction:.1%} of token slots.', flush=True)
@@ -195,7 +220,7 @@ class TranslationTask:
                             label_smoothing=self.config.train.label_smoothing,
                             deterministic=deterministic)
 
-  def evaluate(self, params: Any, *, step: int) -> dict[str, float]:
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     """BLEU and exact match of beam-search translations of the eval split."""
     data, cfg = self.config.data, self.config.eval
     pairs = self.pairs(data.eval_split)
@@ -205,10 +230,11 @@ class TranslationTask:
     hypotheses = self.translate(params, sources, beam_size=cfg.beam_size,
                                 length_penalty=cfg.length_penalty,
                                 max_length_offset=cfg.max_length_offset)
-    score, signature = metrics.bleu(hypotheses, references)
+    score, signature = metrics.bleu(hypotheses, references,
+                                    tokenize=cfg.bleu_tokenize)
     exact = float(np.mean([h == r for h, r in zip(hypotheses, references)]))
     report = os.path.join(self.workdir, 'reports',
-                          f'{data.eval_split}_step{step}.txt')
+                          f'{data.eval_split}_{label}.txt')
     os.makedirs(os.path.dirname(report), exist_ok=True)
     with open(report, 'w') as f:
       for source, reference, hypothesis in zip(sources, references,
@@ -224,7 +250,7 @@ class TranslationTask:
       self.plot_cross_attention(params, sources[cfg.plot_example],
                                 hypotheses[cfg.plot_example],
                                 os.path.join(self.workdir, 'plots',
-                                             f'cross_attention_step{step}'))
+                                             f'cross_attention_{label}'))
     return {'bleu': score, 'exact_match': exact}
 
   # -- Inference ------------------------------------------------------------
@@ -232,7 +258,8 @@ class TranslationTask:
   def _padded(self, split: str) -> list[dict[str, np.ndarray]]:
     return batching.padded_batches(
         self.examples(split), batch_size=self.config.data.eval_batch_size,
-        row_multiple=self.batch_divisor)
+        row_multiple=self.batch_divisor,
+        max_width=self.config.data.max_length)
 
   @functools.partial(jax.jit, static_argnums=(0,),
                      static_argnames=('beam_size', 'max_length'))
@@ -273,13 +300,19 @@ class TranslationTask:
                 beam_size: int, length_penalty: float,
                 max_length_offset: int) -> list[str]:
     """Detokenised translations of `sources`, in order."""
-    encoded = [np.asarray(t, np.int32)[:self.config.data.max_length]
+    limit = self.config.data.max_length
+    encoded = [np.asarray(t, np.int32)
                for t in self.tokenizer.encode_batch(list(sources))]
+    truncated = sum(len(e) > limit for e in encoded)
+    if truncated:
+      logging.warning('Truncated %d of %d source sentences to max_length=%d '
+                      'tokens.', truncated, len(encoded), limit)
+      encoded = [e[:limit] for e in encoded]
     examples = [(e, np.zeros(0, np.int32)) for e in encoded]
     outputs = [''] * len(sources)
     for batch in batching.padded_batches(
         examples, batch_size=self.config.data.eval_batch_size,
-        row_multiple=self.batch_divisor):
+        row_multiple=self.batch_divisor, max_width=limit):
       lengths = (batch['inputs'] > 0).sum(-1)
       # Maximum output length: input length + offset (paper: 50), capped by
       # the positional table; one static bound per batch keeps compiles few.
@@ -291,9 +324,11 @@ class TranslationTask:
                             length_penalty=length_penalty,
                             max_length=int(min(batch['inputs'].shape[1] +
                                                max_length_offset, cap)))
+      # One transfer per batch; rows may live on other hosts' devices.
+      tokens = multihost_utils.process_allgather(tokens, tiled=True)
       for row, index in enumerate(batch['index']):
         if index >= 0:
-          outputs[index] = self.tokenizer.decode(np.asarray(tokens[row]))
+          outputs[index] = self.tokenizer.decode(tokens[row])
     return outputs
 
   def plot_cross_attention(self, params: Any, source: str, translation: str,
@@ -307,7 +342,8 @@ class TranslationTask:
                          np.int32)
     _, state = self.model.apply({'params': params}, inputs, targets,
                                 deterministic=True, mutable=['intermediates'])
-    decoder = state['intermediates']['decoder']
+    decoder = multihost_utils.process_allgather(
+        state['intermediates']['decoder'], tiled=True)
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
     paths = []
     for layer in sorted(decoder, key=lambda name: int(name.split('_')[-1])):
