@@ -27,6 +27,7 @@ Array = jax.Array
 # paper's EN-DE runs (EN-FR big used 0.1, set by its experiment).
 SIZES = {
     'tiny': dict(num_layers=1, d_model=32, num_heads=4, d_ff=64),
+    'mini': dict(num_layers=2, d_model=128, num_heads=4, d_ff=512),
     'small': dict(num_layers=3, d_model=256, num_heads=8, d_ff=512),
     'base': dict(num_layers=6, d_model=512, num_heads=8, d_ff=2048,
                  dropout_rate=0.1),
