@@ -14,6 +14,7 @@ padding) and per-segment positions; attention never crosses segments.
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -166,3 +167,57 @@ class Transformer(nn.Module):
         inputs_segmentation=inputs_segmentation,
         targets_segmentation=targets_segmentation,
         deterministic=deterministic)
+
+
+# -- The model-family interface used by the translation task ----------------
+
+
+def build(config: Config, *, decode: bool = False) -> Transformer:
+  return Transformer(config.replace(decode=decode))
+
+
+def init_decoding(model: Transformer, params: Any, inputs: Array,
+                  max_length: int) -> dict[str, Any]:
+  """Decoding state for inputs [B, S] and outputs of up to max_length.
+
+  `model` has `config.decode=True`. The cache-creating call runs the decoder
+  once over a dummy target of max_length (the KV cache capacity) with the
+  real encoder outputs, whose projected keys and values every layer's
+  cross-attention stores.
+  """
+  encoded = model.apply({'params': params}, inputs, deterministic=True,
+                        method='encode')
+  _, cache = model.apply(
+      {'params': params}, encoded, inputs,
+      jnp.zeros((inputs.shape[0], max_length), jnp.int32),
+      deterministic=True, method='decode', mutable=['cache'])
+  return {'cache': cache['cache'], 'inputs': inputs}
+
+
+def decoding_step(model: Transformer, params: Any, tokens: Array,
+                  state: dict[str, Any]) -> tuple[Array, dict[str, Any]]:
+  """tokens [N, 1] -> (next-token logits [N, V], new state)."""
+  # Cross-attention reads the keys/values cached by `init_decoding`; the
+  # encoder outputs passed here are a placeholder that is never projected.
+  placeholder = jnp.zeros((tokens.shape[0], 1, model.config.d_model),
+                          model.config.dtype)
+  logits, cache = model.apply(
+      {'params': params, 'cache': state['cache']}, placeholder,
+      state['inputs'], tokens, deterministic=True, method='decode',
+      mutable=['cache'])
+  return logits[:, -1], {'cache': cache['cache'], 'inputs': state['inputs']}
+
+
+def attention_maps(intermediates: dict[str, Any]
+                  ) -> dict[str, tuple[Array, list[str]]]:
+  """{layer: ([N + 1, T, S], titles)}: every cross-attention head of example
+  0 and their mean, for plots."""
+  decoder = intermediates['decoder']
+  maps = {}
+  for layer in sorted(decoder, key=lambda name: int(name.split('_')[-1])):
+    weights = decoder[layer]['cross_attention']['attention_weights'][0][0]
+    heads = weights.shape[0]
+    maps[layer] = (jnp.concatenate([weights, weights.mean(0, keepdims=True)]),
+                   [f'{layer} head {h}' for h in range(heads)] +
+                   [f'{layer} mean'])
+  return maps

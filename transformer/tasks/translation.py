@@ -28,16 +28,26 @@ from transformer import train
 from transformer.data import batching
 from transformer.data import tokenizers
 from transformer.models import encoder_decoder
+from transformer.models import rnn
 
 Pairs = list[tuple[str, str]]
-# Model fields an experiment may override, and their types (so that a field
-# left at None, meaning "the named size's value", is still overridable on
-# the command line).
-MODEL_FIELDS = dict(
-    num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
-    head_dim=int, d_ff=int, dropout_rate=float, attention_dropout_rate=float,
-    activation=str, norm_position=str, positional_encoding=str,
-    tie_embeddings=bool, attention_implementation=str)
+# Model families: the module (with `config_for`, `build`, `init_decoding`,
+# `decoding_step`, `attention_maps`) and the fields an experiment may
+# override, with their types (so that a field left at None, meaning "the
+# named size's value", is still overridable on the command line).
+FAMILIES = {
+    'transformer': (encoder_decoder, dict(
+        num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
+        head_dim=int, d_ff=int, dropout_rate=float,
+        attention_dropout_rate=float, activation=str, norm_position=str,
+        positional_encoding=str, tie_embeddings=bool,
+        attention_implementation=str)),
+    'rnn': (rnn, dict(
+        num_layers=int, embed_dim=int, hidden_dim=int, bidirectional=bool,
+        attention=str, attention_dim=int, dropout_rate=float)),
+}
+MODEL_FIELDS = {name: kind for _, fields in FAMILIES.values()
+                for name, kind in fields.items()}
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -55,10 +65,12 @@ def default_config() -> ml_collections.ConfigDict:
       vocab_size=37_000, tokenizer_model_type='unigram',
       character_coverage=1.0, max_length=256,
       tokens_per_batch=25_000,  # per side, as in the paper
+      packing=True,  # False: length-bucketed rows of one example (RNNs)
       eval_batch_size=64))
   config.model = ml_collections.ConfigDict(dict(
+      family='transformer',  # a key of FAMILIES
       size='base', dtype='float32',
-      # None: the named size's value (encoder_decoder.SIZES).
+      # None: the named size's value (SIZES of the family's module).
       **{field: config_dict.placeholder(kind)
          for field, kind in MODEL_FIELDS.items()}))
   config.eval.update(dict(
@@ -88,12 +100,25 @@ def read_split(data: ml_collections.ConfigDict, split: str) -> Pairs:
                    f"'local' or 'tfds'.")
 
 
-def model_config(config: ml_collections.ConfigDict,
-                 vocab_size: int) -> encoder_decoder.Config:
+def model_family(config: ml_collections.ConfigDict):
+  """The module of `config.model.family` and its overridable fields."""
+  if config.model.family not in FAMILIES:
+    raise ValueError(f'config.model.family={config.model.family!r}; choose '
+                     f'one of {sorted(FAMILIES)}.')
+  return FAMILIES[config.model.family]
+
+
+def model_config(config: ml_collections.ConfigDict, vocab_size: int):
   """The model's dataclass from the named size and the config's overrides."""
-  overrides = {k: config.model[k] for k in MODEL_FIELDS
+  family, fields = model_family(config)
+  overrides = {k: config.model[k] for k in fields
                if config.model.get(k) is not None}
-  return encoder_decoder.config_for(
+  ignored = sorted(k for k in MODEL_FIELDS if k not in fields
+                   and config.model.get(k) is not None)
+  if ignored:
+    raise ValueError(f'config.model fields {ignored} do not apply to the '
+                     f'{config.model.family!r} family; remove them.')
+  return family.config_for(
       config.model.size, vocab_size=vocab_size,
       max_length=config.data.max_length, dtype=jnp.dtype(config.model.dtype),
       **overrides)
@@ -112,7 +137,7 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
   return (1.0 - smoothing) * nll + smoothing * uniform, nll
 
 
-def translation_loss(model: encoder_decoder.Transformer, params: Any,
+def translation_loss(model: Any, params: Any,
                      batch: dict[str, jax.Array], rng: jax.Array | None, *,
                      label_smoothing: float, deterministic: bool):
   """Mean label-smoothed loss over target tokens, and metric sums.
@@ -149,10 +174,10 @@ class TranslationTask:
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     self.tokenizer = self._tokenizer()
+    self.family, _ = model_family(config)
     self.model_config = model_config(config, self.tokenizer.vocab_size)
-    self.model = encoder_decoder.Transformer(self.model_config)
-    self.decoder = encoder_decoder.Transformer(
-        self.model_config.replace(decode=True))
+    self.model = self.family.build(self.model_config)
+    self.decoder = self.family.build(self.model_config, decode=True)
 
   def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
     """The workdir's SentencePiece model, trained on the training text the
@@ -265,33 +290,20 @@ class TranslationTask:
                      static_argnames=('beam_size', 'max_length'))
   def _search(self, params, inputs, max_lengths, *, beam_size: int,
               length_penalty: float, max_length: int):
-    """Beam search (greedy for beam 1) with the KV cache: [B, max_length]."""
+    """Beam search (greedy for beam 1) over the model family's decoding
+    state (the Transformer's KV cache, the RNN's state): [B, max_length]."""
     batch = inputs.shape[0]
-    encoded = self.model.apply({'params': params}, inputs,
-                               deterministic=True, method='encode')
-    # The cache-creating call stores every layer's projected encoder keys
-    # and values; the search tiles them per beam.
-    _, cache = self.decoder.apply(
-        {'params': params}, encoded, inputs,
-        jnp.zeros((batch, max_length), jnp.int32), deterministic=True,
-        method='decode', mutable=['cache'])
-    tiled_inputs = jnp.repeat(inputs, beam_size, axis=0)
-    tiled_encoded = jnp.repeat(encoded, beam_size, axis=0)
-
-    def step_fn(tokens, cache):
-      logits, variables = self.decoder.apply(
-          {'params': params, **cache}, tiled_encoded, tiled_inputs, tokens,
-          deterministic=True,
-          method='decode', mutable=['cache'])
-      return logits[:, -1], variables
-
+    state = self.family.init_decoding(self.decoder, params, inputs,
+                                      max_length)
+    step_fn = functools.partial(self.family.decoding_step, self.decoder,
+                                params)
     if beam_size == 1:
       tokens, _ = decoding.greedy_search(
-          step_fn, cache, batch_size=batch, max_length=max_length,
+          step_fn, state, batch_size=batch, max_length=max_length,
           eos_id=tokenizers.EOS_ID, max_lengths=max_lengths)
       return tokens
     sequences, _ = decoding.beam_search(
-        step_fn, cache, batch_size=batch, beam_size=beam_size,
+        step_fn, state, batch_size=batch, beam_size=beam_size,
         max_length=max_length, eos_id=tokenizers.EOS_ID,
         alpha=length_penalty, max_lengths=max_lengths)
     return sequences[:, 0]
@@ -333,8 +345,9 @@ class TranslationTask:
 
   def plot_cross_attention(self, params: Any, source: str, translation: str,
                            prefix: str) -> list[str]:
-    """Heatmaps of the decoder's cross-attention for one sentence pair, one
-    PNG per layer (every head and their mean)."""
+    """Heatmaps of the decoder's attention over the source for one sentence
+    pair: for the Transformer one PNG per layer (every head and their mean),
+    for the RNN the weights a_{t,i}."""
     # One row per data-parallel shard: the batch axis is sharded.
     rows = self.batch_divisor
     inputs = np.asarray([self.tokenizer.encode(source)] * rows, np.int32)
@@ -342,20 +355,13 @@ class TranslationTask:
                          np.int32)
     _, state = self.model.apply({'params': params}, inputs, targets,
                                 deterministic=True, mutable=['intermediates'])
-    decoder = multihost_utils.process_allgather(
-        state['intermediates']['decoder'], tiled=True)
+    maps = self.family.attention_maps(multihost_utils.process_allgather(
+        state['intermediates'], tiled=True))
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
-    paths = []
-    for layer in sorted(decoder, key=lambda name: int(name.split('_')[-1])):
-      weights = np.asarray(
-          decoder[layer]['cross_attention']['attention_weights'][0][0])
-      heads = weights.shape[0]
-      paths.append(plots.plot_attention(
-          np.concatenate([weights, weights.mean(0, keepdims=True)]),
-          pieces(targets[0]), pieces(inputs[0]), f'{prefix}_{layer}.png',
-          titles=[f'{layer} head {h}' for h in range(heads)] + [
-              f'{layer} mean']))
-    print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} layers)',
+    paths = [plots.plot_attention(np.asarray(weights), pieces(targets[0]),
+                                  pieces(inputs[0]), f'{prefix}_{name}.png',
+                                  titles=titles)
+             for name, (weights, titles) in maps.items()]
+    print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} files)',
           flush=True)
     return paths
-
