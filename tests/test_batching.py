@@ -11,14 +11,14 @@ from transformer.data import batching
 EOS = 1
 
 
-def random_examples(n, seed=0, max_len=30, correlated=True):
+def random_examples(n, seed=0, max_len=30, correlated=True, min_len=2):
   """Examples whose first source token is 3 + its index, ids in [3, 10^4)."""
   rng = np.random.default_rng(seed)
   out = []
   for i in range(n):
-    src_len = int(rng.integers(2, max_len + 1))
-    tgt_len = (np.clip(src_len + rng.integers(-3, 4), 2, max_len)
-               if correlated else rng.integers(2, max_len + 1))
+    src_len = int(rng.integers(min_len, max_len + 1))
+    tgt_len = (np.clip(src_len + rng.integers(-3, 4), min_len, max_len)
+               if correlated else rng.integers(min_len, max_len + 1))
     src = np.concatenate([[3 + i], rng.integers(3, 10_000, src_len - 2), [EOS]])
     tgt = np.concatenate([rng.integers(3, 10_000, tgt_len - 1), [EOS]])
     out.append((src.astype(np.int32), tgt.astype(np.int32)))
@@ -251,6 +251,232 @@ def test_padding_fraction_matches_batches_and_is_low():
               for b in epoch)
   assert batches.padding_fraction == pytest.approx(zeros / slots)
   assert batches.padding_fraction < 0.2
+
+
+# ----------------------------------------------------------------------------
+# BucketedTrainBatches
+# ----------------------------------------------------------------------------
+
+
+def bucketed(examples, **kwargs):
+  args = dict(max_length=64, tokens_per_batch=512, seed=0)
+  return batching.BucketedTrainBatches(examples, **{**args, **kwargs})
+
+
+def unbucket(batch, examples):
+  """Indices of the examples in a batch's rows, -1 for a filler row.
+
+  Checks that a row holds exactly one whole example on both sides (the same
+  one), then zeros, and that filler rows (all zeros) come last.
+  """
+  assert set(batch) == {'inputs', 'targets'}
+  for array in batch.values():
+    assert array.dtype == np.int32 and array.shape == batch['inputs'].shape
+  index = []
+  for src, tgt in zip(batch['inputs'], batch['targets']):
+    if not src.any() and not tgt.any():
+      index.append(-1)
+      continue
+    assert not index or index[-1] >= 0  # no example after a filler row
+    i = int(src[0]) - 3
+    for row, want in zip((src, tgt), examples[i]):
+      np.testing.assert_array_equal(row[:len(want)], want)
+      assert not row[len(want):].any()
+    index.append(i)
+  return index
+
+
+def epochs_of(batches, examples, num_epochs):
+  """The first epochs, checking that no batch spans two.
+
+  Returns:
+    Per epoch, per batch served, `unbucket` of the batch.
+  """
+  epochs = [[]]
+  # Each batch serves at least one example, so this many batches suffice.
+  for _ in range(num_epochs * len(examples)):
+    if len(epochs) > num_epochs:
+      break
+    epochs[-1].append(unbucket(next(batches), examples))
+    served = sum(i >= 0 for index in epochs[-1] for i in index)
+    assert served <= len(examples)  # else the epoch ended mid-batch
+    if served == len(examples):
+      epochs.append([])
+  assert len(epochs) > num_epochs, 'examples repeated within an epoch'
+  return epochs[:-1]
+
+
+@pytest.mark.parametrize('num_examples, tokens_per_batch', [
+    (300, 512),  # many batches per epoch
+    (600, 128),  # several pools: their ends carry over, no filler rows
+    (7, 1024),  # an epoch smaller than a batch: one part-filled batch each
+])
+def test_bucketed_every_example_once_per_epoch(num_examples,
+                                               tokens_per_batch):
+  examples = random_examples(num_examples)
+  batches = bucketed(examples, tokens_per_batch=tokens_per_batch, seed=3)
+  epochs = epochs_of(batches, examples, 3)
+  order = [[i for index in epoch for i in index if i >= 0]
+           for epoch in epochs]
+  for ids in order:
+    assert sorted(ids) == list(range(num_examples))
+  assert order[0] != order[1]  # each epoch reshuffled
+  assert len(epochs[0]) == batches.batches_per_epoch
+  # Filler rows only in the epoch's part-filled batch, if any.
+  for epoch in epochs:
+    assert sum(-1 in index for index in epoch) <= 1
+
+
+def test_bucketed_rows_are_single_examples():
+  # Unrelated source and target lengths: the common width follows the
+  # longer side, whichever it is.
+  examples = random_examples(200, max_len=50, correlated=False)
+  batches = bucketed(examples, length_multiple=4)
+  seen = 0
+  for _ in range(batches.batches_per_epoch):
+    batch = next(batches)
+    index = [i for i in unbucket(batch, examples) if i >= 0]
+    longest = max(max(len(s), len(t)) for s, t in (examples[i]
+                                                   for i in index))
+    assert batch['inputs'].shape[1] == -(-longest // 4) * 4
+    seen += len(index)
+  assert seen == len(examples)
+
+
+@pytest.mark.parametrize('tokens_per_batch, row_multiple', [
+    (512, 1), (1000, 4), (1000, 8), (10, 1), (10, 4)])
+def test_bucketed_rows_per_batch(tokens_per_batch, row_multiple):
+  examples = random_examples(300, max_len=60)
+  batches = bucketed(examples, tokens_per_batch=tokens_per_batch,
+                     row_multiple=row_multiple)
+  part_filled = 0
+  for _ in range(batches.batches_per_epoch):
+    batch = next(batches)
+    rows, width = batch['inputs'].shape
+    fit = tokens_per_batch // width
+    assert rows == max(row_multiple, fit - fit % row_multiple)
+    assert rows % row_multiple == 0
+    # Filler rows (all zeros, checked by unbucket) only in the part-filled
+    # batch, which still holds at least one example.
+    filler = unbucket(batch, examples).count(-1)
+    assert filler < rows
+    part_filled += filler > 0
+  assert part_filled <= 1
+
+
+def test_bucketed_filler_rows_by_hand():
+  # 30 alike examples of width 8: 100 // 8 = 12 rows, 8 with row_multiple
+  # 8, so three full batches and one of 6 examples and 2 filler rows.
+  examples = [([3 + i] * 4 + [EOS], [4, 4, EOS]) for i in range(30)]
+  batches = bucketed(examples, tokens_per_batch=100, row_multiple=8)
+  assert batches.batch_shapes == [(8, 8)]
+  assert batches.batches_per_epoch == 4
+  epoch = [unbucket(next(batches), examples) for _ in range(4)]
+  assert sorted(index.count(-1) for index in epoch) == [0, 0, 0, 2]
+  assert batches.padding_fraction == pytest.approx(1 - 30 * 8 / (2 * 256))
+  # The next epoch starts afresh rather than filling those two rows.
+  assert sorted(i for _ in range(4) for i in unbucket(next(batches), examples)
+                if i >= 0) == list(range(30))
+
+
+def test_bucketed_widths_and_number_of_shapes():
+  # max_length 60 is not a multiple of 8: the longest batches are capped.
+  examples = random_examples(600, max_len=60)
+  batches = bucketed(examples, max_length=60, tokens_per_batch=600)
+  shapes = collections.Counter()
+  for _ in range(batches.batches_per_epoch):
+    batch = next(batches)
+    shapes[batch['inputs'].shape] += 1
+    assert batch['targets'].shape == batch['inputs'].shape
+  widths = {w for _, w in shapes}
+  assert widths <= {8, 16, 24, 32, 40, 48, 56, 60} and 60 in widths
+  assert set(shapes) <= set(batches.batch_shapes)
+  assert len(batches.batch_shapes) <= -(-60 // 8)
+  assert len(widths) == len(shapes)  # rows follow from the width
+
+
+def test_bucketed_deterministic_per_seed():
+  examples = random_examples(300)
+  take = lambda b: [next(b) for _ in range(5)]
+  reference = take(bucketed(examples, seed=0))
+  again = take(bucketed(examples, seed=0))
+  other = take(bucketed(examples, seed=1))
+  for x, y in zip(reference, again):
+    for k in ('inputs', 'targets'):
+      np.testing.assert_array_equal(x[k], y[k])
+  assert any(x['inputs'].shape != y['inputs'].shape
+             or not np.array_equal(x['inputs'], y['inputs'])
+             for x, y in zip(reference, other))
+
+
+def test_bucketed_resume_equals_advancing():
+  # Three pools an epoch, and with this seed epoch 1 has one batch more than
+  # epochs 0 and 2 (cuts depend on the shuffle): resuming must count them.
+  examples = random_examples(600)
+  args = dict(tokens_per_batch=128, seed=1)
+  sizes = [len(epoch) for epoch in epochs_of(bucketed(examples, **args),
+                                               examples, 3)]
+  assert sizes[0] == sizes[2] == sizes[1] - 1
+  batches = bucketed(examples, **args)
+  steps = sum(sizes[:2]) + 3  # crosses two epoch ends
+  reference = [next(batches) for _ in range(steps)]
+  assert batches.step == steps
+
+  def assert_same(a, b):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+      assert set(x) == set(y)
+      for k in x:
+        np.testing.assert_array_equal(x[k], y[k])
+
+  for start in (1, sizes[0] - 1, sizes[0], sizes[0] + 1, sum(sizes[:2]) - 1,
+                sum(sizes[:2]), steps - 1):
+    resumed = bucketed(examples, start_step=start, **args)
+    assert_same([next(resumed) for _ in range(steps - start)],
+                reference[start:])
+  # Random access agrees as well, backwards included.
+  assert_same([batches.batch_at(sizes[0] + 1), batches.batch_at(0)],
+              [reference[sizes[0] + 1], reference[0]])
+
+
+def test_bucketed_padding_fraction_matches_batches_and_is_low():
+  examples = random_examples(3000, max_len=40, min_len=3)
+  batches = bucketed(examples, tokens_per_batch=1024)
+  epoch = [next(batches) for _ in range(batches.batches_per_epoch)]
+  slots = sum(b['inputs'].size + b['targets'].size for b in epoch)
+  zeros = sum((b['inputs'] == 0).sum() + (b['targets'] == 0).sum()
+              for b in epoch)
+  assert batches.padding_fraction == pytest.approx(zeros / slots)
+  assert batches.padding_fraction < 0.25
+  # Sorted pools, but batches served in shuffled order, not longest first.
+  widths = [b['inputs'].shape[1] for b in epoch]
+  assert widths != sorted(widths, reverse=True)
+  assert widths[:30] != sorted(widths[:30], reverse=True)
+
+
+@pytest.mark.parametrize('tokens_per_batch, row_multiple',
+                         [(512, 1), (1000, 1), (1000, 4), (700, 8)])
+def test_bucketed_token_slots_per_batch(tokens_per_batch, row_multiple):
+  examples = random_examples(400, max_len=64, min_len=3)
+  batches = bucketed(examples, tokens_per_batch=tokens_per_batch,
+                     row_multiple=row_multiple)
+  full = 0
+  for _ in range(batches.batches_per_epoch):
+    batch = next(batches)
+    if -1 in unbucket(batch, examples):
+      continue  # the part-filled batch
+    full += 1
+    assert tokens_per_batch / 2 <= batch['inputs'].size <= tokens_per_batch
+  assert full >= batches.batches_per_epoch - 1
+
+
+def test_bucketed_rejects_bad_examples():
+  with pytest.raises(ValueError, match='filter_long'):
+    bucketed([([3] * 70 + [EOS], [EOS])])
+  with pytest.raises(ValueError, match='No training examples'):
+    bucketed([])
+  with pytest.raises(ValueError, match='length_multiple=0'):
+    bucketed([([3, EOS], [EOS])], length_multiple=0)
 
 
 # ----------------------------------------------------------------------------

@@ -15,7 +15,10 @@ the same examples in the same order:
   inputs_position      [R, L]  0, 1, ... restarting in each segment
   targets_position     [R, L]  likewise, 0 at padding
 
-Evaluation and decoding use unpacked rows (`padded_batches`).
+Models that cannot restart at segment boundaries (recurrent ones) train on
+`BucketedTrainBatches` instead: one example a row, batches of similar
+lengths, only `inputs` and `targets`. Evaluation and decoding use unpacked
+rows too (`padded_batches`).
 """
 
 from __future__ import annotations
@@ -285,21 +288,184 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     return batch
 
 
+def _rows(side: _Side, ids: np.ndarray, num_rows: int,
+          width: int) -> np.ndarray:
+  """[num_rows, width] ids: row i holds example ids[i], then zeros; the rows
+  past len(ids) are all zeros."""
+  tokens, within, lengths, _ = side.gather(ids)
+  out = np.zeros((num_rows, width), np.int32)
+  out[np.repeat(np.arange(len(ids)), lengths), within] = tokens
+  return out
+
+
+# Bucketing sorts pools of about this many batches' worth of examples: larger
+# pools pad less, smaller ones keep more randomness in what meets in a batch.
+_POOL_BATCHES = 50
+
+
+class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
+  """Endless, deterministic, resumable training batches of one example a row.
+
+  For models that cannot cheaply restart at packed-segment boundaries
+  (recurrent ones): a drop-in alternative to `PackedTrainBatches`, with the
+  same constructor (plus `length_multiple`) and the same guarantees: each
+  example once an epoch, deterministic, resumable. Each batch holds
+
+    inputs   [R, W]  a row per example: its source ids, then zeros
+    targets  [R, W]  the same example's target ids, then zeros
+
+  and no segmentation or position keys, so a model sees single examples.
+  W is the batch's longest source or target rounded up to `length_multiple`
+  and capped at `max_length`, one width for both sides. R =
+  tokens_per_batch // W rounded down to a multiple of `row_multiple` (at
+  least row_multiple), so a batch has about tokens_per_batch slots a side
+  whatever its lengths, as in the paper's token-count batching: between
+  tokens_per_batch / 2 and tokens_per_batch when tokens_per_batch >=
+  row_multiple * max_length. R depends on W alone, so there are at most
+  ceil(max_length / length_multiple) batch shapes, each one XLA
+  compilation; `batch_shapes` lists those these examples can produce.
+
+  Epoch e shuffles the examples with a generator seeded by (seed, e),
+  sorts each pool of about `_POOL_BATCHES` (50) batches' worth of consecutive
+  examples by width, longest first, and cuts it into batches: a batch's
+  first example sets W, hence R, and the next R - 1 examples are no wider.
+  The examples at the end of a pool too few to fill a batch join the next
+  pool. Finally the same generator shuffles the order of the epoch's
+  batches; otherwise every pool would run from long to short batches.
+
+  End of an epoch: the examples left after the last pool form a final,
+  part-filled batch, of the usual shape [R, W] for its width, its missing
+  rows all zeros (zero loss weight). Thus epochs never share a batch and
+  batch k is found from its own epoch's plan alone; the cost is at most one
+  part-filled batch per epoch (counted in `padding_fraction`), and it lands
+  anywhere in the epoch, not at its end.
+
+  Batch k depends only on (examples, max_length, tokens_per_batch, seed,
+  row_multiple, length_multiple), not on how the iterator got there:
+  starting at `start_step=k` plans the earlier epochs (a shuffle and a sort
+  each, no batches) only to count their batches.
+
+  Attributes:
+    batch_shapes: the (R, W) shapes that batches can have, by width.
+    examples_per_epoch: number of examples.
+    batches_per_epoch: batches of epoch 0 (other epochs may differ slightly,
+      as the cuts depend on the shuffle).
+    padding_fraction: fraction of the token slots of epoch 0 that are
+      padding, source and target together, filler rows included.
+    step: index of the batch that `next` returns.
+  """
+
+  def __init__(self, examples: Sequence[Example], *, max_length: int,
+               tokens_per_batch: int, seed: int, start_step: int = 0,
+               row_multiple: int = 1, length_multiple: int = 8):
+    if not examples:
+      raise ValueError('No training examples to batch.')
+    if min(row_multiple, tokens_per_batch, length_multiple) < 1:
+      raise ValueError(f'tokens_per_batch={tokens_per_batch}, row_multiple='
+                       f'{row_multiple} and length_multiple={length_multiple}'
+                       ' must be positive.')
+    self._source = _Side([ex[0] for ex in examples], 'source')
+    self._target = _Side([ex[1] for ex in examples], 'target')
+    _check_packable(self._source, self._target, max_length)
+    self.max_length = max_length
+    self.seed = seed
+    self.step = start_step
+    self.examples_per_epoch = len(examples)
+
+    # The width of the batch each example would set: [N].
+    self._widths = np.minimum(
+        _round_up(np.maximum(self._source.lengths, self._target.lengths),
+                  length_multiple), max_length)
+    # Rows of a batch of each width 0 ... max_length.
+    rows = tokens_per_batch // np.maximum(np.arange(max_length + 1), 1)
+    self._rows_of_width = np.maximum(row_multiple, rows - rows % row_multiple)
+    self.batch_shapes = [(int(self._rows_of_width[w]), int(w))
+                         for w in np.unique(self._widths)]
+    # An example fills 1 / R of a batch of its width.
+    self._pool_size = max(1, round(
+        _POOL_BATCHES * len(examples)
+        / (1 / self._rows_of_width[self._widths]).sum()))
+
+    self._first_batch = [0]  # epoch e: batches [_first_batch[e], ...[e + 1])
+    self._cache = None  # (epoch, plan) of the epoch last served
+    self._epoch_of(0)
+    ids, starts, _ = self._cache[1]
+    self.batches_per_epoch = len(starts) - 1
+    widths = self._widths[ids[starts[:-1]]]
+    tokens = len(self._source.tokens) + len(self._target.tokens)
+    self.padding_fraction = 1 - tokens / (
+        2 * int((self._rows_of_width[widths] * widths).sum()))
+
+  def _make_plan(self, epoch: int) -> tuple[np.ndarray, ...]:
+    """How epoch `epoch` cuts the examples into batches.
+
+    Returns:
+      ids [N], every example once, batch after batch, each batch longest
+      first; starts [B + 1], batch b holds ids[starts[b]:starts[b + 1]];
+      order [B], the batches in the order they are served.
+    """
+    rng = np.random.default_rng([self.seed, epoch])
+    shuffled = rng.permutation(self.examples_per_epoch)
+    pieces, sizes = [], []
+    left = shuffled[:0]
+    for begin in range(0, len(shuffled), self._pool_size):
+      pool = np.concatenate([left, shuffled[begin:begin + self._pool_size]])
+      # Longest first: then a batch's first example sets its width and rows.
+      pool = pool[np.argsort(-self._widths[pool], kind='stable')]
+      rows = self._rows_of_width[self._widths[pool]].tolist()
+      end = 0
+      while end < len(pool) and end + rows[end] <= len(pool):
+        sizes.append(rows[end])
+        end += rows[end]
+      pieces.append(pool[:end])
+      left = pool[end:]
+    if len(left):  # the final, part-filled batch
+      pieces.append(left)
+      sizes.append(len(left))
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    return np.concatenate(pieces), starts, rng.permutation(len(sizes))
+
+  def _epoch_of(self, step: int) -> int:
+    """The epoch of batch `step`, planning epochs as far as needed."""
+    while self._first_batch[-1] <= step:
+      epoch = len(self._first_batch) - 1
+      plan = self._make_plan(epoch)
+      self._first_batch.append(self._first_batch[-1] + len(plan[2]))
+      # Only the last epoch planned can hold `step`: one plan in memory.
+      self._cache = (epoch, plan)
+    return bisect.bisect_right(self._first_batch, step) - 1
+
+  def batch_at(self, step: int) -> dict[str, np.ndarray]:
+    """Batch number `step` (what `next` returns at that step)."""
+    epoch = self._epoch_of(step)
+    if self._cache[0] != epoch:  # random access to an earlier epoch
+      self._cache = (epoch, self._make_plan(epoch))
+    ids, starts, order = self._cache[1]
+    b = order[step - self._first_batch[epoch]]
+    ids = ids[starts[b]:starts[b + 1]]
+    width = int(self._widths[ids[0]])
+    rows = int(self._rows_of_width[width])
+    return {'inputs': _rows(self._source, ids, rows, width),
+            'targets': _rows(self._target, ids, rows, width)}
+
+  def __next__(self) -> dict[str, np.ndarray]:
+    batch = self.batch_at(self.step)
+    self.step += 1
+    return batch
+
+
 def _padded(side: _Side, ids: np.ndarray, num_rows: int,
             length_multiple: int, max_width: int | None) -> np.ndarray:
   """[num_rows, W] ids of examples `ids`, zero-padded; W a length multiple
   (or `max_width` when rounding up would pass it)."""
-  tokens, within, lengths, _ = side.gather(ids)
-  longest = max(1, int(lengths.max(initial=0)))
+  longest = max(1, int(side.lengths[ids].max(initial=0)))
   width = _round_up(longest, length_multiple)
   if max_width is not None:
     if longest > max_width:
       raise ValueError(f'An example of {longest} tokens does not fit '
                        f'max_width={max_width}; filter or truncate it.')
     width = min(width, max_width)
-  out = np.zeros((num_rows, width), np.int32)
-  out[np.repeat(np.arange(len(ids)), lengths), within] = tokens
-  return out
+  return _rows(side, ids, num_rows, width)
 
 
 def padded_batches(examples: Sequence[Example], *, batch_size: int,

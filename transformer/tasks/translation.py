@@ -223,7 +223,9 @@ class TranslationTask:
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
-    batches = batching.PackedTrainBatches(
+    batcher = (batching.PackedTrainBatches if data.packing
+               else batching.BucketedTrainBatches)
+    batches = batcher(
         self.examples(data.train_split), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
         start_step=start_step, row_multiple=self.batch_divisor)

@@ -1,0 +1,108 @@
+"""The RNN encoder-decoder with and without attention."""
+
+import functools
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import decoding
+from transformer.models import rnn
+
+VARIANTS = ('none', 'additive', 'dot')
+
+
+def setup_model(variant, **overrides):
+  config = rnn.config_for('tiny', vocab_size=13, attention=variant,
+                          dropout_rate=0.0, **overrides)
+  model = rnn.Seq2Seq(config)
+  rng = np.random.default_rng(0)
+  inputs = jnp.asarray(rng.integers(3, 13, (3, 7)), jnp.int32)
+  inputs = inputs.at[1, 4:].set(0).at[2, 2:].set(0)  # padded sources
+  targets = jnp.asarray(rng.integers(3, 13, (3, 5)), jnp.int32)
+  params = model.init(jax.random.key(0), inputs, targets,
+                      deterministic=True)['params']
+  # Noisier parameters than the initialisation, so that every path matters.
+  leaves, tree = jax.tree.flatten(params)
+  keys = jax.random.split(jax.random.key(1), len(leaves))
+  params = jax.tree.unflatten(tree, [
+      a + 0.5 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+  return model, params, inputs, targets
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+@pytest.mark.parametrize('bidirectional', [True, False])
+def test_shapes_and_padded_sources_get_zero_weight(variant, bidirectional):
+  model, params, inputs, targets = setup_model(
+      variant, bidirectional=bidirectional, num_layers=2)
+  logits, state = model.apply({'params': params}, inputs, targets,
+                              deterministic=True, mutable=['intermediates'])
+  assert logits.shape == (3, 5, 13)
+  weights = np.asarray(state['intermediates']['cross_attention_weights'][0])
+  assert weights.shape == (3, 5, 7)
+  if variant == 'none':
+    np.testing.assert_array_equal(weights, 0.0)
+    return
+  pad = np.asarray(inputs == 0)
+  assert np.all(weights[np.broadcast_to(pad[:, None], weights.shape)] == 0)
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+  # Padding does not change the result for the real tokens.
+  short = model.apply({'params': params}, inputs[2:, :2], targets[2:],
+                      deterministic=True)
+  np.testing.assert_allclose(short[0], logits[2], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_step_by_step_decoding_equals_teacher_forcing(variant):
+  model, params, inputs, targets = setup_model(variant, num_layers=2)
+  full = model.apply({'params': params}, inputs, targets, deterministic=True)
+  state = rnn.init_decoding(model, params, inputs, max_length=5)
+  previous = jnp.zeros((3, 1), jnp.int32)  # the start symbol
+  for t in range(targets.shape[1]):
+    logits, state = rnn.decoding_step(model, params, previous, state)
+    np.testing.assert_allclose(logits, full[:, t], rtol=1e-4, atol=1e-5)
+    previous = targets[:, t:t + 1]
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_attention_gradient_reaches_every_encoder_state(variant):
+  model, params, inputs, _ = setup_model(variant)
+  memory, carry = model.apply({'params': params}, inputs, deterministic=True,
+                              method='encode')
+  embedded = jnp.ones((3, model.config.embed_dim))
+
+  def first_output(values):
+    step = lambda module: module.step(carry, embedded,
+                                      {**memory, 'values': values},
+                                      deterministic=True)
+    _, (output, _) = nn.apply(step, model)({'params': params})
+    return output.sum()
+
+  grads = np.abs(np.asarray(jax.grad(first_output)(memory['values']))).sum(-1)
+  real = np.asarray(inputs > 0)
+  if variant == 'none':  # the bottleneck: only h_T reaches the decoder
+    np.testing.assert_array_equal(grads, 0.0)
+  else:
+    assert np.all(grads[real] > 0)
+    np.testing.assert_array_equal(grads[~real], 0.0)
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_beam_one_equals_greedy(variant):
+  model, params, inputs, _ = setup_model(variant)
+  state = rnn.init_decoding(model, params, inputs, max_length=6)
+  step_fn = functools.partial(rnn.decoding_step, model, params)
+  greedy, _ = decoding.greedy_search(step_fn, state, batch_size=3,
+                                     max_length=6, eos_id=1)
+  beam, _ = decoding.beam_search(step_fn, state, batch_size=3, beam_size=1,
+                                 max_length=6, eos_id=1, alpha=0.0)
+  np.testing.assert_array_equal(beam[:, 0], greedy)
+
+
+def test_config_errors():
+  with pytest.raises(ValueError, match='attention'):
+    rnn.config_for('tiny', attention='multiplicative')
+  with pytest.raises(ValueError, match='Unknown RNN size'):
+    rnn.config_for('huge')
