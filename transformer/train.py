@@ -9,6 +9,7 @@ progress.
 
 from __future__ import annotations
 
+import collections
 import functools
 import json
 import math
@@ -158,6 +159,31 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
+def _load_progress(workdir: str, step: int) -> dict[str, float]:
+  """Training seconds and units (e.g. target tokens) so far, kept in
+  progress.json across resumes (as of the last log line before `step`)."""
+  path = os.path.join(workdir, 'progress.json')
+  if step and os.path.exists(path):
+    with open(path) as f:
+      saved = json.load(f)
+    if saved.pop('step') == step:
+      return collections.defaultdict(float, saved)
+  return collections.defaultdict(float)
+
+
+def _save_progress(workdir: str, step: int, progress: dict[str, float]):
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, 'progress.json'), 'w') as f:
+      json.dump({'step': step, **progress}, f)
+
+
+def load_progress(workdir: str) -> dict[str, float]:
+  """What a training run recorded: 'step', 'train_seconds' and the count of
+  its units (e.g. 'tokens')."""
+  with open(os.path.join(workdir, 'progress.json')) as f:
+    return json.load(f)
+
+
 def _format_time(seconds: float) -> str:
   minutes, seconds = divmod(int(seconds), 60)
   hours, minutes = divmod(minutes, 60)
@@ -261,6 +287,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   writer = metrics.MetricWriter(workdir)
   batches = task.train_iter(start)
   sums, window_start, run_start = None, time.time(), time.time()
+  progress = _load_progress(workdir, start)
   result = {}
   with sharding.active(trainer.mesh, trainer.rules):
     for step in range(start + 1, train_cfg.num_steps + 1):
@@ -280,6 +307,8 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
         count = float(jax.device_get(sums['loss'][1]))
         summary['learning_rate'] = float(trainer.schedule(step - 1))
         summary[f'{task.unit}_per_second'] = count / (now - window_start)
+        progress['train_seconds'] += now - window_start
+        progress[task.unit] += count
         eta = (now - run_start) / (step - start) * (train_cfg.num_steps - step)
         writer.write_scalars(step, {f'train/{k}': v
                                     for k, v in summary.items()})
@@ -291,6 +320,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
         sums, window_start = None, now
       if step % train_cfg.checkpoint_every == 0 or last:
         checkpoints.save(mngr, step, state.params, state.opt_state)
+        _save_progress(workdir, step, progress)
       if step % train_cfg.eval_every == 0 or last:
         eval_start = time.time()
         result = trainer.evaluate(state.params, f'step{step}')

@@ -424,19 +424,29 @@ def sample_sentence(rng: random.Random) -> Sentence:
                   sample_noun_phrase(rng))
 
 
-def generate(num_examples: int, seed: int) -> list[Pair]:
+def sample_pair(rng: random.Random, max_clauses: int = 1) -> Pair:
+  """One (english, spanish) pair of 1..max_clauses sentences joined by
+  'and' / 'y', so that lengths span a wide range (about 5 to 17 words per
+  clause)."""
+  clauses = rng.randint(1, max_clauses) if max_clauses > 1 else 1
+  sentences = [sample_sentence(rng) for _ in range(clauses)]
+  return (' and '.join(s.english() for s in sentences),
+          ' y '.join(s.spanish() for s in sentences))
+
+
+def generate(num_examples: int, seed: int,
+             max_clauses: int = 1) -> list[Pair]:
   """Returns `num_examples` (english, spanish) pairs, the same for a seed.
 
   Sentences are drawn independently, so a long list may repeat one; use
   `splits` for held-out sets.
   """
   rng = random.Random(seed)
-  sentences = (sample_sentence(rng) for _ in range(num_examples))
-  return [(s.english(), s.spanish()) for s in sentences]
+  return [sample_pair(rng, max_clauses) for _ in range(num_examples)]
 
 
 def splits(num_train: int, num_eval: int, num_test: int,
-           seed: int) -> dict[str, list[Pair]]:
+           seed: int, max_clauses: int = 1) -> dict[str, list[Pair]]:
   """Returns 'train', 'validation' and 'test' pairs with no repeated source.
 
   No source sentence occurs twice, within a split or across splits, so
@@ -454,10 +464,9 @@ def splits(num_train: int, num_eval: int, num_test: int,
     rng = random.Random(f'{split}:{seed}')
     pairs = []
     while len(pairs) < count:
-      sentence = sample_sentence(rng)
-      source = sentence.english()
+      source, target = sample_pair(rng, max_clauses)
       if source not in seen:
         seen.add(source)
-        pairs.append((source, sentence.spanish()))
+        pairs.append((source, target))
     result[split] = pairs
   return result

@@ -38,6 +38,7 @@ ATTENTION = ('none', 'additive', 'dot')
 # 1000 hidden units, bidirectional encoder), without the maxout layer.
 SIZES = {
     'tiny': dict(embed_dim=16, hidden_dim=32, attention_dim=16),
+    'mini': dict(embed_dim=128, hidden_dim=256, attention_dim=128),
     'small': dict(embed_dim=256, hidden_dim=256, attention_dim=256),
     'rnnsearch': dict(embed_dim=620, hidden_dim=1000, attention_dim=1000),
 }

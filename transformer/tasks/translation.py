@@ -60,6 +60,7 @@ def default_config() -> ml_collections.ConfigDict:
       source_lang='en', target_lang='es',
       train_split='train', eval_split='validation',
       num_train=50_000, num_eval=500, num_test=500, seed=0,  # offline
+      max_clauses=1,  # offline: sentences of 1..max_clauses clauses
       path='',  # local: folder of {split}.{lang}[.gz]
       tfds_name='', tfds_data_dir='', max_examples_per_split=0,  # tfds
       vocab_size=37_000, tokenizer_model_type='unigram',
@@ -85,7 +86,8 @@ def read_split(data: ml_collections.ConfigDict, split: str) -> Pairs:
   if data.source == 'offline':
     from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
     return offline_mt.splits(data.num_train, data.num_eval, data.num_test,
-                             seed=data.seed)[split]
+                             seed=data.seed,
+                             max_clauses=data.max_clauses)[split]
   if data.source == 'local':
     from transformer.data import parallel_text  # pylint: disable=g-import-not-at-top
     return parallel_text.read_parallel(data.path, split, data.source_lang,
