@@ -353,9 +353,10 @@ class TranslationTask:
     pair: for the Transformer one PNG per layer (every head and their mean),
     for the RNN the weights a_{t,i}."""
     # One row per data-parallel shard: the batch axis is sharded.
-    rows = self.batch_divisor
-    inputs = np.asarray([self.tokenizer.encode(source)] * rows, np.int32)
-    targets = np.asarray([self.tokenizer.encode(translation)] * rows,
+    rows, limit = self.batch_divisor, self.config.data.max_length
+    inputs = np.asarray([self.tokenizer.encode(source)[:limit]] * rows,
+                        np.int32)
+    targets = np.asarray([self.tokenizer.encode(translation)[:limit]] * rows,
                          np.int32)
     _, state = self.model.apply({'params': params}, inputs, targets,
                                 deterministic=True, mutable=['intermediates'])

@@ -1,0 +1,147 @@
+"""Compare translation models trained on the same data: table and length plot.
+
+    python -m transformer.compare --workdir=workdirs/compare
+    python -m transformer.compare --workdir=workdirs/compare_multi30k \
+        --args=path=../shared/data/multi30k,src=de,tgt=en,eval=test_2016_flickr
+
+Trains each model of `--models` (an experiment argument `model=NAME` of
+`--config`) into WORKDIR/NAME, or resumes it, or only evaluates it when
+finished; then translates the evaluation split with each and writes
+WORKDIR/comparison.md (BLEU, exact match, parameters, training time,
+tokens/s) and WORKDIR/bleu_by_length.png (BLEU against source sentence
+length, the plot of Bahdanau et al. 2015). Every run also leaves its
+attention heatmaps in WORKDIR/NAME/plots.
+"""
+
+import importlib.util
+import os
+
+from absl import app
+from absl import flags
+import jax
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+import numpy as np
+
+from transformer import metrics
+from transformer import sharding
+from transformer import train
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'Root of the runs.',
+                               required=True)
+_CONFIG = flags.DEFINE_string(
+    'config', os.path.join(os.path.dirname(os.path.dirname(
+        os.path.abspath(__file__))), 'experiments', 'rnn_vs_transformer.py'),
+    'Experiment file whose get_config takes model=NAME.')
+_MODELS = flags.DEFINE_list('models', ['rnn', 'rnn_attention', 'transformer'],
+                            'Models to compare.')
+_ARGS = flags.DEFINE_string('args', '', 'More experiment arguments, e.g. '
+                            'path=DIR,src=de,tgt=en.')
+_EDGES = flags.DEFINE_list('length_edges', ['0', '10', '20', '30', '40',
+                                            '1000'],
+                           'Source length buckets (words): [e_i, e_i+1).')
+
+
+def load_config(path: str, arg: str):
+  spec = importlib.util.spec_from_file_location('experiment', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg)
+
+
+def bleu_by_length(sources, references, hypotheses, edges):
+  """[(bucket label, sentences, BLEU)] over source lengths in words."""
+  lengths = np.asarray([len(s.split()) for s in sources])
+  rows = []
+  for low, high in zip(edges[:-1], edges[1:]):
+    chosen = np.flatnonzero((lengths >= low) & (lengths < high))
+    if len(chosen):
+      score, _ = metrics.bleu([hypotheses[i] for i in chosen],
+                              [references[i] for i in chosen])
+      label = f'{low}-{high - 1}' if high < 1000 else f'{low}+'
+      rows.append((label, len(chosen), score))
+  return rows
+
+
+def evaluate_model(name: str, workdir: str, edges) -> dict:
+  config = load_config(_CONFIG.value, ','.join(
+      a for a in (f'model={name}', _ARGS.value) if a))
+  result = train.train_and_evaluate(config, workdir)
+  trainer = train.Trainer(config, workdir)
+  params, _ = trainer.restore_params()
+  pairs = trainer.task.pairs(config.data.eval_split)
+  sources = [s for s, _ in pairs]
+  references = [t for _, t in pairs]
+  with sharding.active(trainer.mesh, trainer.rules):
+    hypotheses = trainer.task.translate(
+        params, sources, beam_size=config.eval.beam_size,
+        length_penalty=config.eval.length_penalty,
+        max_length_offset=config.eval.max_length_offset)
+  progress = train.load_progress(workdir)
+  return {
+      'bleu': result['bleu'], 'exact_match': result['exact_match'],
+      'params': sum(x.size for x in jax.tree.leaves(params)),
+      'minutes': progress['train_seconds'] / 60,
+      'tokens_per_second': progress['tokens'] / progress['train_seconds'],
+      'steps': progress['step'],
+      'by_length': bleu_by_length(sources, references, hypotheses, edges),
+      'split': f'{len(sources)} {config.data.eval_split} sentences',
+  }
+
+
+def write_table(results: dict, path: str) -> str:
+  split = next(iter(results.values()))['split']
+  lines = [f'BLEU (sacreBLEU, beam search) on {split}.', '',
+           '| model | BLEU | exact match | parameters | steps | training '
+           'time | target tokens/s |', '|---|---|---|---|---|---|---|']
+  for name, r in results.items():
+    lines.append(f'| {name} | {r["bleu"]:.2f} | {r["exact_match"]:.1%} | '
+                 f'{r["params"]:,} | {r["steps"]:,} | {r["minutes"]:.1f} min '
+                 f'| {r["tokens_per_second"]:,.0f} |')
+  buckets = [label for label, _, _ in next(iter(results.values()))['by_length']]
+  lines += ['', 'BLEU by source length (words):', '',
+            '| model | ' + ' | '.join(buckets) + ' |',
+            '|---|' + '---|' * len(buckets)]
+  for name, r in results.items():
+    lines.append(f'| {name} | ' + ' | '.join(
+        f'{score:.1f}' for _, _, score in r['by_length']) + ' |')
+  counts = [str(n) for _, n, _ in next(iter(results.values()))['by_length']]
+  lines.append('| sentences | ' + ' | '.join(counts) + ' |')
+  text = '\n'.join(lines) + '\n'
+  with open(path, 'w') as f:
+    f.write(text)
+  return text
+
+
+def plot_by_length(results: dict, path: str) -> None:
+  figure = Figure(figsize=(6, 4), layout='constrained')
+  FigureCanvasAgg(figure)
+  axes = figure.add_subplot()
+  for name, r in results.items():
+    labels = [label for label, _, _ in r['by_length']]
+    axes.plot(range(len(labels)), [s for _, _, s in r['by_length']], 'o-',
+              label=name)
+  axes.set_xticks(range(len(labels)), labels)
+  axes.set_xlabel('source sentence length (words)')
+  axes.set_ylabel('BLEU')
+  axes.grid(alpha=0.3)
+  axes.legend()
+  figure.savefig(path, dpi=120)
+
+
+def main(argv):
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  edges = [int(e) for e in _EDGES.value]
+  results = {name: evaluate_model(name, os.path.join(_WORKDIR.value, name),
+                                  edges)
+             for name in _MODELS.value}
+  table = write_table(results, os.path.join(_WORKDIR.value, 'comparison.md'))
+  plot_by_length(results, os.path.join(_WORKDIR.value, 'bleu_by_length.png'))
+  print(table)
+  print(f'Written: {_WORKDIR.value}/comparison.md, '
+        f'{_WORKDIR.value}/bleu_by_length.png')
+
+
+if __name__ == '__main__':
+  app.run(main)
