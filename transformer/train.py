@@ -159,24 +159,6 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(json.load(f))
 
 
-def _load_progress(workdir: str, step: int) -> dict[str, float]:
-  """Training seconds and units (e.g. target tokens) so far, kept in
-  progress.json across resumes (as of the last log line before `step`)."""
-  path = os.path.join(workdir, 'progress.json')
-  if step and os.path.exists(path):
-    with open(path) as f:
-      saved = json.load(f)
-    if saved.pop('step') == step:
-      return collections.defaultdict(float, saved)
-  return collections.defaultdict(float)
-
-
-def _save_progress(workdir: str, step: int, progress: dict[str, float]):
-  if jax.process_index() == 0:
-    with open(os.path.join(workdir, 'progress.json'), 'w') as f:
-      json.dump({'step': step, **progress}, f)
-
-
 def load_progress(workdir: str) -> dict[str, float]:
   """What a training run recorded: 'step', 'train_seconds' and the count of
   its units (e.g. 'tokens')."""
@@ -259,6 +241,65 @@ class Trainer:
     return params, step
 
 
+class _TrainLog:
+  """Periodic train metrics: console, TensorBoard, and progress.json.
+
+  progress.json keeps the training seconds and units (e.g. target tokens)
+  across resumes, as of the last log line before each checkpoint.
+  """
+
+  def __init__(self, workdir: str, writer: metrics.MetricWriter, unit: str,
+               start: int, num_steps: int, schedule: optax.Schedule):
+    self.workdir, self.writer, self.unit = workdir, writer, unit
+    self.start, self.num_steps, self.schedule = start, num_steps, schedule
+    self.run_start = self.window_start = time.time()
+    self.sums = None
+    self.progress = collections.defaultdict(float)
+    path = os.path.join(workdir, 'progress.json')
+    if start and os.path.exists(path):
+      with open(path) as f:
+        saved = json.load(f)
+      if saved.pop('step') == start:
+        self.progress.update(saved)
+
+  def add(self, sums: metrics.Sums) -> None:
+    self.sums = metrics.add(self.sums, sums)
+
+  def exclude(self, seconds: float) -> None:
+    """Keeps time spent outside training (evaluation) out of throughput."""
+    self.window_start += seconds
+
+  def write(self, step: int) -> None:
+    summary = metrics.normalize(self.sums)
+    if not math.isfinite(summary['loss']):
+      raise FloatingPointError(
+          f'Training loss is {summary["loss"]} at step {step}. Lower '
+          f'config.optimizer.learning_rate, set '
+          f'config.optimizer.grad_clip_norm, or resume from an earlier '
+          f'checkpoint in {checkpoints.directory(self.workdir)}.')
+    now = time.time()
+    count = float(jax.device_get(self.sums['loss'][1]))
+    rate = f'{self.unit}_per_second'
+    summary['learning_rate'] = float(self.schedule(step - 1))
+    summary[rate] = count / (now - self.window_start)
+    self.progress['train_seconds'] += now - self.window_start
+    self.progress[self.unit] += count
+    eta = (now - self.run_start) / (step - self.start) * (self.num_steps -
+                                                          step)
+    self.writer.write_scalars(step, {f'train/{k}': v
+                                     for k, v in summary.items()})
+    print(f'step {step}/{self.num_steps}  loss {summary["loss"]:.4f}  '
+          f'{self.unit}/s {summary[rate]:,.0f}  elapsed '
+          f'{_format_time(now - self.run_start)}  remaining '
+          f'{_format_time(eta)}', flush=True)
+    self.sums, self.window_start = None, now
+
+  def save_progress(self, step: int) -> None:
+    if jax.process_index() == 0:
+      with open(os.path.join(self.workdir, 'progress.json'), 'w') as f:
+        json.dump({'step': step, **self.progress}, f)
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict[str, float]:
   """Trains (resuming from the workdir's latest checkpoint) and evaluates.
@@ -285,42 +326,21 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
         f'workdir {workdir}', flush=True)
 
   writer = metrics.MetricWriter(workdir)
+  log = _TrainLog(workdir, writer, task.unit, start, train_cfg.num_steps,
+                  trainer.schedule)
   batches = task.train_iter(start)
-  sums, window_start, run_start = None, time.time(), time.time()
-  progress = _load_progress(workdir, start)
   result = {}
   with sharding.active(trainer.mesh, trainer.rules):
     for step in range(start + 1, train_cfg.num_steps + 1):
       batch = sharding.global_batch(next(batches), trainer.mesh)
       state, step_sums = trainer.train_step(state, batch)
-      sums = metrics.add(sums, step_sums)
+      log.add(step_sums)
       last = step == train_cfg.num_steps
       if step % train_cfg.log_every == 0 or last:
-        summary = metrics.normalize(sums)
-        if not math.isfinite(summary['loss']):
-          raise FloatingPointError(
-              f'Training loss is {summary["loss"]} at step {step}. Lower '
-              f'config.optimizer.learning_rate, set '
-              f'config.optimizer.grad_clip_norm, or resume from an earlier '
-              f'checkpoint in {checkpoints.directory(workdir)}.')
-        now = time.time()
-        count = float(jax.device_get(sums['loss'][1]))
-        summary['learning_rate'] = float(trainer.schedule(step - 1))
-        summary[f'{task.unit}_per_second'] = count / (now - window_start)
-        progress['train_seconds'] += now - window_start
-        progress[task.unit] += count
-        eta = (now - run_start) / (step - start) * (train_cfg.num_steps - step)
-        writer.write_scalars(step, {f'train/{k}': v
-                                    for k, v in summary.items()})
-        print(f'step {step}/{train_cfg.num_steps}  loss '
-              f'{summary["loss"]:.4f}  {task.unit}/s '
-              f'{summary[f"{task.unit}_per_second"]:,.0f}  elapsed '
-              f'{_format_time(now - run_start)}  remaining '
-              f'{_format_time(eta)}', flush=True)
-        sums, window_start = None, now
+        log.write(step)
       if step % train_cfg.checkpoint_every == 0 or last:
         checkpoints.save(mngr, step, state.params, state.opt_state)
-        _save_progress(workdir, step, progress)
+        log.save_progress(step)
       if step % train_cfg.eval_every == 0 or last:
         eval_start = time.time()
         result = trainer.evaluate(state.params, f'step{step}')
@@ -328,8 +348,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
                                     for k, v in result.items()})
         print(f'eval at step {step}: ' + '  '.join(
             f'{k} {v:.4g}' for k, v in sorted(result.items())), flush=True)
-        # Keep evaluation time out of the throughput of this log window.
-        window_start += time.time() - eval_start
+        log.exclude(time.time() - eval_start)
   if not result:  # resumed a finished run: evaluate what it ended with
     result = trainer.evaluate(state.params, f'step{start}')
   mngr.wait_until_finished()
