@@ -264,11 +264,12 @@ class TranslationTask:
     exact = float(np.mean([h == r for h, r in zip(hypotheses, references)]))
     report = os.path.join(self.workdir, 'reports',
                           f'{data.eval_split}_{label}.txt')
-    os.makedirs(os.path.dirname(report), exist_ok=True)
-    with open(report, 'w') as f:
-      for source, reference, hypothesis in zip(sources, references,
-                                               hypotheses):
-        f.write(f'SRC {source}\nREF {reference}\nHYP {hypothesis}\n\n')
+    if jax.process_index() == 0:  # one report, however many hosts
+      os.makedirs(os.path.dirname(report), exist_ok=True)
+      with open(report, 'w') as f:
+        for source, reference, hypothesis in zip(sources, references,
+                                                 hypotheses):
+          f.write(f'SRC {source}\nREF {reference}\nHYP {hypothesis}\n\n')
     print(f'BLEU {score:.2f} on {len(sources)} {data.eval_split} sentences '
           f'(sacreBLEU {signature}); exact match {exact:.1%}; '
           f'translations: {report}', flush=True)
@@ -363,6 +364,8 @@ class TranslationTask:
     maps = self.family.attention_maps(multihost_utils.process_allgather(
         state['intermediates'], tiled=True))
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
+    if jax.process_index() != 0:
+      return []
     paths = [plots.plot_attention(np.asarray(weights), pieces(targets[0]),
                                   pieces(inputs[0]), f'{prefix}_{name}.png',
                                   titles=titles)
