@@ -198,3 +198,15 @@ def test_local_corpus_experiment_with_averaging(tmp_path):
   bad.data.eval_split = 'dev'
   with pytest.raises(FileNotFoundError, match='dev'):
     train.train_and_evaluate(bad, str(tmp_path / 'other'))
+
+
+def test_load_config_fills_settings_added_after_training(tmp_path):
+  config = load_experiment('mt_offline', 'runlocal')
+  saved = config.to_dict()
+  del saved['data']['packing']  # as if trained before this setting existed
+  saved['train']['num_steps'] = 123
+  (tmp_path / 'config.json').write_text(__import__('json').dumps(saved))
+  loaded = train.load_config(str(tmp_path))
+  assert loaded.data.packing is True and loaded.train.num_steps == 123
+  with pytest.raises(FileNotFoundError, match='not a training workdir'):
+    train.load_config(str(tmp_path / 'missing'))

@@ -156,7 +156,12 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
         f'{path} not found: {workdir} is not a training workdir. Train into '
         f'it first: python -m transformer.main --workdir={workdir}')
   with open(path) as f:
-    return ml_collections.ConfigDict(json.load(f))
+    saved = json.load(f)
+  # Saved values over today's defaults: settings added since the run was
+  # trained take their default values.
+  config = tasks.default_config(saved['task'])
+  config.update(saved)
+  return config
 
 
 def load_progress(workdir: str) -> dict[str, float]:

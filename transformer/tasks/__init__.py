@@ -39,6 +39,15 @@ class Task(Protocol):
     named with `label` (e.g. 'step2000', 'step2000_average5')."""
 
 
+def default_config(task: str) -> ml_collections.ConfigDict:
+  """Every setting of a task's experiments, at its default value."""
+  if task == 'translation':
+    from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
+    return translation.default_config()
+  raise ValueError(f"Unknown config.task {task!r}; available: "
+                   f"'translation'.")
+
+
 def build(config: ml_collections.ConfigDict, workdir: str, *,
           batch_divisor: int = 1) -> Task:
   """The task named by `config.task`.
