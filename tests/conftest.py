@@ -3,7 +3,11 @@
 import importlib.util
 import os
 
-import pytest
+# Test programs are tiny and compile time dominates: skip most of XLA's
+# optimisation passes (also in the subprocesses tests start).
+os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
+
+import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
