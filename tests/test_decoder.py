@@ -1,0 +1,68 @@
+"""The decoder-only language model (GPT)."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.models import decoder
+
+
+@pytest.mark.parametrize('size,expected', [
+    ('gpt2', 124_439_808), ('gpt2-medium', 354_823_168),
+    ('gpt2-large', 774_030_080), ('gpt2-xl', 1_557_611_200)])
+def test_gpt2_parameter_counts_equal_the_reference(size, expected):
+  assert decoder.param_count(decoder.config_for(size)) == expected
+
+
+def setup(**overrides):
+  config = decoder.config_for('tiny', vocab_size=17, max_length=16,
+                              dropout_rate=0.0, **overrides)
+  model = decoder.Decoder(config)
+  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 17, (2, 10)))
+  params = nn.unbox(model.init(jax.random.key(0), tokens,
+                               deterministic=True))
+  return config, model, params, tokens
+
+
+def test_logits_at_t_ignore_later_tokens():
+  _, model, params, tokens = setup()
+  changed = tokens.at[:, 6:].set(3)
+  f = lambda t: model.apply(params, t, deterministic=True)
+  np.testing.assert_allclose(f(changed)[:, :6], f(tokens)[:, :6], rtol=1e-5,
+                             atol=1e-6)
+  assert np.abs(np.asarray(f(changed)[:, 6:] - f(tokens)[:, 6:])).max() > 1e-3
+
+
+def test_packed_documents_do_not_see_each_other():
+  _, model, params, tokens = setup()
+  first, second = tokens[0, :4], tokens[0, 4:9]
+  row = jnp.concatenate([first, second, jnp.zeros(1, jnp.int32)])[None]
+  segments = jnp.asarray([[1] * 4 + [2] * 5 + [0]])
+  positions = jnp.asarray([list(range(4)) + list(range(5)) + [0]])
+  packed = model.apply(params, row, positions=positions,
+                       segmentation=segments, deterministic=True)
+  for doc, start in ((first, 0), (second, 4)):
+    alone = model.apply(params, doc[None], deterministic=True)
+    np.testing.assert_allclose(packed[0, start:start + len(doc)], alone[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('kv_heads', [4, 1])
+def test_cached_decoding_equals_full_forward(kv_heads):
+  config, model, params, tokens = setup(num_kv_heads=kv_heads)
+  full = model.apply(params, tokens, deterministic=True)
+  cached = decoder.build(config, decode=True)
+  _, cache = cached.apply(params, jnp.zeros((2, 16), jnp.int32),
+                          deterministic=True, mutable=['cache'])
+  # A prompt of 4 tokens at once, then one token per call.
+  outputs, start = [], 0
+  for size in (4, 1, 1, 1, 1, 1, 1):
+    logits, cache = cached.apply({**params, **cache},
+                                 tokens[:, start:start + size],
+                                 deterministic=True, mutable=['cache'])
+    outputs.append(logits)
+    start += size
+  np.testing.assert_allclose(jnp.concatenate(outputs, 1), full, rtol=1e-4,
+                             atol=1e-5)

@@ -1,0 +1,103 @@
+"""Decoder-only Transformer language model (GPT).
+
+Token embedding plus learned (or sinusoidal) positions, a stack of pre-LN
+causal self-attention blocks (`layers.EncoderStack` with `causal=True`),
+a final LayerNorm, and the softmax tied to the token embedding. Packed rows
+carry segment ids so that no token attends across documents.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from transformer import layers
+from transformer.models import encoder_decoder
+
+Array = jax.Array
+
+# Named sizes. gpt2* are GPT-2 (Radford et al. 2019) at its 50,257-token
+# vocabulary and 1,024-token context; their reference parameter counts are
+# 124,439,808 / 354,823,168 / 774,030,080 / 1,557,611,200.
+GPT2 = dict(vocab_size=50_257, max_length=1_024, activation='gelu',
+            norm_position='pre', positional_encoding='learned',
+            layer_norm_epsilon=1e-5, dropout_rate=0.1)
+SIZES = {
+    'tiny': dict(num_layers=2, d_model=32, num_heads=4),
+    'shakespeare': dict(num_layers=6, d_model=384, num_heads=6,
+                        max_length=256, dropout_rate=0.2),
+    'gpt2': dict(GPT2, num_layers=12, d_model=768, num_heads=12),
+    'gpt2-medium': dict(GPT2, num_layers=24, d_model=1024, num_heads=16),
+    'gpt2-large': dict(GPT2, num_layers=36, d_model=1280, num_heads=20),
+    'gpt2-xl': dict(GPT2, num_layers=48, d_model=1600, num_heads=25),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(layers.TransformerConfig):
+  """Block hyperparameters plus the language model's own."""
+  vocab_size: int = 256
+  max_length: int = 1_024  # context length
+  positional_encoding: str = 'learned'
+  norm_position: str = 'pre'
+  activation: str = 'gelu'
+
+
+def config_for(size: str, **overrides) -> Config:
+  if size not in SIZES:
+    raise ValueError(f'Unknown decoder size {size!r}; choose one of '
+                     f'{tuple(SIZES)}.')
+  return Config(**{**SIZES[size], **overrides})
+
+
+class Decoder(nn.Module):
+  """GPT: tokens [B, T] -> next-token logits [B, T, V]."""
+  config: Config
+
+  def setup(self):
+    c = self.config
+    self.embed = layers.TokenEmbedding(
+        c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
+        embedding_init=nn.initializers.normal(stddev=0.02), dtype=c.dtype,
+        param_dtype=c.param_dtype)
+    self.positions = layers.PositionalEncoding(
+        c.max_length, c.positional_encoding, decode=c.decode,
+        param_dtype=c.param_dtype)
+    self.dropout = nn.Dropout(c.dropout_rate)
+    self.blocks = layers.EncoderStack(c)
+
+  def __call__(self, tokens: Array, *, positions: Array | None = None,
+               segmentation: Array | None = None,
+               deterministic: bool) -> Array:
+    """Args:
+      tokens: [B, T] ids (0 = padding).
+      positions: [B, T] positions within packed documents.
+      segmentation: [B, T] document ids of packed rows (0 = padding).
+      deterministic: disables dropout.
+
+    Returns:
+      [B, T, V] float32 logits; in decode mode T new tokens continue the
+      cached sequence.
+    """
+    x = self.positions(self.embed(tokens), positions=positions)
+    x = self.dropout(x, deterministic=deterministic)
+    mask = None if segmentation is None else encoder_decoder.segment_mask(
+        segmentation, segmentation)
+    x = self.blocks(x, mask=mask, causal=True, deterministic=deterministic)
+    return self.embed.attend(x).astype(jnp.float32)
+
+
+def build(config: Config, *, decode: bool = False) -> Decoder:
+  return Decoder(config.replace(decode=decode))
+
+
+def param_count(config: Config) -> int:
+  """Parameters of a configuration, from shapes alone (nothing allocated)."""
+  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+  shapes = jax.eval_shape(lambda t: Decoder(config).init(
+      jax.random.key(0), t, deterministic=True), tokens)
+  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+
