@@ -91,7 +91,8 @@ def main(argv):
   print(header)
   print('-' * len(header))
   optimizer = train.default_config().optimizer
-  tx, _ = train.make_optimizer(ml_collections.ConfigDict(optimizer))
+  tx, _ = train.make_optimizer(ml_collections.ConfigDict(optimizer),
+                               num_steps=100_000)
   for size in _SIZES.value:
     config = encoder_decoder.config_for(size, vocab_size=_VOCAB.value,
                                         max_length=length, dtype=dtype)

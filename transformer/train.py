@@ -42,7 +42,8 @@ def default_config() -> ml_collections.ConfigDict:
   # Vaswani et al. 5.3: Adam(0.9, 0.98, 1e-9), D^-0.5 * rsqrt schedule.
   config.optimizer = ml_collections.ConfigDict(dict(
       schedule='rsqrt', learning_rate=512**-0.5, warmup_steps=4_000, b1=0.9,
-      b2=0.98, eps=1e-9, grad_clip_norm=0.0))
+      b2=0.98, eps=1e-9, grad_clip_norm=0.0, weight_decay=0.0,
+      end_learning_rate_ratio=0.1))  # end of the cosine schedule
   config.eval = ml_collections.ConfigDict(dict(average_checkpoints=1))
   # -1: all remaining devices. Pure data parallelism by default.
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
@@ -73,17 +74,33 @@ def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
   return schedule
 
 
-def make_optimizer(config: ml_collections.ConfigDict
+def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """Adam with the config's schedule; gradient clipping if configured."""
+  """Adam (AdamW with weight_decay > 0) with the config's schedule, and
+  gradient clipping if configured.
+
+  Schedules: 'rsqrt' (Vaswani et al.), 'constant', and 'cosine': linear
+  warmup to learning_rate, then cosine decay to learning_rate *
+  end_learning_rate_ratio at the last training step.
+  """
   if config.schedule == 'rsqrt':
     schedule = rsqrt_schedule(config.learning_rate, config.warmup_steps)
   elif config.schedule == 'constant':
     schedule = optax.constant_schedule(config.learning_rate)
+  elif config.schedule == 'cosine':
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, config.warmup_steps, num_steps,
+        end_value=config.learning_rate * config.end_learning_rate_ratio)
   else:
-    raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt' "
-                     f"or 'constant'.")
-  adam = optax.adam(schedule, b1=config.b1, b2=config.b2, eps=config.eps)
+    raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt', "
+                     f"'constant' or 'cosine'.")
+  if config.weight_decay:
+    # Decay matrices only, not biases, LayerNorm gains or position tables.
+    adam = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
+                       weight_decay=config.weight_decay,
+                       mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+  else:
+    adam = optax.adam(schedule, b1=config.b1, b2=config.b2, eps=config.eps)
   if config.grad_clip_norm:
     return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
                        adam), schedule
@@ -201,7 +218,8 @@ class Trainer:
     self.rules = sharding.rules_from_config(config.axis_rules)
     self.task = tasks.build(config, workdir,
                             batch_divisor=sharding.batch_divisor(self.mesh))
-    self.tx, self.schedule = make_optimizer(config.optimizer)
+    self.tx, self.schedule = make_optimizer(config.optimizer,
+                                            config.train.num_steps)
     with sharding.active(self.mesh, self.rules):
       self.initialise, self.abstract = create_state(
           self.task, self.tx, self.mesh, self.rules, config.seed)

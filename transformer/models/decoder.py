@@ -14,6 +14,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from transformer import attention
 from transformer import layers
 from transformer.models import encoder_decoder
 
@@ -71,11 +72,15 @@ class Decoder(nn.Module):
 
   def __call__(self, tokens: Array, *, positions: Array | None = None,
                segmentation: Array | None = None,
+               key_mask: Array | None = None,
                deterministic: bool) -> Array:
     """Args:
       tokens: [B, T] ids (0 = padding).
-      positions: [B, T] positions within packed documents.
+      positions: [B, T] positions within packed documents, or of left-padded
+        prompts in decode mode.
       segmentation: [B, T] document ids of packed rows (0 = padding).
+      key_mask: [B, S] bool, keys that may be attended (in decode mode S is
+        the cache length): hides the left padding of batched prompts.
       deterministic: disables dropout.
 
     Returns:
@@ -86,6 +91,8 @@ class Decoder(nn.Module):
     x = self.dropout(x, deterministic=deterministic)
     mask = None if segmentation is None else encoder_decoder.segment_mask(
         segmentation, segmentation)
+    if key_mask is not None:
+      mask = attention.combine_masks(mask, key_mask[:, None, None, :])
     x = self.blocks(x, mask=mask, causal=True, deterministic=deterministic)
     return self.embed.attend(x).astype(jnp.float32)
 

@@ -7,12 +7,15 @@ trainer.
 
 from __future__ import annotations
 
+import importlib
 from typing import Any, Iterable, Iterator, Protocol
 
 import jax
 import ml_collections
 
 Batch = dict[str, Any]
+# Each is a module of this package with `default_config()` and a class TASK.
+TASKS = ('translation', 'language_modeling')
 
 
 class Task(Protocol):
@@ -41,11 +44,7 @@ class Task(Protocol):
 
 def default_config(task: str) -> ml_collections.ConfigDict:
   """Every setting of a task's experiments, at its default value."""
-  if task == 'translation':
-    from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
-    return translation.default_config()
-  raise ValueError(f"Unknown config.task {task!r}; available: "
-                   f"'translation'.")
+  return _module(task).default_config()
 
 
 def build(config: ml_collections.ConfigDict, workdir: str, *,
@@ -58,9 +57,13 @@ def build(config: ml_collections.ConfigDict, workdir: str, *,
     batch_divisor: batches must have a multiple of this many rows (the
       number of data-parallel shards).
   """
-  if config.task == 'translation':
-    from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
-    return translation.TranslationTask(config, workdir,
-                                       batch_divisor=batch_divisor)
-  raise ValueError(f"Unknown config.task {config.task!r}; available: "
-                   f"'translation'.")
+  module = _module(config.task)
+  return module.TASK(config, workdir, batch_divisor=batch_divisor)
+
+
+def _module(task: str):
+  """The module of a task, imported only when that task is used."""
+  if task not in TASKS:
+    raise ValueError(f'Unknown config.task {task!r}; available: '
+                     f'{sorted(TASKS)}.')
+  return importlib.import_module(f'transformer.tasks.{task}')

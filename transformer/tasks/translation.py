@@ -373,3 +373,6 @@ class TranslationTask:
     print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} files)',
           flush=True)
     return paths
+
+
+TASK = TranslationTask

@@ -1,0 +1,323 @@
+"""Language modelling: documents -> tokens -> packed rows -> GPT -> perplexity.
+
+Documents come from the offline corpus, local text files or TFDS (`lm1b`);
+tokens from a byte, character or SentencePiece tokenizer. Each document is
+[EOS, t_1, ..., t_n, EOS] (EOS doubles as the start symbol), cut into chunks
+of at most `max_length` predictions and packed into rows whose documents
+never attend to each other. Evaluation reports loss, perplexity per token,
+and bits per byte and per character, which compare across tokenizers, and
+writes generated samples.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+from typing import Any, Iterable, Iterator, Sequence
+
+import jax
+from jax.experimental import multihost_utils
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_dict
+import numpy as np
+
+from transformer import checkpoints
+from transformer import decoding
+from transformer import train
+from transformer.data import batching
+from transformer.data import text
+from transformer.data import tokenizers
+from transformer.models import decoder
+
+MODEL_FIELDS = dict(
+    num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
+    head_dim=int, d_ff=int, dropout_rate=float, attention_dropout_rate=float,
+    activation=str, norm_position=str, positional_encoding=str,
+    attention_implementation=str)
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every setting of a language-modelling experiment."""
+  config = train.default_config()
+  config.task = 'language_modeling'
+  config.train.label_smoothing = 0.0
+  config.data = ml_collections.ConfigDict(dict(
+      source='offline',  # 'offline' | 'local' | 'tfds'
+      train_split='train', eval_split='validation',
+      num_train=20_000, num_eval=500, max_sentences=8, seed=0,  # offline
+      # local: a file or folder of *.txt; documents per file or per line;
+      # validation from eval_path, or the last (1 - train_fraction) of the
+      # text (of the characters for one document, else of the documents).
+      path='', per='file', eval_path='', train_fraction=0.9,
+      tfds_name='lm1b', tfds_data_dir='', max_examples_per_split=0,
+      tokenizer='sentencepiece',  # 'byte' | 'char' | 'sentencepiece'
+      tokenizer_model_type='unigram',  # SentencePiece: 'unigram' | 'word'
+      vocab_size=8_000,  # SentencePiece only
+      max_length=256,  # context length
+      tokens_per_batch=16_384, eval_rows=64))
+  config.model = ml_collections.ConfigDict(dict(
+      size='tiny', dtype='float32',
+      **{field: config_dict.placeholder(kind)
+         for field, kind in MODEL_FIELDS.items()}))
+  config.eval.update(dict(
+      prompts=('',), max_new_tokens=200, temperature=0.8, top_k=0,
+      top_p=1.0, sample_seed=0))
+  return config
+
+
+def read_documents(data: ml_collections.ConfigDict, split: str) -> list[str]:
+  """Documents of one split of the configured corpus."""
+  if data.source == 'offline':
+    return text.offline_splits(data.num_train, data.num_eval, data.seed,
+                               max_sentences=data.max_sentences)[split]
+  if data.source == 'tfds':
+    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+    return tfds_source.load_text(
+        data.tfds_name, split, data.tfds_data_dir or None,
+        max_examples=data.max_examples_per_split or None)
+  if data.source != 'local':
+    raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
+                     f"'local' or 'tfds'.")
+  if split not in ('train', 'validation'):
+    raise ValueError(f"Local text has splits 'train' and 'validation', not "
+                     f"{split!r}: set config.data.train_split/eval_split.")
+  if data.eval_path:
+    return text.read_documents(data.path if split == 'train'
+                               else data.eval_path, per=data.per)
+  documents = text.read_documents(data.path, per=data.per)
+  if len(documents) == 1:
+    parts = text.split_text(documents[0], data.train_fraction)
+    return [parts[0] if split == 'train' else parts[1]]
+  cut = int(len(documents) * data.train_fraction)
+  return documents[:cut] if split == 'train' else documents[cut:]
+
+
+def model_config(config: ml_collections.ConfigDict,
+                 vocab_size: int) -> decoder.Config:
+  overrides = {k: config.model[k] for k in MODEL_FIELDS
+               if config.model.get(k) is not None}
+  return decoder.config_for(config.model.size, vocab_size=vocab_size,
+                            max_length=config.data.max_length,
+                            dtype=jnp.dtype(config.model.dtype), **overrides)
+
+
+def _token_lengths(tokenizer) -> tuple[np.ndarray, np.ndarray]:
+  """UTF-8 bytes and characters of the text each token id stands for (0 for
+  padding and EOS), so bits per byte/character follow from the targets."""
+  size = tokenizer.vocab_size
+  num_bytes, num_chars = np.zeros(size, np.float32), np.zeros(size, np.float32)
+  for i in range(3, size):
+    if isinstance(tokenizer, tokenizers.ByteTokenizer):
+      num_bytes[i] = 1.0
+      num_chars[i] = float((i - 3) & 0xC0 != 0x80)  # not a continuation byte
+    else:
+      piece = tokenizer.id_to_piece(i)
+      if isinstance(tokenizer, tokenizers.SentencePieceTokenizer):
+        piece = piece.replace('\u2581', ' ')
+      num_bytes[i], num_chars[i] = len(piece.encode('utf-8')), len(piece)
+  return num_bytes, num_chars
+
+
+class LanguageModelingTask:
+  """The `transformer.tasks.Task` for decoder-only language models."""
+
+  unit = 'tokens'
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    self.config, self.workdir = config, workdir
+    self.batch_divisor = batch_divisor
+    self.tokenizer = self._tokenizer()
+    self.model_config = model_config(config, self.tokenizer.vocab_size)
+    self.model = decoder.build(self.model_config)
+    self.decoder = decoder.build(self.model_config, decode=True)
+    self.token_bytes, self.token_chars = _token_lengths(self.tokenizer)
+
+  def _tokenizer(self):
+    data = self.config.data
+    if data.tokenizer == 'byte':
+      return tokenizers.ByteTokenizer()
+    if data.tokenizer not in ('char', 'sentencepiece'):
+      raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
+                       f"'byte', 'char' or 'sentencepiece'.")
+    name = 'chars.json' if data.tokenizer == 'char' else 'spm.model'
+    path = os.path.join(self.workdir, 'vocab', name)
+    if not os.path.exists(path) and checkpoints.exist(self.workdir):
+      raise FileNotFoundError(
+          f'{path} is missing but {self.workdir} has checkpoints: a new '
+          f'vocabulary would not match them. Restore the file or use a new '
+          f'workdir.')
+    texts = lambda: self.documents(data.train_split)
+    if jax.process_index() == 0:
+      if data.tokenizer == 'char':
+        tokenizers.load_or_build_chars(path, texts)
+      else:
+        tokenizers.load_or_train(path, texts, data.vocab_size,
+                                 model_type=data.tokenizer_model_type)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('vocabulary written')
+    if data.tokenizer == 'char':
+      return tokenizers.CharTokenizer(path)
+    return tokenizers.SentencePieceTokenizer(path)
+
+  @functools.cache
+  def documents(self, split: str) -> list[str]:
+    return read_documents(self.config.data, split)
+
+  @functools.cache
+  def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    ids = self.tokenizer.encode_batch(self.documents(split), add_eos=False)
+    return text.lm_examples(ids, self.config.data.max_length)
+
+  # -- Task interface -------------------------------------------------------
+
+  def init(self, rng: jax.Array) -> Any:
+    return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),
+                           deterministic=True)['params']
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    batches = batching.PackedTrainBatches(
+        self.examples(data.train_split), max_length=data.max_length,
+        tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+        start_step=start_step, row_multiple=self.batch_divisor)
+    self.examples(data.eval_split)  # a wrong split fails now, not later
+    print(f'Training data: {len(self.documents(data.train_split)):,} '
+          f'documents, {batches.batches_per_epoch:,.1f} batches per epoch '
+          f'of {batches.rows_per_batch} x {data.max_length} tokens, padding '
+          f'{batches.padding_fraction:.1%}.', flush=True)
+    return iter(batches)
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    rows = batching.pack(self.examples(self.config.data.eval_split),
+                         self.config.data.max_length)
+    size = max(self.batch_divisor, self.config.data.eval_rows -
+               self.config.data.eval_rows % self.batch_divisor)
+    for begin in range(0, len(rows['inputs']), size):
+      batch = {k: v[begin:begin + size] for k, v in rows.items()}
+      missing = -len(batch['inputs']) % self.batch_divisor
+      yield {k: np.pad(v, ((0, missing), (0, 0))) for k, v in batch.items()}
+
+  def loss(self, params: Any, batch: dict[str, jax.Array],
+           rng: jax.Array | None, *, deterministic: bool):
+    logits = self.model.apply(
+        {'params': params}, batch['inputs'],
+        positions=batch['inputs_position'],
+        segmentation=batch['inputs_segmentation'],
+        deterministic=deterministic,
+        rngs=None if rng is None else {'dropout': rng})
+    targets = batch['targets']
+    weights = (targets > 0).astype(jnp.float32)
+    log_probs = jax.nn.log_softmax(logits)
+    nll = -jnp.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
+    smoothing = self.config.train.label_smoothing
+    loss = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
+    count = weights.sum()
+    bits = (nll * weights).sum() / math.log(2)
+    sums = {
+        'loss': ((loss * weights).sum(), count),
+        'nll': ((nll * weights).sum(), count),
+        'accuracy': (((logits.argmax(-1) == targets) * weights).sum(), count),
+        'bits_per_byte': (bits, jnp.asarray(self.token_bytes)[targets].sum()),
+        'bits_per_character': (bits,
+                               jnp.asarray(self.token_chars)[targets].sum()),
+    }
+    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    """Writes samples for the configured prompts (loss metrics come from
+    `eval_batches`)."""
+    cfg = self.config.eval
+    samples = self.generate(
+        params, list(cfg.prompts), max_new_tokens=cfg.max_new_tokens,
+        temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
+        seed=cfg.sample_seed)
+    if jax.process_index() == 0:
+      path = os.path.join(self.workdir, 'reports', f'samples_{label}.txt')
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      with open(path, 'w') as f:
+        for prompt, sample in zip(cfg.prompts, samples):
+          f.write(f'PROMPT {prompt!r}\n{prompt}{sample}\n\n')
+      for prompt, sample in zip(cfg.prompts, samples):
+        print(f'--- sample ({label}) ---\n{prompt}{sample}', flush=True)
+    return {}
+
+  # -- Generation -----------------------------------------------------------
+
+  def generate(self, params: Any, prompts: Sequence[str], *,
+               max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
+               top_p: float = 1.0, greedy: bool = False, seed: int = 0,
+               stop: Sequence[str] = ()) -> list[str]:
+    """Continuations of `prompts` (batched, of any lengths), cut at the
+    first EOS or stop string."""
+    context = self.model_config.max_length
+    ids = [[tokenizers.EOS_ID] + self.tokenizer.encode(p, add_eos=False)
+           for p in prompts]
+    longest = max(len(i) for i in ids)
+    if longest + max_new_tokens > context:
+      raise ValueError(
+          f'A prompt of {longest} tokens plus max_new_tokens={max_new_tokens} '
+          f'exceeds the model context of {context} tokens; shorten the '
+          f'prompt or generate fewer tokens.')
+    rows = len(ids) + (-len(ids) % self.batch_divisor)
+    tokens = np.zeros((rows, longest), np.int32)
+    pad = np.full(rows, longest - 1, np.int32)  # filler rows: EOS only
+    for row, prompt in enumerate(ids + [[tokenizers.EOS_ID]] *
+                                 (rows - len(ids))):
+      tokens[row, longest - len(prompt):] = prompt  # left-padded
+      pad[row] = longest - len(prompt)
+    output, _ = self._sample(params, tokens, pad, jax.random.key(seed),
+                             temperature, top_p, max_new_tokens=max_new_tokens,
+                             top_k=top_k, greedy=greedy)
+    output = multihost_utils.process_allgather(output, tiled=True)
+    texts = []
+    for row in output[:len(ids)]:
+      sample = self.tokenizer.decode(row)
+      for s in stop:
+        if s and s in sample:
+          sample = sample[:sample.index(s)]
+      texts.append(sample)
+    return texts
+
+  @functools.partial(jax.jit, static_argnums=(0,),
+                     static_argnames=('max_new_tokens', 'top_k', 'greedy'))
+  def _sample(self, params, tokens, pad, rng, temperature, top_p, *,
+              max_new_tokens: int, top_k: int, greedy: bool):
+    """Prefills the KV cache with left-padded prompts [B, P], then samples.
+
+    Each row's positions start at its first real token and its padding is
+    masked out of every attention, so a row's continuation does not depend
+    on the other prompts of the batch.
+    """
+    batch, prompt_length = tokens.shape
+    capacity = prompt_length + max_new_tokens
+    _, cache = self.decoder.apply(
+        {'params': params}, jnp.zeros((batch, capacity), jnp.int32),
+        deterministic=True, mutable=['cache'])
+    key_mask = jnp.arange(capacity)[None, :] >= pad[:, None]
+    positions = jnp.maximum(jnp.arange(prompt_length)[None] - pad[:, None], 0)
+    logits, cache = self.decoder.apply(
+        {'params': params, **cache}, tokens, positions=positions,
+        key_mask=key_mask, deterministic=True, mutable=['cache'])
+    state = {'cache': cache['cache'], 'key_mask': key_mask,
+             'position': (prompt_length - pad)[:, None]}
+
+    def step_fn(new_tokens, state):
+      logits, cache = self.decoder.apply(
+          {'params': params, 'cache': state['cache']}, new_tokens,
+          positions=state['position'], key_mask=state['key_mask'],
+          deterministic=True, mutable=['cache'])
+      return logits[:, -1], {'cache': cache['cache'],
+                             'key_mask': state['key_mask'],
+                             'position': state['position'] + 1}
+
+    return decoding.sample(
+        step_fn, state, rng=rng, batch_size=batch,
+        max_new_tokens=max_new_tokens, eos_id=tokenizers.EOS_ID,
+        temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
+        first_logits=logits[:, -1])
+
+
+TASK = LanguageModelingTask
