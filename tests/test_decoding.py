@@ -1,4 +1,5 @@
-"""Greedy and beam search: exactness, length penalty, EOS, the Transformer."""
+"""Greedy and beam search, sampling: exactness, length penalty, filters, EOS,
+the Transformer and the GPT with their KV caches."""
 
 import functools
 import itertools
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 
 from transformer import decoding
+from transformer.models import decoder
 from transformer.models import encoder_decoder
 
 EOS = 3
@@ -341,3 +343,242 @@ def test_transformer_beam_scores_equal_full_forward_rescoring(transformer):
   np.testing.assert_allclose(np.asarray(scores).reshape(-1), expected,
                              rtol=1e-4, atol=1e-5)
 
+
+
+# ----------------------------------------------------------------------------
+# Sampling
+# ----------------------------------------------------------------------------
+
+# A hand-made distribution, shuffled so that sorting matters: descending it is
+# 0.5 (token 1), 0.3 (token 3), 0.15 (token 0), 0.05 (token 2).
+PROBS = np.array([0.15, 0.5, 0.05, 0.3])
+
+
+def kept(logits):
+  """Token ids of the finite entries of a [1, V] filtered row."""
+  return set(np.flatnonzero(np.isfinite(np.asarray(logits)[0])))
+
+
+@pytest.mark.parametrize('top_p, expected', [
+    (0.0, {1}), (0.5, {1}), (0.8, {1, 3}), (0.81, {0, 1, 3}),
+    (0.95, {0, 1, 3}), (0.96, {0, 1, 2, 3}), (1.0, {0, 1, 2, 3})])
+def test_top_p_keeps_the_smallest_set_reaching_p(top_p, expected):
+  logits = jnp.log(jnp.asarray(PROBS, jnp.float32))[None]
+  filtered = decoding.filter_logits(logits, top_p=top_p)
+  assert kept(filtered) == expected
+  np.testing.assert_array_equal(filtered[0, list(expected)],
+                                logits[0, list(expected)])
+  # Traced top_p and temperature (which scales the kept logits) under jit.
+  jitted = jax.jit(decoding.filter_logits, static_argnames='top_k')(
+      logits, top_p=jnp.float32(top_p), temperature=jnp.float32(1.0))
+  np.testing.assert_array_equal(jitted, filtered)
+
+
+def test_top_k_then_top_p_of_the_renormalised_rest():
+  logits = jnp.log(jnp.asarray(PROBS, jnp.float32))[None]
+  assert kept(decoding.filter_logits(logits, top_k=2)) == {1, 3}
+  # Alone, 0.84 needs 3 tokens (0.5 + 0.3 < 0.84); of the top 3, renormalised
+  # by 0.95, the first two reach it.
+  assert kept(decoding.filter_logits(logits, top_p=0.84)) == {0, 1, 3}
+  assert kept(decoding.filter_logits(logits, top_k=3, top_p=0.84)) == {1, 3}
+  # Exactly k survive ties, the lower ids first.
+  ties = jnp.array([[1.0, 2.0, 2.0, 0.0]])
+  assert kept(decoding.filter_logits(ties, top_k=1)) == {1}
+  assert kept(decoding.filter_logits(ties, top_k=2)) == {1, 2}
+  np.testing.assert_allclose(
+      decoding.filter_logits(ties, temperature=0.5), 2 * ties)
+
+
+def constant_model(probs):
+  """A step function with one next-token distribution for every row."""
+  logits = jnp.log(jnp.asarray(probs, jnp.float32))
+  return lambda tokens, state: (jnp.broadcast_to(
+      logits, (tokens.shape[0], len(probs))), state)
+
+
+def draw(probs, rows=2000, steps=5, seed=0, **kwargs):
+  """[rows * steps] tokens sampled from a fixed distribution, no EOS."""
+  step_fn = constant_model(probs)
+  tokens, lengths = decoding.sample(
+      step_fn, jnp.zeros((rows,)), rng=jax.random.key(seed),
+      batch_size=rows, max_new_tokens=steps, eos_id=-1,
+      prompt_last=jnp.zeros((rows,), jnp.int32), **kwargs)
+  assert (np.asarray(lengths) == steps).all()
+  return np.asarray(tokens).reshape(-1)
+
+
+def frequencies(tokens, vocab):
+  return np.bincount(tokens, minlength=vocab) / len(tokens)
+
+
+def entropy(freqs):
+  freqs = freqs[freqs > 0]
+  return -(freqs * np.log(freqs)).sum()
+
+
+@pytest.mark.parametrize('kwargs', [dict(top_p=0.8), dict(top_k=3),
+                                    dict(top_k=3, top_p=0.84)])
+def test_sampling_never_emits_filtered_tokens(kwargs):
+  logits = jnp.log(jnp.asarray(PROBS, jnp.float32))[None]
+  allowed = np.isfinite(np.asarray(decoding.filter_logits(logits, **kwargs)))
+  freqs = frequencies(draw(PROBS, **kwargs), len(PROBS))
+  assert (freqs[~allowed[0]] == 0).all()
+  # The kept tokens come in their renormalised proportions.
+  expected = np.where(allowed[0], PROBS, 0) / PROBS[allowed[0]].sum()
+  np.testing.assert_allclose(freqs, expected, atol=0.02)
+
+
+def test_temperature_goes_from_greedy_to_uniform():
+  cold, warm, hot = (frequencies(draw(PROBS, temperature=t), len(PROBS))
+                     for t in (0.01, 1.0, 10.0))
+  np.testing.assert_array_equal(cold, [0, 1, 0, 0])
+  assert entropy(warm) == pytest.approx(entropy(PROBS), abs=0.03)
+  assert entropy(warm) < entropy(hot) <= np.log(len(PROBS))
+  tempered = PROBS ** 0.1 / (PROBS ** 0.1).sum()  # about uniform
+  np.testing.assert_allclose(hot, tempered, atol=0.02)
+  assert entropy(hot) == pytest.approx(np.log(len(PROBS)), abs=0.02)
+
+
+def test_top_k_one_samples_greedy_search():
+  model, batch = HashModel(vocab=6, max_length=8, seed=1, eos_bias=1.0), 16
+  expected, _ = decoding.greedy_search(
+      model.step, model.cache(np.arange(batch)), batch_size=batch,
+      max_length=8, eos_id=EOS)
+  run = functools.partial(
+      decoding.sample, model.step, model.cache(np.arange(batch)),
+      batch_size=batch, max_new_tokens=8, eos_id=EOS,
+      prompt_last=jnp.zeros((batch,), jnp.int32))  # the start token
+  for kwargs in ([dict(greedy=True, rng=jax.random.key(0))] +
+                 [dict(top_k=1, temperature=2.0, rng=jax.random.key(seed))
+                  for seed in range(3)]):
+    tokens, lengths = run(**kwargs)
+    np.testing.assert_array_equal(tokens, expected)
+    np.testing.assert_array_equal(lengths, output_lengths(expected))
+
+
+def test_a_seed_reproduces_its_samples():
+  model, batch = HashModel(vocab=6, max_length=8, seed=1, eos_bias=1.0), 16
+
+  @functools.partial(jax.jit, static_argnames='top_k')
+  def run(rng, top_k, top_p):
+    return decoding.sample(
+        model.step, model.cache(np.arange(batch)), rng=rng,
+        batch_size=batch, max_new_tokens=8, eos_id=EOS, top_k=top_k,
+        top_p=top_p, prompt_last=jnp.zeros((batch,), jnp.int32))
+
+  tokens, _ = run(jax.random.key(0), 4, 0.9)
+  again, _ = run(jax.random.key(0), 4, 0.9)
+  np.testing.assert_array_equal(again, tokens)
+  eager, _ = decoding.sample(
+      model.step, model.cache(np.arange(batch)), rng=jax.random.key(0),
+      batch_size=batch, max_new_tokens=8, eos_id=EOS, top_k=4, top_p=0.9,
+      prompt_last=jnp.zeros((batch,), jnp.int32))
+  np.testing.assert_array_equal(eager, tokens)
+  other, _ = run(jax.random.key(1), 4, 0.9)
+  assert (np.asarray(other) != np.asarray(tokens)).any()
+
+
+def test_eos_stops_a_row_pads_with_zeros_and_the_loop_exits_early():
+  model, batch, length = HashModel(vocab=5, max_length=12, seed=3,
+                                   eos_bias=1.5), 8, 12
+  calls = []
+
+  def step_fn(tokens, cache):
+    jax.debug.callback(lambda: calls.append(1))
+    return model.step(tokens, cache)
+
+  tokens, lengths = decoding.sample(
+      step_fn, model.cache(np.arange(batch)), rng=jax.random.key(0),
+      batch_size=batch, max_new_tokens=length, eos_id=EOS,
+      prompt_last=jnp.zeros((batch,), jnp.int32))
+  jax.effects_barrier()
+  tokens, lengths = np.asarray(tokens), np.asarray(lengths)
+  np.testing.assert_array_equal(lengths, output_lengths(tokens))
+  assert len(set(lengths)) > 2 and lengths.max() < length  # all rows end
+  position = np.arange(length)
+  assert ((tokens == EOS) == (position == lengths[:, None] - 1)).all()
+  assert (tokens[position >= lengths[:, None]] == 0).all()
+  # One step per token (prompt_last's gives the first), none after the last.
+  assert len(calls) == lengths.max()
+
+
+# ----------------------------------------------------------------------------
+# The GPT with its KV cache
+# ----------------------------------------------------------------------------
+
+PROMPT = np.array([[5, 9, 2], [11, 3, 14]], np.int32)
+
+
+@pytest.fixture(scope='module')
+def gpt():
+  """Tiny random GPT, its jitted full forward pass and an EOS it emits."""
+  config = decoder.config_for('tiny', vocab_size=17, max_length=MAX_LEN,
+                              dropout_rate=0.0)
+  model = decoder.Decoder(config)
+  params = nn.unbox(jax.jit(functools.partial(
+      model.init, jax.random.key(0), deterministic=True))(PROMPT))
+  full = jax.jit(lambda tokens: model.apply(params, tokens,
+                                            deterministic=True))
+  gpt = dict(config=config, params=params, full=full)
+  # An EOS the greedy model emits early in one row: rows end apart.
+  gpt['eos_id'] = int(full_forward_sampling(gpt, -1, greedy=True)[1, 3])
+  return gpt
+
+
+def full_forward_sampling(gpt, eos_id, *, rng=None, greedy=False, **kwargs):
+  """Per step, a token from the uncached pass on prompt + tokens so far."""
+  tokens = np.zeros((len(PROMPT), MAX_LEN), np.int32)
+  tokens[:, :PROMPT.shape[1]] = PROMPT
+  done = np.zeros(len(PROMPT), bool)
+  for i in range(PROMPT.shape[1], MAX_LEN):
+    # The pass is causal, so position i - 1 sees tokens[:, :i] only: one
+    # padded shape for all steps compiles once.
+    logits = gpt['full'](jnp.asarray(tokens))[:, i - 1]
+    if greedy:
+      token = np.asarray(logits).argmax(-1)
+    else:
+      key = jax.random.fold_in(rng, i - PROMPT.shape[1])
+      token = jax.random.categorical(
+          key, decoding.filter_logits(logits, **kwargs))
+    tokens[:, i] = np.where(done, 0, token)
+    done |= tokens[:, i] == eos_id
+  return tokens[:, PROMPT.shape[1]:]
+
+
+def gpt_sample(gpt, **kwargs):
+  """`decoding.sample` under jit after a KV-cache prefill with the prompt."""
+  model = decoder.build(gpt['config'], decode=True)
+  batch, new = len(PROMPT), MAX_LEN - PROMPT.shape[1]
+
+  @jax.jit
+  def run(params, rng):
+    apply = functools.partial(model.apply, deterministic=True,
+                              mutable=['cache'])
+    # A dummy call of the maximum length creates the cache, then the whole
+    # prompt fills it at once.
+    _, cache = apply(params, jnp.zeros((batch, MAX_LEN), jnp.int32))
+    logits, cache = apply({**params, **cache}, jnp.asarray(PROMPT))
+
+    def step_fn(tokens, cache):
+      logits, cache = apply({**params, 'cache': cache}, tokens)
+      return logits[:, -1], cache['cache']
+
+    return decoding.sample(step_fn, cache['cache'], rng=rng,
+                           batch_size=batch, max_new_tokens=new,
+                           eos_id=gpt['eos_id'], first_logits=logits[:, -1],
+                           **kwargs)
+
+  return run(gpt['params'], jax.random.key(7))
+
+
+@pytest.mark.parametrize('kwargs', [
+    dict(greedy=True), dict(temperature=0.8, top_k=6, top_p=0.9)])
+def test_gpt_sampling_with_kv_cache_equals_full_forward(gpt, kwargs):
+  tokens, lengths = gpt_sample(gpt, **kwargs)
+  expected = full_forward_sampling(gpt, gpt['eos_id'],
+                                   rng=jax.random.key(7), **kwargs)
+  np.testing.assert_array_equal(tokens, expected)
+  np.testing.assert_array_equal(lengths,
+                                output_lengths(expected, gpt['eos_id']))
+  if kwargs.get('greedy'):
+    assert len(set(np.asarray(lengths))) == 2  # one row ends early

@@ -1,4 +1,4 @@
-"""Greedy and beam search over an abstract, one-token-at-a-time decoder.
+"""Greedy search, beam search and sampling over a token-by-token decoder.
 
 The decoder is a step function
 
@@ -26,6 +26,10 @@ caps below 1 behave as 1.
 Both searches run under `jax.jit` with `step_fn` closed over; `batch_size`,
 `beam_size` and `max_length` are static (they are shapes). Both stop as soon
 as nothing can change any more.
+
+`sample` continues prompts the caller has already run through the model
+(temperature, top-k and top-p filtering by `filter_logits`), with the same
+step function, EOS and padding conventions.
 """
 
 from __future__ import annotations
@@ -192,3 +196,125 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
   state = (jnp.array(0), live_seqs, live_logp, fin_seqs, fin_scores, cache)
   _, _, _, fin_seqs, fin_scores, _ = jax.lax.while_loop(cond, body, state)
   return fin_seqs[:, :, 1:], fin_scores
+
+
+def filter_logits(logits: Array, *, temperature: float | Array = 1.0,
+                  top_k: int = 0, top_p: float | Array = 1.0) -> Array:
+  """Temperature, top-k and nucleus (top-p) filtering of next-token logits.
+
+  Divides by `temperature`, keeps the `top_k` largest logits, then, of the
+  distribution those define, the smallest set of tokens whose probabilities
+  (sorted descending) sum to at least `top_p` (Holtzman et al., 2020), and
+  always the most likely token. Ties are broken by token id, lower first, so
+  exactly `top_k` tokens survive the first filter. Filtered logits are -inf.
+
+  Args:
+    logits: [N, V] next-token logits.
+    temperature: > 0; may be traced. Use greedy decoding for temperature 0.
+    top_k: static; 0 keeps all.
+    top_p: in [0, 1]; may be traced. 1 keeps all (despite rounding), 0 only
+      the most likely token.
+
+  Returns:
+    [N, V] float32 logits / temperature, -inf where filtered.
+  """
+  logits = logits.astype(jnp.float32) / temperature
+  if not top_k and isinstance(top_p, (int, float)) and top_p >= 1:
+    return logits  # nothing to filter: skip the sorts
+  order = jnp.argsort(-logits, axis=-1)  # descending; stable, so ties by id
+  ranked = jnp.take_along_axis(logits, order, axis=-1)
+  rank = jnp.arange(logits.shape[-1])
+  if top_k:
+    ranked = jnp.where(rank < top_k, ranked, -jnp.inf)
+  probs = jax.nn.softmax(ranked, axis=-1)
+  # Probability mass ranked above each token: a token is needed while the
+  # tokens before it have not reached top_p yet.
+  before = jnp.cumsum(probs, axis=-1) - probs
+  keep = (before < top_p) | (top_p >= 1) | (rank == 0)
+  ranked = jnp.where(keep, ranked, -jnp.inf)
+  # Back to token order: the inverse permutation of `order`.
+  return jnp.take_along_axis(ranked, jnp.argsort(order, axis=-1), axis=-1)
+
+
+def sample(step_fn: StepFn, state: Any, *, rng: Array, batch_size: int,
+           max_new_tokens: int, eos_id: int, prompt_last: Array | None = None,
+           temperature: float | Array = 1.0, top_k: int = 0,
+           top_p: float | Array = 1.0, greedy: bool = False,
+           first_logits: Array | None = None) -> tuple[Array, Array]:
+  """Samples a continuation of prompts already run through the model.
+
+  The caller runs the prompts through the model first (e.g. one decode-mode
+  call on all prompt tokens fills a KV cache) and passes either
+  - `first_logits` [B, V], the logits at each prompt's last position, with
+    `state` positioned after the whole prompt; or
+  - `prompt_last` [B], each prompt's last token, with `state` positioned
+    after the rest of the prompt (the first step feeds `prompt_last`).
+  Each sampled token is then fed back through `step_fn` (module docstring,
+  N = B rows). Prompts of different lengths are the caller's business (e.g.
+  left-padding with a mask, or right-aligned caches): `state` must hold,
+  for every row, exactly that row's prompt.
+
+  Tokens are drawn from `filter_logits(logits, temperature, top_k, top_p)`
+  with the key `jax.random.fold_in(rng, i)` at step i, so a seed reproduces
+  its samples; `greedy` takes the argmax instead (what top_k=1 samples).
+  A row stops after EOS (kept; 0 after it); the loop stops when all rows
+  have stopped or after `max_new_tokens`, having called `step_fn` once per
+  token but the last (a KV cache needs room for prompt + max_new_tokens - 1
+  positions). Runs under `jax.jit` with `batch_size`, `max_new_tokens`,
+  `top_k` and `greedy` static.
+
+  Args:
+    step_fn: the decoder step.
+    state: its state after the prompt (see above), rows [B, ...].
+    rng: a PRNG key.
+    batch_size: B.
+    max_new_tokens: L, the most tokens generated per row.
+    eos_id: end-of-sequence token.
+    prompt_last: [B] int, the prompts' last tokens; unused with
+      `first_logits`.
+    temperature, top_k, top_p: see `filter_logits`; ignored when greedy.
+    greedy: take the most likely token.
+    first_logits: [B, V], the logits at the prompts' last positions.
+
+  Returns:
+    tokens: [B, L] int32, 0 after EOS.
+    lengths: [B] int32, tokens generated per row, EOS included.
+  """
+  if first_logits is None:
+    if prompt_last is None:
+      raise ValueError('Pass first_logits or prompt_last.')
+    first_logits, state = step_fn(
+        jnp.asarray(prompt_last, jnp.int32).reshape(batch_size, 1), state)
+
+  def choose(i, logits, done, tokens, lengths):
+    """Writes step i's tokens; returns them with the updated bookkeeping."""
+    if greedy:
+      token = jnp.argmax(logits, axis=-1)
+    else:
+      token = jax.random.categorical(
+          jax.random.fold_in(rng, i),
+          filter_logits(logits, temperature=temperature, top_k=top_k,
+                        top_p=top_p))
+    # Finished rows keep stepping (the batch moves together) but emit pads.
+    token = jnp.where(done, 0, token).astype(jnp.int32)
+    return (token, tokens.at[:, i].set(token), lengths + ~done,
+            done | (token == eos_id))
+
+  def cond(carry):
+    i, _, _, done, _, _ = carry
+    return (i < max_new_tokens) & ~jnp.all(done)
+
+  def body(carry):
+    i, token, tokens, done, lengths, state = carry
+    logits, state = step_fn(token[:, None], state)
+    token, tokens, lengths, done = choose(i, logits, done, tokens, lengths)
+    return i + 1, token, tokens, done, lengths, state
+
+  # Step 0 reads `first_logits`; later steps first feed the previous token.
+  token, tokens, lengths, done = choose(
+      0, first_logits, jnp.zeros((batch_size,), bool),
+      jnp.zeros((batch_size, max_new_tokens), jnp.int32),
+      jnp.zeros((batch_size,), jnp.int32))
+  carry = (jnp.array(1), token, tokens, done, lengths, state)
+  _, _, tokens, _, lengths, _ = jax.lax.while_loop(cond, body, carry)
+  return tokens, lengths
