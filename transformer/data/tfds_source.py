@@ -1,13 +1,16 @@
-"""Translation pairs from TensorFlow Datasets (e.g. WMT), read once into lists.
+"""Translation pairs (WMT) and texts (lm1b) from TensorFlow Datasets.
+
+Each split is read once, into a list.
 
 TensorFlow stays at the edge: importing this module does not import
-TensorFlow or TFDS. `load_translation` imports them when called and hides
-TensorFlow's GPUs first, so that TensorFlow never allocates accelerator
-memory beside JAX.
+TensorFlow or TFDS. `load_translation` and `load_text` import them when
+called and hide TensorFlow's GPUs first, so that TensorFlow never allocates
+accelerator memory beside JAX.
 
 Nothing here downloads: a dataset must be prepared beforehand, e.g.
 
     tfds build wmt14_translate/de-en --data_dir=~/tensorflow_datasets
+    tfds build lm1b --data_dir=~/tensorflow_datasets
 """
 
 from __future__ import annotations
@@ -54,6 +57,46 @@ def _not_prepared_message(name: str, data_dir_root: str,
       'or point data_dir at a directory where it is prepared.')
 
 
+def _check_max_examples(max_examples: int | None) -> None:
+  if max_examples is not None and max_examples < 0:
+    raise ValueError(f'max_examples must be >= 0 or None, got {max_examples}.')
+
+
+def _builder(tfds, name: str, data_dir: str | None, example: str):
+  """The TFDS builder of `name`; `example` is a name to suggest."""
+  try:
+    return tfds.builder(name, data_dir=data_dir)
+  except tfds.core.DatasetNotFoundError:
+    raise DatasetNotFoundError(
+        f'TFDS has no dataset named {name!r}; see '
+        'https://www.tensorflow.org/datasets/catalog/overview for names, '
+        f'e.g. {example}.') from None
+
+
+def _examples(tfds, builder, name: str, split: str, data_dir: str | None,
+              max_examples: int | None):
+  """Iterates over the examples of a split as dicts of numpy values."""
+  try:
+    # Each example is read once, into a list: TFDS's in-memory cache of
+    # small datasets would only cost memory (and warn when take() stops).
+    dataset = builder.as_dataset(
+        split=_SPLIT_ALIASES.get(split, split), shuffle_files=False,
+        read_config=tfds.ReadConfig(try_autocache=False))
+  except AssertionError:
+    # TFDS asserts that the prepared files exist. This is checked here rather
+    # than with builder.is_prepared() up front because
+    # tfds.testing.mock_data serves fake examples without any files.
+    if builder.is_prepared():
+      raise
+    raise DatasetNotFoundError(_not_prepared_message(
+        name, os.fspath(builder.data_dir_root), data_dir)) from None
+  if max_examples is not None:
+    # take() rather than a 'train[:n]' split: it composes with any split
+    # expression and also limits tfds.testing.mock_data, which ignores slices.
+    dataset = dataset.take(max_examples)
+  return tfds.as_numpy(dataset)
+
+
 def load_translation(name: str, split: str, source_lang: str,
                      target_lang: str, data_dir: str | None = None,
                      max_examples: int | None = None) -> list[tuple[str, str]]:
@@ -73,38 +116,43 @@ def load_translation(name: str, split: str, source_lang: str,
     DatasetNotFoundError: `name` is unknown, or not prepared in `data_dir`.
     ValueError: a language is not in the dataset, or `max_examples` < 0.
   """
-  if max_examples is not None and max_examples < 0:
-    raise ValueError(f'max_examples must be >= 0 or None, got {max_examples}.')
+  _check_max_examples(max_examples)
   tfds = _import_tfds()
-  try:
-    builder = tfds.builder(name, data_dir=data_dir)
-  except tfds.core.DatasetNotFoundError:
-    raise DatasetNotFoundError(
-        f'TFDS has no dataset named {name!r}; see '
-        'https://www.tensorflow.org/datasets/catalog/overview for names, '
-        'e.g. wmt14_translate/de-en.') from None
+  builder = _builder(tfds, name, data_dir, example='wmt14_translate/de-en')
   languages = list(builder.info.features.keys())
   for lang in (source_lang, target_lang):
     if lang not in languages:
       raise ValueError(f'{name} has no language {lang!r}; it has {languages}.')
-  try:
-    # Each example is read once, into a list: TFDS's in-memory cache of
-    # small datasets would only cost memory (and warn when take() stops).
-    dataset = builder.as_dataset(
-        split=_SPLIT_ALIASES.get(split, split), shuffle_files=False,
-        read_config=tfds.ReadConfig(try_autocache=False))
-  except AssertionError:
-    # TFDS asserts that the prepared files exist. This is checked here rather
-    # than with builder.is_prepared() up front because
-    # tfds.testing.mock_data serves fake examples without any files.
-    if builder.is_prepared():
-      raise
-    raise DatasetNotFoundError(_not_prepared_message(
-        name, os.fspath(builder.data_dir_root), data_dir)) from None
-  if max_examples is not None:
-    # take() rather than a 'train[:n]' split: it composes with any split
-    # expression and also limits tfds.testing.mock_data, which ignores slices.
-    dataset = dataset.take(max_examples)
   return [(example[source_lang].decode('utf-8'),
            example[target_lang].decode('utf-8'))
-          for example in tfds.as_numpy(dataset)]
+          for example in _examples(tfds, builder, name, split, data_dir,
+                                   max_examples)]
+
+
+def load_text(name: str, split: str, data_dir: str | None, *,
+              feature: str = 'text',
+              max_examples: int | None = None) -> list[str]:
+  """Returns the texts of a prepared TFDS split, e.g. lm1b's sentences.
+
+  Args:
+    name: a TFDS dataset (with its config, if it has several), e.g. 'lm1b'.
+    split: 'train', 'validation' (or 'val', 'dev') or 'test', or any TFDS
+      split expression such as 'train[:1%]'.
+    data_dir: TFDS data directory; None for the TFDS default.
+    feature: the text feature of an example, e.g. 'text' for lm1b.
+    max_examples: read only the first this many examples.
+
+  Raises:
+    DatasetNotFoundError: `name` is unknown, or not prepared in `data_dir`.
+    ValueError: `feature` is not in the dataset, or `max_examples` < 0.
+  """
+  _check_max_examples(max_examples)
+  tfds = _import_tfds()
+  builder = _builder(tfds, name, data_dir, example='lm1b')
+  features = list(builder.info.features.keys())
+  if feature not in features:
+    raise ValueError(f'{name} has no feature {feature!r}; it has {features}. '
+                     'Pass one of them as `feature`.')
+  return [example[feature].decode('utf-8')
+          for example in _examples(tfds, builder, name, split, data_dir,
+                                   max_examples)]

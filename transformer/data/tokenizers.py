@@ -1,4 +1,4 @@
-"""SentencePiece subword tokenizer, trained on the training text.
+"""Tokenizers: SentencePiece subwords, UTF-8 bytes and characters; ids pad 0, EOS 1, unk 2.
 
 Id conventions match the models (`transformer.models.encoder_decoder`):
 0 is padding (and the decoder's start symbol), 1 is end of sequence, 2 is
@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 import io
 import itertools
+import json
 import os
 import tempfile
 
@@ -174,5 +175,185 @@ def load_or_train(model_path: str,
     train_sentencepiece(sentences_fn(), model_path, vocab_size,
                         **train_kwargs)
   tokenizer = SentencePieceTokenizer(model_path)
+  logging.info('Vocabulary size %d.', tokenizer.vocab_size)
+  return tokenizer
+
+
+# Pieces of the special ids, as SentencePiece names them.
+_SPECIAL_PIECES = {PAD_ID: '<pad>', EOS_ID: '</s>', UNK_ID: '<unk>'}
+# Byte and character ids start after the special ids.
+_FIRST_ID = 3
+# What an unknown id decodes to: U+FFFD, as for an invalid byte.
+_REPLACEMENT = '\ufffd'
+
+
+def _ids_before_eos(ids: Iterable[int], vocab_size: int) -> list[int]:
+  """The ids before the first EOS, padding dropped, each checked in range.
+
+  Raises:
+    ValueError: an id outside [0, vocab_size), which would otherwise index
+      from the end of a table or wrap around.
+  """
+  ids = [int(i) for i in ids]
+  if EOS_ID in ids:
+    ids = ids[:ids.index(EOS_ID)]
+  for i in ids:
+    if not 0 <= i < vocab_size:
+      raise ValueError(f'Id {i} is outside the vocabulary [0, {vocab_size}).')
+  return [i for i in ids if i != PAD_ID]
+
+
+def _readable(character: str) -> str:
+  """The character itself if printable, else its escape ('\\n', '\\x00')."""
+  if character.isprintable():
+    return character
+  return character.encode('unicode_escape').decode('ascii')
+
+
+class ByteTokenizer:
+  """Text <-> ids over UTF-8 bytes: nothing to train, no unknown text.
+
+  Id = byte + 3, after pad 0, EOS 1 and 2 (unknown, never produced by
+  `encode`), so the ids fit the models like SentencePiece's. A character
+  outside ASCII is several ids ('é' is 2 bytes, '✓' is 3).
+  """
+
+  @property
+  def vocab_size(self) -> int:
+    return _FIRST_ID + 256
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    ids = [byte + _FIRST_ID for byte in text.encode('utf-8')]
+    return ids + [EOS_ID] if add_eos else ids
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS, padding skipped.
+
+    A model may emit byte sequences that are not UTF-8 (a lead byte without
+    its continuation bytes, say); they decode to U+FFFD rather than raising,
+    as does the unknown id 2.
+
+    Args:
+      ids: [T] ids, e.g. a row of a padded batch or of decoder output.
+    """
+    data = bytearray()
+    for i in _ids_before_eos(ids, self.vocab_size):
+      data += (_REPLACEMENT.encode('utf-8') if i == UNK_ID
+               else bytes([i - _FIRST_ID]))
+    return data.decode('utf-8', errors='replace')
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    """[B, T] ids -> B strings, as `decode`."""
+    return [self.decode(ids) for ids in batch]
+
+  def id_to_piece(self, token_id: int) -> str:
+    """A label for plots: 'a', '\\n', '\\xc3' (part of a longer character),
+    '</s>'."""
+    token_id = int(token_id)
+    if token_id in _SPECIAL_PIECES:
+      return _SPECIAL_PIECES[token_id]
+    byte = token_id - _FIRST_ID
+    return _readable(chr(byte)) if byte < 0x80 else f'\\x{byte:02x}'
+
+
+class CharTokenizer:
+  """Text <-> ids over the characters (code points) of a training text.
+
+  Id = index in the sorted characters + 3, after pad 0, EOS 1 and unknown 2
+  (characters not in the training text). The characters are saved as JSON,
+  e.g. in `<workdir>/vocab/chars.json`, so that a resumed run keeps the ids
+  its checkpoint was trained with.
+  """
+
+  def __init__(self, path: str):
+    """Loads the characters that `save` wrote to `path`."""
+    with open(path, encoding='utf-8') as f:
+      characters = json.load(f)['characters']
+    if not isinstance(characters, str) or list(characters) != sorted(
+        set(characters)):
+      raise ValueError(f'{path} does not hold a string of sorted, distinct '
+                       'characters. Delete it so that it is rebuilt.')
+    self._init(characters)
+
+  @classmethod
+  def build(cls, texts: Iterable[str]) -> CharTokenizer:
+    """A tokenizer over every character that occurs in `texts`."""
+    characters = set()
+    for text in texts:
+      characters.update(text)
+    if not characters:
+      raise ValueError('No text to build the character vocabulary from: the '
+                       'training texts are empty.')
+    tokenizer = cls.__new__(cls)
+    tokenizer._init(''.join(sorted(characters)))
+    return tokenizer
+
+  def _init(self, characters: str) -> None:
+    self.characters = characters
+    self._ids = {c: i + _FIRST_ID for i, c in enumerate(characters)}
+
+  def save(self, path: str) -> None:
+    """Writes the characters as JSON, atomically (folders are created)."""
+    text = json.dumps({'characters': self.characters}, ensure_ascii=False)
+    _write_atomically(path, text.encode('utf-8'))
+
+  @property
+  def vocab_size(self) -> int:
+    return _FIRST_ID + len(self.characters)
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    ids = [self._ids.get(c, UNK_ID) for c in text]
+    return ids + [EOS_ID] if add_eos else ids
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS, padding skipped, U+FFFD for
+    the unknown id.
+
+    Args:
+      ids: [T] ids, e.g. a row of a padded batch or of decoder output.
+    """
+    return ''.join(_REPLACEMENT if i == UNK_ID
+                   else self.characters[i - _FIRST_ID]
+                   for i in _ids_before_eos(ids, self.vocab_size))
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    """[B, T] ids -> B strings, as `decode`."""
+    return [self.decode(ids) for ids in batch]
+
+  def id_to_piece(self, token_id: int) -> str:
+    """A label for plots: the character ('\\n' escaped), or '</s>'."""
+    token_id = int(token_id)
+    if token_id in _SPECIAL_PIECES:
+      return _SPECIAL_PIECES[token_id]
+    return _readable(self.characters[token_id - _FIRST_ID])
+
+
+def load_or_build_chars(path: str,
+                        texts_fn: Callable[[], Iterable[str]]) -> CharTokenizer:
+  """The character tokenizer saved at `path`, built and saved if there is none.
+
+  As `load_or_train`: characters already on disk are always reused, so that
+  a resumed run keeps the ids of its checkpoint.
+
+  Args:
+    path: e.g. `<workdir>/vocab/chars.json`.
+    texts_fn: returns the training text; only called when building, so that
+      a resume does not read the corpus.
+  """
+  if os.path.exists(path):
+    logging.info('Reusing the character vocabulary %s.', path)
+    tokenizer = CharTokenizer(path)
+  else:
+    tokenizer = CharTokenizer.build(texts_fn())
+    tokenizer.save(path)
+    logging.info('Built a character vocabulary into %s.', path)
   logging.info('Vocabulary size %d.', tokenizer.vocab_size)
   return tokenizer

@@ -1,0 +1,380 @@
+"""Language-modelling data: documents, byte and character tokenizers, TFDS
+text and next-token examples."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from transformer.data import batching
+from transformer.data import text
+from transformer.data import tfds_source
+from transformer.data import tokenizers
+
+REPO = os.path.join(os.path.dirname(__file__), '..')
+SHAKESPEARE = os.path.join(os.path.dirname(__file__), '..', '..', 'shared',
+                           'data', 'tinyshakespeare', 'input.txt')
+EOS = tokenizers.EOS_ID
+
+# ---------------------------------------------------------------------------
+# Offline documents
+
+
+def sentences_of(document):
+  return document[:-1].split('. ')
+
+
+def test_offline_documents_are_deterministic_paragraphs():
+  documents = text.offline_documents(300, seed=1, max_sentences=3)
+  assert documents == text.offline_documents(300, seed=1, max_sentences=3)
+  assert documents != text.offline_documents(300, seed=2, max_sentences=3)
+  counts = set()
+  for document in documents:
+    assert document.endswith('.') and '  ' not in document
+    counts.add(len(sentences_of(document)))
+    for sentence in sentences_of(document):
+      assert sentence[0].isupper() and sentence[1:].islower()
+  assert counts == {1, 2, 3}
+  single = text.offline_documents(20, seed=1, max_sentences=1)
+  assert all(len(sentences_of(d)) == 1 for d in single)
+
+
+def test_offline_splits_hold_out_documents():
+  data = text.offline_splits(num_train=300, num_eval=50, seed=0)
+  assert {k: len(v) for k, v in data.items()} == {'train': 300,
+                                                  'validation': 50}
+  assert len(set(data['train'] + data['validation'])) == 350
+  assert text.offline_splits(300, 50, seed=0) == data
+  # Runs that differ only in training size are evaluated on the same text.
+  assert text.offline_splits(5, 50, seed=0)['validation'] == data[
+      'validation']
+
+
+def test_offline_splits_skip_repeated_documents(monkeypatch):
+  # A grammar of 16 sentences, 64 more with 'with': one-sentence documents
+  # collide often.
+  monkeypatch.setattr(text.offline_mt, 'NOUNS', text.offline_mt.NOUNS[:2])
+  monkeypatch.setattr(text.offline_mt, 'MAX_ADJECTIVES', 0)
+  monkeypatch.setattr(text.offline_mt, 'VERBS', text.offline_mt.VERBS[:1])
+  monkeypatch.setattr(text.offline_mt, 'DETERMINERS',
+                      text.offline_mt.DETERMINERS[:1])
+  monkeypatch.setattr(text.offline_mt, 'PREPOSITIONS', {'with': 'con'})
+  assert len(set(text.offline_documents(40, seed=0, max_sentences=1))) < 40
+  # 70 of the 80 documents: repeats would be certain without the check.
+  data = text.offline_splits(50, 20, seed=0, max_sentences=1)
+  assert len(set(data['train'] + data['validation'])) == 70
+
+
+# ---------------------------------------------------------------------------
+# Local text
+
+
+@pytest.fixture(name='folder')
+def fixture_folder(tmp_path):
+  (tmp_path / 'b.txt').write_bytes('Zwei\r\n\n  drei  \n'.encode('utf-8'))
+  (tmp_path / 'a.txt').write_text('héllo\nwörld ✓', encoding='utf-8')
+  (tmp_path / 'empty.txt').write_text('', encoding='utf-8')
+  (tmp_path / 'notes.md').write_text('not text', encoding='utf-8')
+  (tmp_path / 'dir.txt').mkdir()
+  return tmp_path
+
+
+@pytest.fixture(name='logged')
+def fixture_logged(monkeypatch):
+  messages = []
+  monkeypatch.setattr(text.logging, 'info',
+                      lambda msg, *args: messages.append(msg % args))
+  return messages
+
+
+def test_read_documents_per_file(folder, logged):
+  # Sorted *.txt files, each unchanged ('\r\n' kept); the empty one dropped.
+  assert text.read_documents(str(folder)) == [
+      'héllo\nwörld ✓', 'Zwei\r\n\n  drei  \n']
+  assert len(logged) == 1 and 'Dropped 1 empty of 3 files' in logged[0]
+  assert text.read_documents(str(folder / 'a.txt'), per='file') == [
+      'héllo\nwörld ✓']
+
+
+def test_read_documents_per_line(folder, logged):
+  assert text.read_documents(str(folder), per='line') == [
+      'héllo', 'wörld ✓', 'Zwei', 'drei']
+  assert len(logged) == 1 and 'Dropped 1 empty of 5 lines' in logged[0]
+  logged.clear()
+  assert text.read_documents(str(folder / 'a.txt'), per='line') == [
+      'héllo', 'wörld ✓']
+  assert not logged
+
+
+def test_read_documents_errors_say_how_to_fix(folder):
+  with pytest.raises(FileNotFoundError, match='does not exist.*a folder'):
+    text.read_documents(str(folder / 'nope'))
+  (folder / 'md').mkdir()
+  (folder / 'md' / 'x.md').write_text('x', encoding='utf-8')
+  with pytest.raises(FileNotFoundError,
+                     match=r"No \.txt files.*\['x\.md'\].*\*\.txt"):
+    text.read_documents(str(folder / 'md'))
+  with pytest.raises(ValueError, match="'file'.*'line'.*'word'"):
+    text.read_documents(str(folder), per='word')
+
+
+def test_split_text_is_a_prefix_and_the_rest():
+  assert text.split_text('abcdefghij', 0.9) == ('abcdefghi', 'j')
+  assert text.split_text('abcdefghij', 0.25) == ('ab', 'cdefghij')
+  assert text.split_text('abc', 1.0) == ('abc', '')
+  with pytest.raises(ValueError, match='train_fraction'):
+    text.split_text('abc', 1.5)
+
+
+def test_count_bytes_and_characters():
+  documents = ['héllo', 'wörld ✓', '']
+  assert text.count_characters(documents) == 5 + 7
+  assert text.count_bytes(documents) == 6 + 10
+
+
+# ---------------------------------------------------------------------------
+# Next-token examples
+
+
+def random_documents(seed, num=30, max_len=40):
+  rng = np.random.default_rng(seed)
+  return [rng.integers(3, 50, rng.integers(0, max_len)).tolist()
+          for _ in range(num)] + [[], [7]]
+
+
+@pytest.mark.parametrize('max_length', [1, 2, 7, 64])
+def test_lm_examples_predict_every_token_once(max_length):
+  documents = random_documents(max_length)
+  examples = text.lm_examples(documents, max_length)
+  assert sum(-(-(len(d) + 1) // max_length) for d in documents) == len(
+      examples)
+  chunks = iter(examples)
+  for ids in documents:
+    inputs, targets = [], []
+    while len(inputs) < len(ids) + 1:
+      chunk_inputs, chunk_targets = next(chunks)
+      assert chunk_inputs.dtype == chunk_targets.dtype == np.int32
+      assert 1 <= len(chunk_inputs) == len(chunk_targets) <= max_length
+      # Within a chunk, targets are the inputs shifted by one.
+      np.testing.assert_array_equal(chunk_inputs[1:], chunk_targets[:-1])
+      inputs += chunk_inputs.tolist()
+      targets += chunk_targets.tolist()
+    # No chunk runs into the next document; only the last one is short.
+    assert len(inputs) == len(ids) + 1
+    assert inputs == [EOS] + ids and targets == ids + [EOS]
+  assert next(chunks, None) is None
+
+
+def test_lm_examples_chunks_are_maximal_and_consecutive():
+  (a_in, a_out), (b_in, b_out), (c_in, c_out) = text.lm_examples(
+      [[5, 6, 7, 8, 9]], max_length=2)
+  assert [a_in.tolist(), b_in.tolist(), c_in.tolist()] == [
+      [EOS, 5], [6, 7], [8, 9]]
+  assert [a_out.tolist(), b_out.tolist(), c_out.tolist()] == [
+      [5, 6], [7, 8], [9, EOS]]
+
+
+def test_lm_examples_reject_documents_with_eos_or_padding():
+  assert not text.lm_examples([], max_length=8)
+  with pytest.raises(ValueError, match='Document 2 contains id 1.*add_eos'):
+    text.lm_examples([[4], [], [5, 6, 1]], max_length=8)
+  with pytest.raises(ValueError, match='Document 1 contains id 0'):
+    text.lm_examples([[4], [0]], max_length=8)
+  with pytest.raises(ValueError, match='max_length'):
+    text.lm_examples([[4]], max_length=0)
+
+
+def test_packed_lm_examples_keep_documents_in_separate_segments():
+  max_length = 16
+  examples = text.lm_examples(random_documents(0, max_len=30), max_length)
+  batch = batching.pack(examples, max_length)
+  np.testing.assert_array_equal(batch['inputs_segmentation'],
+                                batch['targets_segmentation'])
+  np.testing.assert_array_equal(batch['inputs_position'],
+                                batch['targets_position'])
+  unpacked = []
+  for r in range(len(batch['inputs'])):
+    segments = batch['inputs_segmentation'][r]
+    for segment in range(1, segments.max() + 1):
+      where = segments == segment
+      np.testing.assert_array_equal(batch['inputs_position'][r][where],
+                                    np.arange(where.sum()))
+      unpacked.append((batch['inputs'][r][where].tolist(),
+                       batch['targets'][r][where].tolist()))
+  assert unpacked == [(i.tolist(), t.tolist()) for i, t in examples]
+
+
+# ---------------------------------------------------------------------------
+# Byte tokenizer
+
+
+def test_byte_tokenizer_round_trip_on_non_ascii():
+  tokenizer = tokenizers.ByteTokenizer()
+  assert tokenizer.vocab_size == 259
+  sample = 'héllo wörld ✓'
+  ids = tokenizer.encode(sample)
+  assert len(ids) == len(sample.encode('utf-8')) + 1 == 18
+  assert ids[-1] == EOS and min(ids[:-1]) >= 3 and max(ids) < 259
+  assert ids[:2] == [ord('h') + 3, 0xc3 + 3]
+  assert tokenizer.encode(sample, add_eos=False) == ids[:-1]
+  assert tokenizer.decode(ids) == sample
+  assert tokenizer.encode_batch([sample, 'a'], add_eos=False) == [
+      ids[:-1], [ord('a') + 3]]
+
+
+def test_byte_tokenizer_decode_stops_at_eos_skips_padding_and_never_raises():
+  tokenizer = tokenizers.ByteTokenizer()
+  first, second = tokenizer.encode('ünï'), tokenizer.encode('b')
+  padded = np.zeros((2, 10), np.int32)
+  padded[0, :len(first)] = first
+  padded[1, :len(second) + 2] = second + second
+  assert tokenizer.decode_batch(padded) == ['ünï', 'b']
+  assert tokenizer.decode([0] + first[:-1] + [0]) == 'ünï'
+  # A lone continuation byte, a lead byte cut short, the unknown id.
+  assert tokenizer.decode([0x80 + 3, 0xe2 + 3, ord('a') + 3, 2]) == (
+      '\ufffd\ufffda\ufffd')
+  with pytest.raises(ValueError, match='259'):
+    tokenizer.decode([259])
+
+
+def test_byte_tokenizer_pieces_are_readable():
+  tokenizer = tokenizers.ByteTokenizer()
+  assert [tokenizer.id_to_piece(i) for i in (0, 1, 2)] == [
+      '<pad>', '</s>', '<unk>']
+  pieces = [tokenizer.id_to_piece(i) for i in tokenizer.encode('a\n é')[:-1]]
+  assert pieces == ['a', '\\n', ' ', '\\xc3', '\\xa9']
+
+
+# ---------------------------------------------------------------------------
+# Character tokenizer
+
+CHAR_TEXTS = ['hello wörld', 'Low\nhell!']
+
+
+def test_char_tokenizer_round_trip_and_unknown_characters():
+  tokenizer = tokenizers.CharTokenizer.build(iter(CHAR_TEXTS))
+  assert tokenizer.characters == '\n !Ldehlorwö'
+  assert tokenizer.vocab_size == 3 + 12
+  for sample in CHAR_TEXTS:
+    ids = tokenizer.encode(sample)
+    assert len(ids) == len(sample) + 1 and ids[-1] == EOS
+    assert 3 <= min(ids[:-1]) and max(ids) < tokenizer.vocab_size
+    assert tokenizer.decode(ids + [0, 5]) == sample
+  assert tokenizer.encode('\n') == [3, EOS]
+  assert tokenizer.encode('hz✓', add_eos=False) == [tokenizer.encode('h')[0],
+                                                      2, 2]
+  assert tokenizer.decode(tokenizer.encode('hz')) == 'h\ufffd'
+  assert tokenizer.encode_batch(CHAR_TEXTS, add_eos=False) == [
+      tokenizer.encode(t, add_eos=False) for t in CHAR_TEXTS]
+  assert tokenizer.decode_batch(np.array([[9, 1, 4], [0, 8, 0]])) == [
+      'h', 'e']
+  assert [tokenizer.id_to_piece(i) for i in (1, 3, 4, 14)] == [
+      '</s>', '\\n', ' ', 'ö']
+  with pytest.raises(ValueError, match='outside'):
+    tokenizer.decode([-1])
+  with pytest.raises(ValueError, match='empty'):
+    tokenizers.CharTokenizer.build(['', ''])
+
+
+def test_char_tokenizer_save_and_load(tmp_path):
+  built = tokenizers.CharTokenizer.build(CHAR_TEXTS)
+  path = str(tmp_path / 'vocab' / 'chars.json')
+  built.save(path)
+  # Written by a rename: nothing else is left in the folder.
+  assert os.listdir(tmp_path / 'vocab') == ['chars.json']
+  loaded = tokenizers.CharTokenizer(path)
+  assert loaded.characters == built.characters
+  assert loaded.vocab_size == built.vocab_size
+  assert loaded.encode(CHAR_TEXTS[0]) == built.encode(CHAR_TEXTS[0])
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump({'characters': 'ba'}, f)
+  with pytest.raises(ValueError, match='Delete it'):
+    tokenizers.CharTokenizer(path)
+
+
+def test_load_or_build_chars_builds_once_then_reuses(tmp_path, monkeypatch):
+  path = str(tmp_path / 'vocab' / 'chars.json')
+  calls = []
+
+  def texts():
+    calls.append(1)
+    return iter(CHAR_TEXTS)
+
+  first = tokenizers.load_or_build_chars(path, texts)
+  assert calls == [1] and first.vocab_size == 15
+  mtime = os.path.getmtime(path)
+
+  def no_build(texts):
+    raise AssertionError('rebuilt although the characters are saved')
+
+  monkeypatch.setattr(tokenizers.CharTokenizer, 'build', no_build)
+  second = tokenizers.load_or_build_chars(path, texts)
+  assert calls == [1] and os.path.getmtime(path) == mtime
+  assert second.characters == first.characters
+
+
+# ---------------------------------------------------------------------------
+# TFDS text
+
+
+@pytest.fixture(name='tfds', scope='module')
+def fixture_tfds():
+  return pytest.importorskip('tensorflow_datasets')
+
+
+def test_load_text_under_mock_data(tfds):
+  with tfds.testing.mock_data(num_examples=5):
+    texts = tfds_source.load_text('lm1b', 'train', data_dir=None)
+    validation = tfds_source.load_text('lm1b', 'val', data_dir=None,
+                                       max_examples=2)
+    with pytest.raises(ValueError, match=r"no feature 'sentence'.*\['text'\]"):
+      tfds_source.load_text('lm1b', 'test', None, feature='sentence')
+  assert len(texts) == 5 and all(isinstance(t, str) and t for t in texts)
+  # mock_data serves the same examples for every split.
+  assert validation == texts[:2]
+
+
+def test_missing_lm1b_raises_one_clear_error(tfds, tmp_path):
+  del tfds  # Imported for the skip only; no mock here.
+  data_dir = str(tmp_path / 'empty')
+  with pytest.raises(tfds_source.DatasetNotFoundError) as info:
+    tfds_source.load_text('lm1b', 'train', data_dir=data_dir)
+  assert "'lm1b'" in str(info.value)
+  assert f'tfds build lm1b --data_dir={data_dir}' in str(info.value)
+  assert info.value.__cause__ is None and info.value.__suppress_context__
+  with pytest.raises(tfds_source.DatasetNotFoundError,
+                     match='no dataset.*e.g. lm1b'):
+    tfds_source.load_text('no_such_text', 'train', data_dir=data_dir)
+
+
+def test_importing_text_does_not_import_tensorflow():
+  code = ('import sys, transformer.data.text, transformer.data.tokenizers; '
+          'print(sorted(m for m in sys.modules if m.startswith("tensorflow")))')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                       text=True, check=True, cwd=REPO).stdout
+  assert out.strip() == '[]'
+
+
+# ---------------------------------------------------------------------------
+# Tiny Shakespeare (optional)
+
+
+def test_tiny_shakespeare():
+  if not os.path.isfile(SHAKESPEARE):
+    pytest.skip(f'{SHAKESPEARE} is absent')
+  documents = text.read_documents(SHAKESPEARE)
+  assert len(documents) == 1
+  assert text.count_characters(documents) == 1_115_394
+  assert text.count_bytes(documents) == 1_115_394  # ASCII only
+  tokenizer = tokenizers.CharTokenizer.build(documents)
+  assert len(tokenizer.characters) == 65 and tokenizer.vocab_size == 68
+  train, validation = text.split_text(documents[0], 0.9)
+  # nanoGPT's data/shakespeare_char/prepare.py: 1,003,854 and 111,540.
+  assert (len(train), len(validation)) == (1_003_854, 111_540)
+  ids = tokenizer.encode(validation, add_eos=False)
+  assert tokenizer.decode(ids) == validation
+  examples = text.lm_examples([ids], max_length=256)
+  assert len(examples) == -(-(len(validation) + 1) // 256)
