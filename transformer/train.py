@@ -88,6 +88,10 @@ def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
   elif config.schedule == 'constant':
     schedule = optax.constant_schedule(config.learning_rate)
   elif config.schedule == 'cosine':
+    if config.warmup_steps >= num_steps:
+      raise ValueError(
+          f'optimizer.warmup_steps={config.warmup_steps} must be below '
+          f'train.num_steps={num_steps} for the cosine schedule.')
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, config.learning_rate, config.warmup_steps, num_steps,
         end_value=config.learning_rate * config.end_learning_rate_ratio)
