@@ -103,21 +103,25 @@ def model_config(config: ml_collections.ConfigDict,
                             dtype=jnp.dtype(config.model.dtype), **overrides)
 
 
-def _token_lengths(tokenizer) -> tuple[np.ndarray, np.ndarray]:
-  """UTF-8 bytes and characters of the text each token id stands for (0 for
-  padding and EOS), so bits per byte/character follow from the targets."""
-  size = tokenizer.vocab_size
-  num_bytes, num_chars = np.zeros(size, np.float32), np.zeros(size, np.float32)
-  for i in range(3, size):
+def _token_lengths(tokenizer) -> np.ndarray:
+  """[4, V]: UTF-8 bytes and characters of the text each token stands for
+  (0 for padding and EOS), inside a document (rows 0, 1) and as its first
+  token (rows 2, 3: SentencePiece's dummy space before a document is not
+  text), so bits per byte/character follow exactly from the targets."""
+  lengths = np.zeros((4, tokenizer.vocab_size), np.float32)
+  for i in range(3, tokenizer.vocab_size):
     if isinstance(tokenizer, tokenizers.ByteTokenizer):
-      num_bytes[i] = 1.0
-      num_chars[i] = float((i - 3) & 0xC0 != 0x80)  # not a continuation byte
+      starts_char = float((i - 3) & 0xC0 != 0x80)  # not a continuation byte
+      lengths[:, i] = 1.0, starts_char, 1.0, starts_char
     else:
       piece = tokenizer.id_to_piece(i)
+      first = piece
       if isinstance(tokenizer, tokenizers.SentencePieceTokenizer):
         piece = piece.replace('\u2581', ' ')
-      num_bytes[i], num_chars[i] = len(piece.encode('utf-8')), len(piece)
-  return num_bytes, num_chars
+        first = piece[1:] if piece.startswith(' ') else piece
+      lengths[:, i] = (len(piece.encode('utf-8')), len(piece),
+                       len(first.encode('utf-8')), len(first))
+  return lengths
 
 
 class LanguageModelingTask:
@@ -133,7 +137,7 @@ class LanguageModelingTask:
     self.model_config = model_config(config, self.tokenizer.vocab_size)
     self.model = decoder.build(self.model_config)
     self.decoder = decoder.build(self.model_config, decode=True)
-    self.token_bytes, self.token_chars = _token_lengths(self.tokenizer)
+    self.token_lengths = _token_lengths(self.tokenizer)
 
   def _tokenizer(self):
     data = self.config.data
@@ -216,13 +220,18 @@ class LanguageModelingTask:
     loss = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
     count = weights.sum()
     bits = (nll * weights).sum() / math.log(2)
+    # A target whose input is EOS starts a document (the model's start
+    # symbol); inside documents EOS is only ever a target.
+    starts = (batch['inputs'] == tokenizers.EOS_ID).astype(jnp.int32)
+    lengths = jnp.asarray(self.token_lengths)
+    num_bytes = lengths[2 * starts, targets].sum()
+    num_chars = lengths[2 * starts + 1, targets].sum()
     sums = {
         'loss': ((loss * weights).sum(), count),
         'nll': ((nll * weights).sum(), count),
         'accuracy': (((logits.argmax(-1) == targets) * weights).sum(), count),
-        'bits_per_byte': (bits, jnp.asarray(self.token_bytes)[targets].sum()),
-        'bits_per_character': (bits,
-                               jnp.asarray(self.token_chars)[targets].sum()),
+        'bits_per_byte': (bits, num_bytes),
+        'bits_per_character': (bits, num_chars),
     }
     return sums['loss'][0] / jnp.maximum(count, 1.0), sums
 
