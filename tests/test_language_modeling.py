@@ -102,3 +102,29 @@ def test_shakespeare_character_experiment_runs(tmp_path):
   assert result['bits_per_character'] == pytest.approx(
       result['bits_per_byte'], rel=1e-3)  # the text is ASCII
   assert 'perplexity' in result
+
+
+PTB = os.path.join(REPO, '..', 'shared', 'data', 'ptb')
+
+
+@pytest.mark.skipif(not os.path.isdir(PTB), reason='PTB not available')
+def test_ptb_word_level_counts_tokens_as_the_literature(tmp_path):
+  config = load_experiment('ptb', f'path={PTB},runlocal')
+  trainer = train.Trainer(config, str(tmp_path))
+  task = trainer.task
+  # 10,000 types in the literature's count: 9,999 words and end-of-sentence.
+  assert len(task.tokenizer.words) == 9_999
+  for split, tokens in (('train', 929_589), ('validation', 73_760)):
+    assert sum(len(inputs) for inputs, _ in task.examples(split)) == tokens
+  assert 'perplexity' in train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_word_tokenizer_round_trip_and_unknowns(tmp_path):
+  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
+  tokenizer = tokenizers.WordTokenizer.build(['a b b c', 'c c c'])
+  assert tokenizer.words == ['c', 'b', 'a']  # by frequency
+  assert tokenizer.decode(tokenizer.encode('a  c b')) == 'a c b'
+  assert tokenizer.encode('a zebra', add_eos=False) == [5, 2]
+  tokenizer.save(str(tmp_path / 'words.json'))
+  assert tokenizers.WordTokenizer(str(tmp_path / 'words.json')).words == [
+      'c', 'b', 'a']

@@ -10,6 +10,7 @@ vocabulary its checkpoint was trained with.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+import collections
 import io
 import itertools
 import json
@@ -356,4 +357,82 @@ def load_or_build_chars(path: str,
     tokenizer.save(path)
     logging.info('Built a character vocabulary into %s.', path)
   logging.info('Vocabulary size %d.', tokenizer.vocab_size)
+  return tokenizer
+
+
+class WordTokenizer:
+  """Text <-> ids over the whitespace-separated words of a training text,
+  for word-level language models (Penn Treebank).
+
+  Every word of the training text gets an id (index + 3 in order of
+  decreasing frequency, ties alphabetical); other words map to the unknown
+  id 2. Decoding joins words with single spaces. Saved as JSON, e.g. in
+  `<workdir>/vocab/words.json`.
+  """
+
+  def __init__(self, path: str):
+    with open(path, encoding='utf-8') as f:
+      words = json.load(f)['words']
+    if not isinstance(words, list) or len(set(words)) != len(words):
+      raise ValueError(f'{path} does not hold a list of distinct words. '
+                       'Delete it so that it is rebuilt.')
+    self._init(words)
+
+  @classmethod
+  def build(cls, texts: Iterable[str]) -> WordTokenizer:
+    counts = collections.Counter()
+    for text in texts:
+      counts.update(text.split())
+    if not counts:
+      raise ValueError('No words to build the vocabulary from: the training '
+                       'texts are empty.')
+    tokenizer = cls.__new__(cls)
+    tokenizer._init(sorted(counts, key=lambda w: (-counts[w], w)))
+    return tokenizer
+
+  def _init(self, words: list[str]) -> None:
+    self.words = words
+    self._ids = {w: i + _FIRST_ID for i, w in enumerate(words)}
+
+  def save(self, path: str) -> None:
+    text = json.dumps({'words': self.words}, ensure_ascii=False)
+    _write_atomically(path, text.encode('utf-8'))
+
+  @property
+  def vocab_size(self) -> int:
+    return _FIRST_ID + len(self.words)
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    ids = [self._ids.get(w, UNK_ID) for w in text.split()]
+    return ids + [EOS_ID] if add_eos else ids
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    return ' '.join(_REPLACEMENT if i == UNK_ID
+                    else self.words[i - _FIRST_ID]
+                    for i in _ids_before_eos(ids, self.vocab_size))
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    return [self.decode(ids) for ids in batch]
+
+  def id_to_piece(self, token_id: int) -> str:
+    token_id = int(token_id)
+    if token_id in _SPECIAL_PIECES:
+      return _SPECIAL_PIECES[token_id]
+    return self.words[token_id - _FIRST_ID]
+
+
+def load_or_build_words(path: str, texts_fn: Callable[[], Iterable[str]]
+                        ) -> WordTokenizer:
+  """The word tokenizer saved at `path`, built and saved if there is none."""
+  if os.path.exists(path):
+    logging.info('Reusing the word vocabulary %s.', path)
+    return WordTokenizer(path)
+  tokenizer = WordTokenizer.build(texts_fn())
+  tokenizer.save(path)
+  logging.info('Built a vocabulary of %d words into %s.', len(tokenizer.words),
+               path)
   return tokenizer

@@ -52,7 +52,7 @@ def default_config() -> ml_collections.ConfigDict:
       # text (of the characters for one document, else of the documents).
       path='', per='file', eval_path='', train_fraction=0.9,
       tfds_name='lm1b', tfds_data_dir='', max_examples_per_split=0,
-      tokenizer='sentencepiece',  # 'byte' | 'char' | 'sentencepiece'
+      tokenizer='sentencepiece',  # 'byte' | 'char' | 'word' | 'sentencepiece'
       tokenizer_model_type='unigram',  # SentencePiece: 'unigram' | 'word'
       vocab_size=8_000,  # SentencePiece only
       max_length=256,  # context length
@@ -119,6 +119,8 @@ def _token_lengths(tokenizer) -> np.ndarray:
       if isinstance(tokenizer, tokenizers.SentencePieceTokenizer):
         piece = piece.replace('\u2581', ' ')
         first = piece[1:] if piece.startswith(' ') else piece
+      elif isinstance(tokenizer, tokenizers.WordTokenizer):
+        piece = ' ' + piece  # the space before every word but the first
       lengths[:, i] = (len(piece.encode('utf-8')), len(piece),
                        len(first.encode('utf-8')), len(first))
   return lengths
@@ -143,11 +145,12 @@ class LanguageModelingTask:
     data = self.config.data
     if data.tokenizer == 'byte':
       return tokenizers.ByteTokenizer()
-    if data.tokenizer not in ('char', 'sentencepiece'):
+    files = {'char': 'chars.json', 'word': 'words.json',
+             'sentencepiece': 'spm.model'}
+    if data.tokenizer not in files:
       raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
-                       f"'byte', 'char' or 'sentencepiece'.")
-    name = 'chars.json' if data.tokenizer == 'char' else 'spm.model'
-    path = os.path.join(self.workdir, 'vocab', name)
+                       f"'byte' or one of {sorted(files)}.")
+    path = os.path.join(self.workdir, 'vocab', files[data.tokenizer])
     if not os.path.exists(path) and checkpoints.exist(self.workdir):
       raise FileNotFoundError(
           f'{path} is missing but {self.workdir} has checkpoints: a new '
@@ -157,6 +160,8 @@ class LanguageModelingTask:
     if jax.process_index() == 0:
       if data.tokenizer == 'char':
         tokenizers.load_or_build_chars(path, texts)
+      elif data.tokenizer == 'word':
+        tokenizers.load_or_build_words(path, texts)
       else:
         tokenizers.load_or_train(path, texts, data.vocab_size,
                                  model_type=data.tokenizer_model_type)
@@ -164,6 +169,8 @@ class LanguageModelingTask:
       multihost_utils.sync_global_devices('vocabulary written')
     if data.tokenizer == 'char':
       return tokenizers.CharTokenizer(path)
+    if data.tokenizer == 'word':
+      return tokenizers.WordTokenizer(path)
     return tokenizers.SentencePieceTokenizer(path)
 
   @functools.cache
