@@ -1,0 +1,139 @@
+"""Encoder-only Transformer (BERT): masked language model and classifier.
+
+Token + learned position + token-type embeddings, LayerNorm and dropout,
+post-LN encoder blocks (`layers.EncoderStack`), a pooler (tanh dense on the
+first token, [CLS]), and two heads: the masked-language-model head (dense,
+GELU, LayerNorm, then the tied embedding plus a bias) and a sequence
+classifier on the pooled output.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer import layers
+
+Array = jax.Array
+
+# Named sizes. bert-base/-large are Devlin et al. 2019 at the 30,522-token
+# uncased WordPiece vocabulary; with the pooler the reference implementation
+# counts 109,482,240 and 335,141,888 parameters (published as 110M/340M).
+BERT = dict(vocab_size=30_522, max_length=512, activation='gelu',
+            norm_position='post', layer_norm_epsilon=1e-12, dropout_rate=0.1)
+SIZES = {
+    'tiny': dict(num_layers=2, d_model=32, num_heads=4),
+    'bert-base': dict(BERT, num_layers=12, d_model=768, num_heads=12),
+    'bert-large': dict(BERT, num_layers=24, d_model=1024, num_heads=16),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Config(layers.TransformerConfig):
+  vocab_size: int = 30_522
+  max_length: int = 512
+  type_vocab_size: int = 2
+  num_classes: int = 2  # of the classification head
+  activation: str = 'gelu'
+  norm_position: str = 'post'
+
+
+def config_for(size: str, **overrides) -> Config:
+  if size not in SIZES:
+    raise ValueError(f'Unknown encoder size {size!r}; choose one of '
+                     f'{tuple(SIZES)}.')
+  return Config(**{**SIZES[size], **overrides})
+
+
+class Bert(nn.Module):
+  """BERT: `encode` gives token states and the pooled [CLS] vector;
+  `mlm_logits` and `classify` are the two heads."""
+  config: Config
+
+  def setup(self):
+    c = self.config
+    init = nn.initializers.normal(stddev=0.02)
+    self.embed = layers.TokenEmbedding(
+        c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
+        embedding_init=init, dtype=c.dtype, param_dtype=c.param_dtype)
+    self.positions = layers.PositionalEncoding(c.max_length, 'learned',
+                                               param_dtype=c.param_dtype)
+    self.token_types = nn.Embed(
+        c.type_vocab_size, c.d_model, dtype=c.dtype,
+        param_dtype=c.param_dtype,
+        embedding_init=nn.with_logical_partitioning(init, (None, 'embed')))
+    self.embedding_norm = layers.layer_norm(c)
+    self.dropout = nn.Dropout(c.dropout_rate)
+    self.blocks = layers.EncoderStack(c)
+    self.pooler = nn.Dense(c.d_model, dtype=c.dtype,
+                           param_dtype=c.param_dtype)
+
+  def encode(self, tokens: Array, *, token_types: Array | None = None,
+             deterministic: bool) -> tuple[Array, Array]:
+    """tokens [B, T] (0 = padding) -> states [B, T, D], pooled [B, D]."""
+    types = jnp.zeros_like(tokens) if token_types is None else token_types
+    x = self.positions(self.embed(tokens)) + self.token_types(types)
+    x = self.dropout(self.embedding_norm(x), deterministic=deterministic)
+    mask = (tokens > 0)[:, None, None, :]
+    states = self.blocks(x, mask=mask, deterministic=deterministic)
+    return states, jnp.tanh(self.pooler(states[:, 0]))
+
+  @nn.compact
+  def mlm_logits(self, tokens: Array, *, token_types: Array | None = None,
+                 deterministic: bool) -> Array:
+    """[B, T, V] float32 logits of the original token at every position."""
+    c = self.config
+    states, _ = self.encode(tokens, token_types=token_types,
+                            deterministic=deterministic)
+    h = nn.gelu(nn.Dense(c.d_model, dtype=c.dtype, param_dtype=c.param_dtype,
+                         name='mlm_transform')(states))
+    h = layers.layer_norm(c, name='mlm_norm')(h)
+    bias = self.param('mlm_bias', nn.initializers.zeros, (c.vocab_size,),
+                      c.param_dtype)
+    return (self.embed.attend(h) + bias).astype(jnp.float32)
+
+  @nn.compact
+  def classify(self, tokens: Array, *, token_types: Array | None = None,
+               deterministic: bool) -> Array:
+    """[B, num_classes] float32 logits from the pooled [CLS] vector; the
+    classifier starts at zero so fine-tuning starts from the prior."""
+    _, pooled = self.encode(tokens, token_types=token_types,
+                            deterministic=deterministic)
+    pooled = self.dropout(pooled, deterministic=deterministic)
+    return nn.Dense(self.config.num_classes, kernel_init=nn.initializers.zeros,
+                    dtype=self.config.dtype, param_dtype=self.config.param_dtype,
+                    name='classifier')(pooled).astype(jnp.float32)
+
+
+def param_count(config: Config, method: str = 'encode') -> int:
+  """Parameters used by `method` ('encode': the reference count with the
+  pooler; 'mlm_logits'; 'classify'), from shapes alone."""
+  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+  shapes = jax.eval_shape(lambda t: Bert(config).init(
+      jax.random.key(0), t, deterministic=True, method=method), tokens)
+  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+
+
+def mask_tokens(tokens: np.ndarray, rng: np.random.Generator, *,
+                vocab_size: int, mask_id: int, first_id: int = 3,
+                rate: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
+  """BERT's masking: choose `rate` of the real tokens; of those, 80% become
+  [MASK], 10% a random token, 10% stay. Returns (inputs, targets) with
+  targets 0 where nothing is predicted.
+
+  Args:
+    tokens: [B, T] ids, 0 = padding; ids below `first_id` are special and
+      never chosen.
+  """
+  candidates = tokens >= first_id
+  chosen = candidates & (rng.random(tokens.shape) < rate)
+  roll = rng.random(tokens.shape)
+  inputs = np.where(chosen & (roll < 0.8), mask_id, tokens)
+  random_tokens = rng.integers(first_id, vocab_size, tokens.shape)
+  inputs = np.where(chosen & (roll >= 0.8) & (roll < 0.9), random_tokens,
+                    inputs)
+  return inputs.astype(np.int32), np.where(chosen, tokens, 0).astype(np.int32)
