@@ -9,15 +9,6 @@ import pytest
 from transformer.models import encoder_decoder as ed
 
 
-def count_params(config: ed.Config) -> int:
-  """Parameter count from shapes alone: nothing is allocated."""
-  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-  shapes = jax.eval_shape(
-      lambda x: ed.Transformer(config).init(jax.random.key(0), x, x,
-                                            deterministic=True), tokens)
-  return sum(np.prod(x.shape) for x in jax.tree.leaves(nn.unbox(shapes)))
-
-
 def closed_form(config: ed.Config) -> int:
   """The architecture's count: shared embedding, post-LN layers with biases."""
   d, f, v = config.d_model, config.mlp_dim, config.vocab_size
@@ -41,7 +32,7 @@ def closed_form(config: ed.Config) -> int:
 def test_paper_sizes_match_the_closed_form(size, expected, paper):
   # Table 3's counts assume the paper's 37,000-token shared vocabulary.
   config = ed.config_for(size, vocab_size=37_000)
-  assert count_params(config) == closed_form(config) == expected
+  assert ed.param_count(config) == closed_form(config) == expected
   assert abs(expected - paper) / paper < 0.03
 
 
@@ -49,7 +40,7 @@ def test_options_change_the_count_as_the_formula_says():
   base = ed.config_for('tiny', vocab_size=100, max_length=16)
   for config in (base, base.replace(positional_encoding='learned'),
                  base.replace(tie_embeddings=False)):
-    assert count_params(config) == closed_form(config)
+    assert ed.param_count(config) == closed_form(config)
   assert ed.config_for('base').dropout_rate == 0.1
   assert ed.config_for('big').dropout_rate == 0.3
   assert (ed.config_for('big').d_model, ed.config_for('big').num_heads) == (

@@ -34,6 +34,15 @@ SIZES = {
     'gpt2-medium': dict(GPT2, num_layers=24, d_model=1024, num_heads=16),
     'gpt2-large': dict(GPT2, num_layers=36, d_model=1280, num_heads=20),
     'gpt2-xl': dict(GPT2, num_layers=48, d_model=1600, num_heads=25),
+    # Larger published decoders, in this architecture (their own position
+    # schemes and norms aside), for the model-size table.
+    'megatron-8.3b': dict(GPT2, vocab_size=51_200, num_layers=72,
+                          d_model=3072, num_heads=32),
+    'turing-nlg': dict(GPT2, num_layers=78, d_model=4256, num_heads=28),
+    'gpt3': dict(GPT2, max_length=2_048, num_layers=96, d_model=12_288,
+                 num_heads=96),
+    'gopher': dict(GPT2, vocab_size=32_000, max_length=2_048, num_layers=80,
+                   d_model=16_384, num_heads=128),
 }
 
 

@@ -29,6 +29,11 @@ SIZES = {
     'tiny': dict(num_layers=2, d_model=32, num_heads=4),
     'bert-base': dict(BERT, num_layers=12, d_model=768, num_heads=12),
     'bert-large': dict(BERT, num_layers=24, d_model=1024, num_heads=16),
+    # RoBERTa-large: BERT-large with a 50,265-token BPE vocabulary, 514
+    # positions and one token type.
+    'roberta-large': dict(BERT, vocab_size=50_265, max_length=514,
+                          type_vocab_size=1, num_layers=24, d_model=1024,
+                          num_heads=16, layer_norm_epsilon=1e-5),
 }
 
 
