@@ -16,11 +16,11 @@ def test_bert_parameter_counts_equal_the_reference(size, expected):
 
 
 def test_mlm_masking_proportions():
-  rng = np.random.default_rng(0)
-  tokens = rng.integers(3, 1000, (400, 500))
+  tokens = np.random.default_rng(0).integers(3, 1000, (400, 500))
   tokens[:, 450:] = 0  # padding is never chosen
-  inputs, targets = encoder.mask_tokens(tokens, rng, vocab_size=1000,
-                                        mask_id=2)
+  inputs, targets = jax.jit(lambda t, k: encoder.mask_tokens(
+      t, k, vocab_size=1000, mask_id=2))(tokens, jax.random.key(0))
+  inputs, targets = np.asarray(inputs), np.asarray(targets)
   chosen = targets > 0
   assert not chosen[:, 450:].any()
   assert chosen[:, :450].mean() == pytest.approx(0.15, abs=0.003)

@@ -14,7 +14,6 @@ import dataclasses
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from transformer import layers
 
@@ -123,22 +122,26 @@ def param_count(config: Config, method: str = 'encode') -> int:
   return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
 
 
-def mask_tokens(tokens: np.ndarray, rng: np.random.Generator, *,
-                vocab_size: int, mask_id: int, first_id: int = 3,
-                rate: float = 0.15) -> tuple[np.ndarray, np.ndarray]:
+def mask_tokens(tokens: Array, key: Array, *, vocab_size: int, mask_id: int,
+                first_id: int = 3, rate: float = 0.15) -> tuple[Array, Array]:
   """BERT's masking: choose `rate` of the real tokens; of those, 80% become
-  [MASK], 10% a random token, 10% stay. Returns (inputs, targets) with
-  targets 0 where nothing is predicted.
+  [MASK], 10% a random token, 10% stay. Jittable; the caller's key makes it
+  reproducible per step.
 
   Args:
     tokens: [B, T] ids, 0 = padding; ids below `first_id` are special and
       never chosen.
+
+  Returns:
+    (inputs, targets) [B, T] int32, targets 0 where nothing is predicted.
   """
-  candidates = tokens >= first_id
-  chosen = candidates & (rng.random(tokens.shape) < rate)
-  roll = rng.random(tokens.shape)
-  inputs = np.where(chosen & (roll < 0.8), mask_id, tokens)
-  random_tokens = rng.integers(first_id, vocab_size, tokens.shape)
-  inputs = np.where(chosen & (roll >= 0.8) & (roll < 0.9), random_tokens,
-                    inputs)
-  return inputs.astype(np.int32), np.where(chosen, tokens, 0).astype(np.int32)
+  choose, roll, replace = jax.random.split(key, 3)
+  chosen = (tokens >= first_id) & jax.random.bernoulli(choose, rate,
+                                                        tokens.shape)
+  u = jax.random.uniform(roll, tokens.shape)
+  random_tokens = jax.random.randint(replace, tokens.shape, first_id,
+                                     vocab_size)
+  inputs = jnp.where(chosen & (u < 0.8), mask_id, tokens)
+  inputs = jnp.where(chosen & (u >= 0.8) & (u < 0.9), random_tokens, inputs)
+  return inputs.astype(jnp.int32), jnp.where(chosen, tokens, 0).astype(
+      jnp.int32)

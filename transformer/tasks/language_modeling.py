@@ -136,7 +136,10 @@ class LanguageModelingTask:
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     self.tokenizer = self._tokenizer()
-    self.model_config = model_config(config, self.tokenizer.vocab_size)
+    self._build_models()
+
+  def _build_models(self) -> None:
+    self.model_config = model_config(self.config, self.tokenizer.vocab_size)
     self.model = decoder.build(self.model_config)
     self.decoder = decoder.build(self.model_config, decode=True)
     self.token_lengths = _token_lengths(self.tokenizer)

@@ -1,0 +1,108 @@
+"""Masked language modelling (BERT pretraining) on the language-model corpora.
+
+The documents and tokenizers are those of `language_modeling`; each row is
+one chunk of a document, [EOS, t_1, ...] with EOS in the place of [CLS], and
+one id past the tokenizer's vocabulary is [MASK]. Masks are drawn on the
+device from the step's key (80% [MASK], 10% random, 10% unchanged), so a
+resumed run masks exactly as an uninterrupted one; evaluation uses one fixed
+masking. The metric is MLM accuracy on the masked positions.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_dict
+import numpy as np
+
+from transformer.data import batching
+from transformer.models import encoder
+from transformer.tasks import language_modeling
+
+MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
+                    dropout_rate=float, attention_implementation=str)
+
+
+def default_config() -> ml_collections.ConfigDict:
+  config = language_modeling.default_config()
+  config.task = 'masked_language_modeling'
+  config.data.update(dict(max_length=128, mask_rate=0.15))
+  config.model = ml_collections.ConfigDict(dict(
+      size='tiny', dtype='float32',
+      **{field: config_dict.placeholder(kind)
+         for field, kind in MODEL_FIELDS.items()}))
+  return config
+
+
+class MaskedLanguageModelingTask(language_modeling.LanguageModelingTask):
+  """The `transformer.tasks.Task` for BERT pretraining."""
+
+  def _build_models(self) -> None:
+    overrides = {k: self.config.model[k] for k in MODEL_FIELDS
+                 if self.config.model.get(k) is not None}
+    self.mask_id = self.tokenizer.vocab_size
+    self.model_config = encoder.config_for(
+        self.config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
+        max_length=self.config.data.max_length,
+        dtype=jnp.dtype(self.config.model.dtype), **overrides)
+    self.model = encoder.Bert(self.model_config)
+
+  def rows(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One document chunk per row (its tokens as inputs and targets)."""
+    return [(inputs, inputs) for inputs, _ in self.examples(split)]
+
+  def init(self, rng: jax.Array) -> Any:
+    return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),
+                           deterministic=True, method='mlm_logits')['params']
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    batches = batching.BucketedTrainBatches(
+        self.rows(data.train_split), max_length=data.max_length,
+        tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+        start_step=start_step, row_multiple=self.batch_divisor)
+    self.rows(data.eval_split)  # a wrong split fails now, not later
+    print(f'Training data: {batches.examples_per_epoch:,} sequences, '
+          f'{batches.batches_per_epoch:,} batches per epoch, padding '
+          f'{batches.padding_fraction:.1%}.', flush=True)
+    return iter(batches)
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    for batch in batching.padded_batches(
+        self.rows(self.config.data.eval_split),
+        batch_size=self.config.data.eval_rows,
+        row_multiple=self.batch_divisor, max_width=self.config.data.max_length):
+      yield {'inputs': batch['inputs']}
+
+  def loss(self, params: Any, batch: dict[str, jax.Array],
+           rng: jax.Array | None, *, deterministic: bool):
+    if rng is None:  # evaluation: the same masks every time
+      mask_key, dropout_key = jax.random.key(self.config.seed), None
+    else:
+      mask_key, dropout_key = jax.random.split(rng)
+    inputs, targets = encoder.mask_tokens(
+        batch['inputs'], mask_key, vocab_size=self.tokenizer.vocab_size,
+        mask_id=self.mask_id, rate=self.config.data.mask_rate)
+    logits = self.model.apply(
+        {'params': params}, inputs, deterministic=deterministic,
+        method='mlm_logits',
+        rngs=None if dropout_key is None else {'dropout': dropout_key})
+    weights = (targets > 0).astype(jnp.float32)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None],
+                               -1)[..., 0]
+    count = weights.sum()
+    sums = {'loss': ((nll * weights).sum(), count),
+            'nll': ((nll * weights).sum(), count),
+            'mlm_accuracy': (((logits.argmax(-1) == targets) * weights).sum(),
+                             count)}
+    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    del params, label  # MLM accuracy comes from the evaluation batches
+    return {}
+
+
+TASK = MaskedLanguageModelingTask
