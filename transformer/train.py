@@ -38,7 +38,8 @@ def default_config() -> ml_collections.ConfigDict:
   config.task = ''
   config.train = ml_collections.ConfigDict(dict(
       num_steps=100_000, log_every=100, eval_every=5_000,
-      checkpoint_every=1_000, keep_checkpoints=20, label_smoothing=0.1))
+      checkpoint_every=1_000, keep_checkpoints=20, label_smoothing=0.1,
+      init_from=''))  # a workdir whose parameters start a new run
   # Vaswani et al. 5.3: Adam(0.9, 0.98, 1e-9), D^-0.5 * rsqrt schedule.
   config.optimizer = ml_collections.ConfigDict(dict(
       schedule='rsqrt', learning_rate=512**-0.5, warmup_steps=4_000, b1=0.9,
@@ -268,6 +269,35 @@ class Trainer:
     return params, step
 
 
+def warm_start(params: Any, source: str) -> Any:
+  """`params` with every array that `source`'s latest checkpoint has at the
+  same path and shape (e.g. a pretrained encoder under a new head)."""
+  source_trainer = Trainer(load_config(source), source)
+  loaded, step = source_trainer.restore_params()
+  flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
+  copied, new, mismatched = [], [], []
+
+  def pick(path, value):
+    name = jax.tree_util.keystr(path)
+    if path not in flat_loaded:
+      new.append(name)
+      return value
+    if flat_loaded[path].shape != value.shape:
+      mismatched.append(f'{name} {flat_loaded[path].shape} != {value.shape}')
+      return value
+    copied.append(name)
+    return jax.device_put(flat_loaded[path].astype(value.dtype),
+                          value.sharding)
+
+  params = jax.tree_util.tree_map_with_path(pick, params)
+  if mismatched:
+    raise ValueError(f'{source} (step {step}) has parameters of other shapes '
+                     f'(different vocabulary or sizes?): {mismatched}')
+  print(f'Initialised {len(copied)} parameter arrays from {source} (step '
+        f'{step}); newly initialised: {new or "none"}', flush=True)
+  return params
+
+
 class _TrainLog:
   """Periodic train metrics: console, TensorBoard, and progress.json.
 
@@ -348,6 +378,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     logging.info('Resumed from %s at step %d.', mngr.directory, start)
   else:
     state = trainer.initialise()
+    if train_cfg.init_from:
+      state = state.replace(params=warm_start(state.params,
+                                              train_cfg.init_from))
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'Model: {num_params:,} parameters; mesh {dict(trainer.mesh.shape)}; '
         f'workdir {workdir}', flush=True)

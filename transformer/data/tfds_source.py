@@ -129,6 +129,34 @@ def load_translation(name: str, split: str, source_lang: str,
                                    max_examples)]
 
 
+def load_features(name: str, split: str, data_dir: str | None,
+                  features: tuple[str, ...], *,
+                  max_examples: int | None = None) -> list[tuple]:
+  """Returns tuples of the named features of a prepared TFDS split, as
+  Python values (text decoded to str, scalars to int or float), e.g.
+  ('sentence', 'label') of glue/sst2.
+
+  Args and errors as `load_text`.
+  """
+  _check_max_examples(max_examples)
+  tfds = _import_tfds()
+  builder = _builder(tfds, name, data_dir, example='lm1b')
+  available = list(builder.info.features.keys())
+  missing = [f for f in features if f not in available]
+  if missing:
+    raise ValueError(f'{name} has no feature {missing[0]!r}; it has '
+                     f'{available}. Pass some of them as `features`.')
+
+  def python(value):
+    if isinstance(value, bytes):
+      return value.decode('utf-8')
+    return value.item() if hasattr(value, 'item') else value
+
+  return [tuple(python(example[f]) for f in features)
+          for example in _examples(tfds, builder, name, split, data_dir,
+                                   max_examples)]
+
+
 def load_text(name: str, split: str, data_dir: str | None, *,
               feature: str = 'text',
               max_examples: int | None = None) -> list[str]:
@@ -146,13 +174,5 @@ def load_text(name: str, split: str, data_dir: str | None, *,
     DatasetNotFoundError: `name` is unknown, or not prepared in `data_dir`.
     ValueError: `feature` is not in the dataset, or `max_examples` < 0.
   """
-  _check_max_examples(max_examples)
-  tfds = _import_tfds()
-  builder = _builder(tfds, name, data_dir, example='lm1b')
-  features = list(builder.info.features.keys())
-  if feature not in features:
-    raise ValueError(f'{name} has no feature {feature!r}; it has {features}. '
-                     'Pass one of them as `feature`.')
-  return [example[feature].decode('utf-8')
-          for example in _examples(tfds, builder, name, split, data_dir,
-                                   max_examples)]
+  return [text for text, in load_features(name, split, data_dir, (feature,),
+                                           max_examples=max_examples)]

@@ -1,0 +1,199 @@
+"""Sentence classification with the BERT encoder (e.g. SST-2 sentiment).
+
+Sources: TFDS `glue/sst2`, local TSV files (`{split}.tsv`, lines of
+`text<TAB>label`), or an offline sentiment set generated from the grammar
+(the label says whether the sentence's adjectives are mostly pleasant).
+Usually fine-tuned from a masked-language-model workdir
+(`config.train.init_from`), whose vocabulary it then reuses.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import random
+import shutil
+from typing import Any, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_dict
+import numpy as np
+
+from transformer import train
+from transformer.data import batching
+from transformer.data import offline_mt
+from transformer.data import tokenizers
+from transformer.models import encoder
+
+MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
+                    dropout_rate=float, attention_implementation=str)
+# Adjectives of the offline grammar with a polarity; the rest are neutral.
+PLEASANT = frozenset('beautiful happy rich famous clean sweet bright brave '
+                     'clever funny strong'.split())
+UNPLEASANT = frozenset('ugly sad poor strange dirty angry weak tired hungry '
+                       'lazy empty'.split())
+
+
+def default_config() -> ml_collections.ConfigDict:
+  config = train.default_config()
+  config.task = 'text_classification'
+  config.train.label_smoothing = 0.0
+  config.data = ml_collections.ConfigDict(dict(
+      source='offline',  # 'offline' | 'tsv' | 'tfds'
+      train_split='train', eval_split='validation',
+      num_train=10_000, num_eval=500, seed=0,  # offline
+      path='',  # tsv: folder of {split}.tsv
+      tfds_name='glue/sst2', tfds_data_dir='', max_examples_per_split=0,
+      num_classes=2, vocab_size=1_000, max_length=64,
+      tokens_per_batch=4_096, eval_rows=64))
+  config.model = ml_collections.ConfigDict(dict(
+      size='tiny', dtype='float32',
+      **{field: config_dict.placeholder(kind)
+         for field, kind in MODEL_FIELDS.items()}))
+  return config
+
+
+def offline_sentiment(num_examples: int, seed: int,
+                      split: str) -> list[tuple[str, int]]:
+  """Generated sentences labelled 1 when they hold more pleasant than
+  unpleasant adjectives (ties and sentences without either are skipped):
+  the label depends on words anywhere in the sentence."""
+  rng = random.Random(f'sentiment:{split}:{seed}')
+  examples = []
+  while len(examples) < num_examples:
+    sentence = offline_mt.sample_sentence(rng).english()
+    words = sentence.split()
+    score = sum(w in PLEASANT for w in words) - sum(w in UNPLEASANT
+                                                    for w in words)
+    if score:
+      examples.append((sentence, int(score > 0)))
+  return examples
+
+
+def read_split(data: ml_collections.ConfigDict,
+               split: str) -> list[tuple[str, int]]:
+  """(text, label) pairs of one split."""
+  if data.source == 'offline':
+    return offline_sentiment(
+        data.num_train if split == data.train_split else data.num_eval,
+        data.seed, split)
+  if data.source == 'tsv':
+    path = os.path.join(data.path, f'{split}.tsv')
+    if not os.path.exists(path):
+      raise FileNotFoundError(
+          f'{path} not found: config.data.path must hold {split}.tsv with '
+          f'lines "text<TAB>label".')
+    with open(path, encoding='utf-8') as f:
+      rows = [line.rstrip('\n').rsplit('\t', 1) for line in f if line.strip()]
+    bad = [i for i, row in enumerate(rows) if len(row) != 2 or
+           not row[1].strip().isdigit()]
+    if bad:
+      raise ValueError(f'{path}: line {bad[0] + 1} is not "text<TAB>label" '
+                       f'with an integer label ({len(bad)} such lines).')
+    return [(text, int(label)) for text, label in rows]
+  if data.source == 'tfds':
+    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+    return [(text, int(label)) for text, label in tfds_source.load_features(
+        data.tfds_name, split, data.tfds_data_dir or None,
+        ('sentence', 'label'),
+        max_examples=data.max_examples_per_split or None)]
+  raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
+                   f"'tsv' or 'tfds'.")
+
+
+class TextClassificationTask:
+  """The `transformer.tasks.Task` for sentence classification."""
+
+  unit = 'sentences'
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    self.config, self.workdir = config, workdir
+    self.batch_divisor = batch_divisor
+    self.tokenizer = self._tokenizer()
+    overrides = {k: config.model[k] for k in MODEL_FIELDS
+                 if config.model.get(k) is not None}
+    self.model = encoder.Bert(encoder.config_for(
+        config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
+        num_classes=config.data.num_classes,
+        max_length=config.data.max_length,
+        dtype=jnp.dtype(config.model.dtype), **overrides))
+
+  def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
+    """The pretrained workdir's vocabulary when fine-tuning, else one
+    trained on this training text."""
+    path = os.path.join(self.workdir, 'vocab', 'spm.model')
+    source = self.config.train.init_from
+    if source and not os.path.exists(path) and jax.process_index() == 0:
+      os.makedirs(os.path.dirname(path), exist_ok=True)
+      shutil.copy(os.path.join(source, 'vocab', 'spm.model'), path)
+    return tokenizers.load_or_train(
+        path, lambda: [t for t, _ in self.pairs(self.config.data.train_split)],
+        self.config.data.vocab_size)
+
+  @functools.cache
+  def pairs(self, split: str) -> list[tuple[str, int]]:
+    pairs = read_split(self.config.data, split)
+    labels = {label for _, label in pairs}
+    if not labels <= set(range(self.config.data.num_classes)):
+      raise ValueError(f'Labels {sorted(labels)} of split {split!r} are '
+                       f'outside [0, config.data.num_classes='
+                       f'{self.config.data.num_classes}).')
+    return pairs
+
+  @functools.cache
+  def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Token rows ([EOS] in the place of [CLS]) and label + 1 as the target
+    (so that 0 stays padding)."""
+    limit = self.config.data.max_length - 1
+    pairs = self.pairs(split)
+    ids = self.tokenizer.encode_batch([t for t, _ in pairs], add_eos=False)
+    return [(np.asarray([tokenizers.EOS_ID] + i[:limit], np.int32),
+             np.asarray([label + 1], np.int32))
+            for i, (_, label) in zip(ids, pairs)]
+
+  def init(self, rng: jax.Array) -> Any:
+    return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),
+                           deterministic=True, method='classify')['params']
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    batches = batching.BucketedTrainBatches(
+        self.examples(data.train_split), max_length=data.max_length,
+        tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+        start_step=start_step, row_multiple=self.batch_divisor)
+    self.examples(data.eval_split)  # a wrong split fails now, not later
+    print(f'Training data: {batches.examples_per_epoch:,} sentences, '
+          f'{batches.batches_per_epoch:,} batches per epoch.', flush=True)
+    return iter(batches)
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    for batch in batching.padded_batches(
+        self.examples(self.config.data.eval_split),
+        batch_size=self.config.data.eval_rows,
+        row_multiple=self.batch_divisor, max_width=self.config.data.max_length):
+      yield {'inputs': batch['inputs'], 'targets': batch['targets']}
+
+  def loss(self, params: Any, batch: dict[str, jax.Array],
+           rng: jax.Array | None, *, deterministic: bool):
+    logits = self.model.apply(
+        {'params': params}, batch['inputs'], deterministic=deterministic,
+        method='classify', rngs=None if rng is None else {'dropout': rng})
+    labels = batch['targets'][:, 0] - 1  # -1 for filler rows
+    weights = (labels >= 0).astype(jnp.float32)
+    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits),
+                               jnp.maximum(labels, 0)[:, None], -1)[:, 0]
+    count = weights.sum()
+    sums = {'loss': ((nll * weights).sum(), count),
+            'accuracy': (((logits.argmax(-1) == labels) * weights).sum(),
+                         count)}
+    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    del params, label  # accuracy comes from the evaluation batches
+    return {}
+
+
+TASK = TextClassificationTask
