@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from absl import logging
 import jax
+import jax.numpy as jnp
 import numpy as np
 import sacrebleu
 
@@ -33,6 +34,19 @@ def normalize(sums: Sums) -> dict[str, float]:
   if 'nll' in result:
     result['perplexity'] = math.exp(min(result['nll'], 100.0))
   return result
+
+
+def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
+                           smoothing: float) -> tuple[jax.Array, jax.Array]:
+  """Per-token label-smoothed loss and plain negative log-likelihood.
+
+  The smoothed target puts 1 - smoothing on the label and smoothing / V on
+  every token; written without a one-hot so [B, T, V] is never built twice.
+  """
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+  uniform = -log_probs.mean(axis=-1)
+  return (1.0 - smoothing) * nll + smoothing * uniform, nll
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str],

@@ -25,6 +25,7 @@ import numpy as np
 
 from transformer import checkpoints
 from transformer import decoding
+from transformer import metrics
 from transformer import train
 from transformer.data import batching
 from transformer.data import text
@@ -126,6 +127,38 @@ def _token_lengths(tokenizer) -> np.ndarray:
   return lengths
 
 
+def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
+            rng: jax.Array | None, *, label_smoothing: float,
+            deterministic: bool, token_lengths: np.ndarray | None = None):
+  """Mean next-token loss and metric sums of packed rows ('inputs',
+  'targets', 'inputs_position', 'inputs_segmentation', all [B, L]); with
+  `token_lengths` (see `_token_lengths`) also bits per byte and character.
+  """
+  logits = model.apply(
+      {'params': params}, batch['inputs'], positions=batch['inputs_position'],
+      segmentation=batch['inputs_segmentation'], deterministic=deterministic,
+      rngs=None if rng is None else {'dropout': rng})
+  targets = batch['targets']
+  weights = (targets > 0).astype(jnp.float32)
+  loss, nll = metrics.smoothed_cross_entropy(logits, targets, label_smoothing)
+  count = weights.sum()
+  sums = {
+      'loss': ((loss * weights).sum(), count),
+      'nll': ((nll * weights).sum(), count),
+      'accuracy': (((logits.argmax(-1) == targets) * weights).sum(), count),
+  }
+  if token_lengths is not None:
+    bits = (nll * weights).sum() / math.log(2)
+    # A target whose input is EOS starts a document (the model's start
+    # symbol); inside documents EOS is only ever a target.
+    starts = (batch['inputs'] == tokenizers.EOS_ID).astype(jnp.int32)
+    lengths = jnp.asarray(token_lengths)
+    sums['bits_per_byte'] = (bits, lengths[2 * starts, targets].sum())
+    sums['bits_per_character'] = (bits,
+                                  lengths[2 * starts + 1, targets].sum())
+  return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+
+
 class LanguageModelingTask:
   """The `transformer.tasks.Task` for decoder-only language models."""
 
@@ -216,34 +249,10 @@ class LanguageModelingTask:
 
   def loss(self, params: Any, batch: dict[str, jax.Array],
            rng: jax.Array | None, *, deterministic: bool):
-    logits = self.model.apply(
-        {'params': params}, batch['inputs'],
-        positions=batch['inputs_position'],
-        segmentation=batch['inputs_segmentation'],
-        deterministic=deterministic,
-        rngs=None if rng is None else {'dropout': rng})
-    targets = batch['targets']
-    weights = (targets > 0).astype(jnp.float32)
-    log_probs = jax.nn.log_softmax(logits)
-    nll = -jnp.take_along_axis(log_probs, targets[..., None], -1)[..., 0]
-    smoothing = self.config.train.label_smoothing
-    loss = (1 - smoothing) * nll - smoothing * log_probs.mean(-1)
-    count = weights.sum()
-    bits = (nll * weights).sum() / math.log(2)
-    # A target whose input is EOS starts a document (the model's start
-    # symbol); inside documents EOS is only ever a target.
-    starts = (batch['inputs'] == tokenizers.EOS_ID).astype(jnp.int32)
-    lengths = jnp.asarray(self.token_lengths)
-    num_bytes = lengths[2 * starts, targets].sum()
-    num_chars = lengths[2 * starts + 1, targets].sum()
-    sums = {
-        'loss': ((loss * weights).sum(), count),
-        'nll': ((nll * weights).sum(), count),
-        'accuracy': (((logits.argmax(-1) == targets) * weights).sum(), count),
-        'bits_per_byte': (bits, num_bytes),
-        'bits_per_character': (bits, num_chars),
-    }
-    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+    return lm_loss(self.model, params, batch, rng,
+                   label_smoothing=self.config.train.label_smoothing,
+                   deterministic=deterministic,
+                   token_lengths=self.token_lengths)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     """Writes samples for the configured prompts (loss metrics come from

@@ -18,6 +18,7 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
+from transformer import metrics
 from transformer.data import batching
 from transformer.models import encoder
 from transformer.tasks import language_modeling
@@ -91,8 +92,7 @@ class MaskedLanguageModelingTask(language_modeling.LanguageModelingTask):
         method='mlm_logits',
         rngs=None if dropout_key is None else {'dropout': dropout_key})
     weights = (targets > 0).astype(jnp.float32)
-    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits), targets[..., None],
-                               -1)[..., 0]
+    _, nll = metrics.smoothed_cross_entropy(logits, targets, 0.0)
     count = weights.sum()
     sums = {'loss': ((nll * weights).sum(), count),
             'nll': ((nll * weights).sum(), count),

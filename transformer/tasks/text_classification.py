@@ -21,6 +21,7 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
+from transformer import metrics
 from transformer import train
 from transformer.data import batching
 from transformer.data import offline_mt
@@ -183,8 +184,8 @@ class TextClassificationTask:
         method='classify', rngs=None if rng is None else {'dropout': rng})
     labels = batch['targets'][:, 0] - 1  # -1 for filler rows
     weights = (labels >= 0).astype(jnp.float32)
-    nll = -jnp.take_along_axis(jax.nn.log_softmax(logits),
-                               jnp.maximum(labels, 0)[:, None], -1)[:, 0]
+    _, nll = metrics.smoothed_cross_entropy(logits, jnp.maximum(labels, 0),
+                                            0.0)
     count = weights.sum()
     sums = {'loss': ((nll * weights).sum(), count),
             'accuracy': (((logits.argmax(-1) == labels) * weights).sum(),

@@ -126,19 +126,6 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int):
       **overrides)
 
 
-def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
-                           smoothing: float) -> tuple[jax.Array, jax.Array]:
-  """Per-token label-smoothed loss and plain negative log-likelihood.
-
-  The smoothed target puts 1 - smoothing on the label and smoothing / V on
-  every token; written without a one-hot so [B, T, V] is never built twice.
-  """
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-  uniform = -log_probs.mean(axis=-1)
-  return (1.0 - smoothing) * nll + smoothing * uniform, nll
-
-
 def translation_loss(model: Any, params: Any,
                      batch: dict[str, jax.Array], rng: jax.Array | None, *,
                      label_smoothing: float, deterministic: bool):
@@ -157,7 +144,8 @@ def translation_loss(model: Any, params: Any,
       rngs=None if rng is None else {'dropout': rng})
   targets = batch['targets']
   weights = (targets > 0).astype(jnp.float32)
-  loss, nll = smoothed_cross_entropy(logits, targets, label_smoothing)
+  loss, nll = metrics.smoothed_cross_entropy(logits, targets,
+                                             label_smoothing)
   count = weights.sum()
   correct = (logits.argmax(-1) == targets) * weights
   sums = {'loss': ((loss * weights).sum(), count),
