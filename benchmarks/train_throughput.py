@@ -1,14 +1,16 @@
-"""Train-step throughput and model FLOP utilisation of the MT Transformer.
+"""Train-step throughput and model FLOP utilisation.
 
-    python benchmarks/train_throughput.py                 # base, CPU-sized
-    python benchmarks/train_throughput.py --rows=64 --length=256  # on a GPU
+    python benchmarks/train_throughput.py --sizes=mini,small,base,gpt2
+    python benchmarks/train_throughput.py --rows=64 --length=256 \
+        --sizes=base,big,gpt2,gpt2-medium,gpt2-large,gpt2-xl   # on a GPU
 
-Times the real jitted `train.train_step` (Adam, label smoothing, dropout) of
-`encoder_decoder` models on fully packed synthetic rows. Model FLOPs per
-step = 6 x parameters x tokens (each side's tokens pass through its half of
-the model; the tied embedding as the softmax layer) plus attention,
-12 x rows x L^2 x D per attention layer (QK^T and AV, forward and backward;
-encoder self, decoder self and cross). XLA's own count of the compiled step
+Times the real jitted `train.train_step` (Adam, dropout) on fully packed
+synthetic rows: translation models of `encoder_decoder` (label-smoothed
+loss) and GPT models of `decoder` (next-token loss), chosen by size name.
+Model FLOPs per step = 6 x parameters x tokens (for translation each side's
+tokens pass through its half of the model, the tied embedding acting as the
+softmax layer) plus attention, 12 x rows x L^2 x D per attention layer
+(QK^T and AV, forward and backward). XLA's own count of the compiled step
 is printed beside it. MFU is set against a square matmul timed in the same
 run at the same dtype.
 """
@@ -25,14 +27,17 @@ import ml_collections
 import numpy as np
 
 from transformer import train
+from transformer.models import decoder
 from transformer.models import encoder_decoder
+from transformer.tasks import language_modeling
 from transformer.tasks import translation
 
 _SIZES = flags.DEFINE_list('sizes', ['base'], 'Named model sizes.')
 _ROWS = flags.DEFINE_integer('rows', None, 'Rows per batch; default 4 on '
                              'CPU, 96 on GPU (~25k tokens per side at 256).')
 _LENGTH = flags.DEFINE_integer('length', 128, 'Row length L.')
-_VOCAB = flags.DEFINE_integer('vocab', 37_000, 'Shared vocabulary size.')
+_VOCAB = flags.DEFINE_integer('vocab', 37_000, 'Translation vocabulary size '
+                              '(GPT sizes keep their own).')
 _DTYPE = flags.DEFINE_string('dtype', None, 'Computation dtype; default '
                              'float32 on CPU, bfloat16 on GPU.')
 _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
@@ -55,14 +60,37 @@ def matmul_flops_per_second(dtype, steps: int) -> float:
   return 2 * n**3 / seconds
 
 
-def model_flops(params, config: encoder_decoder.Config, rows: int,
+def model_flops(params, attention_layers: int, d_model: int, rows: int,
                 length: int) -> float:
   count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
-  tokens = rows * length  # per side
-  dense = 6 * tokens * count(params)
-  attention_layers = 3 * config.num_layers  # enc self, dec self, cross
-  attention = 12 * rows * length**2 * config.d_model * attention_layers
-  return dense + attention
+  tokens = rows * length  # per side for translation
+  attention = 12 * rows * length**2 * d_model * attention_layers
+  return 6 * tokens * count(params) + attention
+
+
+def setup(size: str, rows: int, length: int, dtype):
+  """(model config, loss function, batch, attention layers) of a size."""
+  if size in decoder.SIZES:
+    config = decoder.config_for(size, max_length=max(
+        length, decoder.SIZES[size].get('max_length', 0)), dtype=dtype)
+    model = decoder.Decoder(config)
+    loss_fn = functools.partial(language_modeling.lm_loss, model,
+                                label_smoothing=0.0)
+    batch = synthetic_batch(rows, length, config.vocab_size)
+    batch = {k: batch[k] for k in ('inputs', 'targets',
+                                   'inputs_segmentation', 'inputs_position')}
+    init = lambda r: model.init(r, batch['inputs'][:1], deterministic=True)
+    return config, loss_fn, batch, init, config.num_layers
+  config = encoder_decoder.config_for(size, vocab_size=_VOCAB.value,
+                                      max_length=length, dtype=dtype)
+  model = encoder_decoder.Transformer(config)
+  loss_fn = functools.partial(translation.translation_loss, model,
+                              label_smoothing=0.1)
+  batch = synthetic_batch(rows, length, _VOCAB.value)
+  init = lambda r: model.init(r, batch['inputs'][:1], batch['targets'][:1],
+                              deterministic=True)
+  # Encoder self-, decoder self- and cross-attention in every layer.
+  return config, loss_fn, batch, init, 3 * config.num_layers
 
 
 def synthetic_batch(rows: int, length: int, vocab: int) -> dict:
@@ -86,7 +114,7 @@ def main(argv):
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}, '
         f'{dtype.name}, {rows} rows x {length} tokens per side; square '
         f'matmul {peak / 1e12:.3f} TFLOP/s')
-  header = (f'{"size":>6} {"params":>12} {"step ms":>9} {"tokens/s":>10} '
+  header = (f'{"size":>12} {"params":>14} {"step ms":>9} {"tokens/s":>10} '
             f'{"model TFLOP/s":>14} {"XLA TFLOP/s":>12} {"MFU":>6}')
   print(header)
   print('-' * len(header))
@@ -94,17 +122,12 @@ def main(argv):
   tx, _ = train.make_optimizer(ml_collections.ConfigDict(optimizer),
                                num_steps=100_000)
   for size in _SIZES.value:
-    config = encoder_decoder.config_for(size, vocab_size=_VOCAB.value,
-                                        max_length=length, dtype=dtype)
-    model = encoder_decoder.Transformer(config)
-    batch = synthetic_batch(rows, length, _VOCAB.value)
-    params = jax.jit(lambda r: nn.unbox(model.init(
-        r, batch['inputs'][:1], batch['targets'][:1],
-        deterministic=True)['params']))(jax.random.key(0))
+    config, loss_fn, batch, init, attention_layers = setup(size, rows, length,
+                                                           dtype)
+    params = jax.jit(lambda r: nn.unbox(init(r)['params']))(
+        jax.random.key(0))
     state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                              opt_state=tx.init(params))
-    loss_fn = functools.partial(translation.translation_loss, model,
-                                label_smoothing=0.1)
     step = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn,
                                      tx=tx, seed=0))
     compiled = step.lower(state, batch).compile()
@@ -112,8 +135,9 @@ def main(argv):
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
     seconds, _ = median_seconds(compiled, state, batch, steps=_STEPS.value)
-    flops = model_flops(params, config, rows, length)
-    print(f'{size:>6} {sum(x.size for x in jax.tree.leaves(params)):>12,} '
+    flops = model_flops(params, attention_layers, config.d_model, rows,
+                        length)
+    print(f'{size:>12} {sum(x.size for x in jax.tree.leaves(params)):>14,} '
           f'{seconds * 1e3:>9.1f} {rows * length / seconds:>10,.0f} '
           f'{flops / seconds / 1e12:>14.3f} '
           f'{xla_flops / seconds / 1e12:>12.3f} '

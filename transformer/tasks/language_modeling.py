@@ -159,6 +159,57 @@ def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
   return sums['loss'][0] / jnp.maximum(count, 1.0), sums
 
 
+def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
+                    pad: jax.Array, rng: jax.Array, temperature: float,
+                    top_p: float, *, max_new_tokens: int, top_k: int,
+                    greedy: bool, eos_id: int = tokenizers.EOS_ID
+                    ) -> tuple[jax.Array, jax.Array]:
+  """Prefills the KV cache with left-padded prompts, then samples.
+
+  Args:
+    model: the decode-mode model (`decoder.build(config, decode=True)`).
+    params: its parameters.
+    tokens: [B, P] prompts, right-aligned; row b's first pad[b] are padding.
+    pad: [B] int, the padding of each row.
+    rng, temperature, top_p, max_new_tokens, top_k, greedy, eos_id: see
+      `decoding.sample`.
+
+  Each row's positions start at its first real token and its padding is
+  masked out of every attention, so a row's continuation does not depend on
+  the other prompts of the batch.
+
+  Returns:
+    (tokens [B, max_new_tokens], lengths [B]) as `decoding.sample`.
+  """
+  batch, prompt_length = tokens.shape
+  capacity = prompt_length + max_new_tokens
+  _, cache = model.apply({'params': params},
+                         jnp.zeros((batch, capacity), jnp.int32),
+                         deterministic=True, mutable=['cache'])
+  key_mask = jnp.arange(capacity)[None, :] >= pad[:, None]
+  positions = jnp.maximum(jnp.arange(prompt_length)[None] - pad[:, None], 0)
+  logits, cache = model.apply(
+      {'params': params, **cache}, tokens, positions=positions,
+      key_mask=key_mask, deterministic=True, mutable=['cache'])
+  state = {'cache': cache['cache'], 'key_mask': key_mask,
+           'position': (prompt_length - pad)[:, None]}
+
+  def step_fn(new_tokens, state):
+    logits, cache = model.apply(
+        {'params': params, 'cache': state['cache']}, new_tokens,
+        positions=state['position'], key_mask=state['key_mask'],
+        deterministic=True, mutable=['cache'])
+    return logits[:, -1], {'cache': cache['cache'],
+                           'key_mask': state['key_mask'],
+                           'position': state['position'] + 1}
+
+  return decoding.sample(
+      step_fn, state, rng=rng, batch_size=batch,
+      max_new_tokens=max_new_tokens, eos_id=eos_id,
+      temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
+      first_logits=logits[:, -1])
+
+
 class LanguageModelingTask:
   """The `transformer.tasks.Task` for decoder-only language models."""
 
@@ -313,39 +364,9 @@ class LanguageModelingTask:
                      static_argnames=('max_new_tokens', 'top_k', 'greedy'))
   def _sample(self, params, tokens, pad, rng, temperature, top_p, *,
               max_new_tokens: int, top_k: int, greedy: bool):
-    """Prefills the KV cache with left-padded prompts [B, P], then samples.
-
-    Each row's positions start at its first real token and its padding is
-    masked out of every attention, so a row's continuation does not depend
-    on the other prompts of the batch.
-    """
-    batch, prompt_length = tokens.shape
-    capacity = prompt_length + max_new_tokens
-    _, cache = self.decoder.apply(
-        {'params': params}, jnp.zeros((batch, capacity), jnp.int32),
-        deterministic=True, mutable=['cache'])
-    key_mask = jnp.arange(capacity)[None, :] >= pad[:, None]
-    positions = jnp.maximum(jnp.arange(prompt_length)[None] - pad[:, None], 0)
-    logits, cache = self.decoder.apply(
-        {'params': params, **cache}, tokens, positions=positions,
-        key_mask=key_mask, deterministic=True, mutable=['cache'])
-    state = {'cache': cache['cache'], 'key_mask': key_mask,
-             'position': (prompt_length - pad)[:, None]}
-
-    def step_fn(new_tokens, state):
-      logits, cache = self.decoder.apply(
-          {'params': params, 'cache': state['cache']}, new_tokens,
-          positions=state['position'], key_mask=state['key_mask'],
-          deterministic=True, mutable=['cache'])
-      return logits[:, -1], {'cache': cache['cache'],
-                             'key_mask': state['key_mask'],
-                             'position': state['position'] + 1}
-
-    return decoding.sample(
-        step_fn, state, rng=rng, batch_size=batch,
-        max_new_tokens=max_new_tokens, eos_id=tokenizers.EOS_ID,
-        temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
-        first_logits=logits[:, -1])
+    return generate_tokens(self.decoder, params, tokens, pad, rng,
+                           temperature, top_p, max_new_tokens=max_new_tokens,
+                           top_k=top_k, greedy=greedy)
 
 
 TASK = LanguageModelingTask
