@@ -15,31 +15,15 @@ Measured on Multi30k de->en (2-core CPU, 1 h 6 min) with
 averaging the last 5 checkpoints.
 """
 
+from transformer import config_args
 from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
-REQUIRED = ('path', 'src', 'tgt')
-OPTIONAL = ('train', 'eval', 'size', 'runlocal')
-
-
-def parse(arg: str) -> dict[str, str]:
-  """'path=DIR,src=de,tgt=en,runlocal' -> dict (a bare key means 'true')."""
-  args = dict((item.split('=', 1) + ['true'])[:2]
-              for item in arg.split(',') if item)
-  unknown = sorted(set(args) - set(REQUIRED) - set(OPTIONAL))
-  if unknown:
-    raise ValueError(f'experiments/mt_local.py: unknown arguments {unknown}; '
-                     f'known: {REQUIRED + OPTIONAL}.')
-  missing = [key for key in REQUIRED if key not in args]
-  if missing:
-    raise ValueError(
-        f'experiments/mt_local.py needs {", ".join(missing)}: e.g. '
-        f'--config=experiments/mt_local.py:path=DIR,src=de,tgt=en')
-  return args
-
-
 def get_config(arg: str = ''):
-  args = parse(arg)
+  args = config_args.parse(arg, name='experiments/mt_local.py',
+                           known=('path', 'src', 'tgt', 'train', 'eval',
+                                  'size', 'runlocal'),
+                           required=('path', 'src', 'tgt'))
   config = translation.default_config()
   config.data.update(dict(
       source='local', path=args['path'], source_lang=args['src'],

@@ -2,10 +2,11 @@ r"""Word-level language model on the Penn Treebank (Mikolov's 10k version).
 
     python -m transformer.main --config=experiments/ptb.py --workdir=workdirs/ptb
 
-Documents are lines (one end-of-sentence token per line, the usual PTB
-count: 929,589 / 73,760 / 82,430 tokens); words come from the training
-text (9,999 words, the corpus's own `<unk>` among them, plus
-end-of-sentence: the usual 10,000). A small pre-LN GPT
+Each file is read as one stream, as in the literature: a line break is a
+word of its own that ends every sentence, so the vocabulary is the usual
+10,000 (9,999 words, the corpus's `<unk>` among them, and end-of-sentence)
+and the counts are the usual 929,589 / 73,760 / 82,430 tokens (plus one end
+of document). Sentences see the previous ones as context. A small pre-LN GPT
 (4 layers, D=256, 4 heads, context 128). Evaluation on ptb.valid during
 training; test perplexity by rerunning the finished workdir with
 `--config.data.eval_path=../shared/data/ptb/ptb.test.txt`. Arguments:
@@ -18,16 +19,17 @@ the README.
 
 import os
 
+from transformer import config_args
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
-  args = dict((item.split('=', 1) + ['true'])[:2]
-              for item in arg.split(',') if item)
+  args = config_args.parse(arg, name='experiments/ptb.py',
+                           known=('path', 'runlocal'))
   folder = args.get('path', '../shared/data/ptb')
   config = language_modeling.default_config()
   config.data.update(dict(
-      source='local', per='line', path=os.path.join(folder, 'ptb.train.txt'),
+      source='local', per='file', path=os.path.join(folder, 'ptb.train.txt'),
       eval_path=os.path.join(folder, 'ptb.valid.txt'), tokenizer='word',
       max_length=128, tokens_per_batch=8_192, eval_rows=64))
   config.model.update(dict(size='tiny', num_layers=4, d_model=256,

@@ -18,6 +18,7 @@ clipping at 1.0, the Transformer the rsqrt schedule. Measured results: see
 the README (section "RNN encoder-decoders and the Transformer").
 """
 
+from transformer import config_args
 from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
@@ -31,12 +32,14 @@ KEYS = ('model', 'path', 'src', 'tgt', 'eval', 'runlocal')
 
 
 def get_config(arg: str = 'model=rnn_attention'):
-  args = dict((item.split('=', 1) + ['true'])[:2]
-              for item in arg.split(',') if item)
-  unknown = sorted(set(args) - set(KEYS))
-  if unknown or args.get('model') not in MODELS:
-    raise ValueError(f'experiments/rnn_vs_transformer.py: give model= one of '
-                     f'{sorted(MODELS)} (got {arg!r}); known keys: {KEYS}.')
+  name = 'experiments/rnn_vs_transformer.py'
+  args = config_args.parse(arg, name=name, known=KEYS, required=('model',))
+  if args['model'] not in MODELS:
+    raise ValueError(f'{name}: model={args["model"]!r}; choose one of '
+                     f'{sorted(MODELS)}.')
+  if 'path' in args:
+    config_args.parse(arg, name=name, known=KEYS,
+                      required=('model', 'path', 'src', 'tgt'))
   family, fields = MODELS[args['model']]
   config = translation.default_config()
   config.data.update(dict(

@@ -17,12 +17,13 @@ Arguments: path=FILE (default ../shared/data/tinyshakespeare/input.txt),
 runlocal (seconds, for tests).
 """
 
+from transformer import config_args
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
-  args = dict((item.split('=', 1) + ['true'])[:2]
-              for item in arg.split(',') if item)
+  args = config_args.parse(arg, name='experiments/shakespeare_char.py',
+                           known=('path', 'runlocal'))
   config = language_modeling.default_config()
   config.data.update(dict(
       source='local', per='file', train_fraction=0.9,

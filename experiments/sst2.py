@@ -13,18 +13,19 @@ source=tfds the data is TFDS glue/sst2 (prepare it with `tfds build
 glue/sst2` first).
 """
 
+from transformer import config_args
 from transformer.tasks import text_classification
 
 
 def get_config(arg: str = ''):
-  args = dict((item.split('=', 1) + ['true'])[:2]
-              for item in arg.split(',') if item)
+  args = config_args.parse(arg, name='experiments/sst2.py',
+                           known=('init_from', 'source', 'path', 'runlocal'))
   config = text_classification.default_config()
   config.data.update(dict(source=args.get('source', 'offline'),
                           path=args.get('path', ''), max_length=64,
                           tokens_per_batch=4_096))
   config.train.init_from = args.get('init_from', '')
-  # Sizes of experiments/bert_mlm.py, so that its parameters fit.
+  # From scratch; with init_from the sizes are the pretrained workdir's.
   config.model.update(dict(size='tiny', num_layers=4, d_model=128,
                            num_heads=4, dropout_rate=0.1))
   config.optimizer.update(dict(schedule='cosine', learning_rate=1e-4,

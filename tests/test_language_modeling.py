@@ -84,6 +84,21 @@ def test_batched_prompts_of_any_length_equal_one_at_a_time(trained):
   assert alone[1] == tokenizer.decode(generated)
 
 
+def test_generation_continues_past_the_context(trained):
+  config, workdir, _ = trained
+  trainer = train.Trainer(config, workdir)
+  params, _ = trainer.restore_params()
+  context = trainer.task.model_config.max_length
+  with sharding.active(trainer.mesh, trainer.rules):
+    short = trainer.task.generate(params, ['The'], max_new_tokens=10,
+                                  greedy=True)[0]
+    long = trainer.task.generate(params, ['The'], max_new_tokens=3 * context,
+                                 greedy=True)[0]
+    with pytest.raises(ValueError, match='top_p'):
+      trainer.task.generate(params, ['The'], max_new_tokens=2, top_p=0.0)
+  assert long.startswith(short)
+
+
 def test_generate_command(trained, tmp_path):
   _, workdir, _ = trained
   out = subprocess.run(
@@ -112,10 +127,11 @@ def test_ptb_word_level_counts_tokens_as_the_literature(tmp_path):
   config = load_experiment('ptb', f'path={PTB},runlocal')
   trainer = train.Trainer(config, str(tmp_path))
   task = trainer.task
-  # 10,000 types in the literature's count: 9,999 words and end-of-sentence.
-  assert len(task.tokenizer.words) == 9_999
+  # The literature's 10,000 types: 9,999 words and end-of-sentence ('\n').
+  assert len(task.tokenizer.words) == 10_000 and '\n' in task.tokenizer.words
   for split, tokens in (('train', 929_589), ('validation', 73_760)):
-    assert sum(len(inputs) for inputs, _ in task.examples(split)) == tokens
+    # Every token is predicted once, plus the end of the document.
+    assert sum(len(inputs) for inputs, _ in task.examples(split)) == tokens + 1
   assert 'perplexity' in train.train_and_evaluate(config, str(tmp_path))
 
 
@@ -124,7 +140,23 @@ def test_word_tokenizer_round_trip_and_unknowns(tmp_path):
   tokenizer = tokenizers.WordTokenizer.build(['a b b c', 'c c c'])
   assert tokenizer.words == ['c', 'b', 'a']  # by frequency
   assert tokenizer.decode(tokenizer.encode('a  c b')) == 'a c b'
+  lines = tokenizers.WordTokenizer.build([' a b\n c a\n'])
+  assert lines.decode(lines.encode(' a b\n c a\n')) == 'a b\nc a\n'
   assert tokenizer.encode('a zebra', add_eos=False) == [5, 2]
   tokenizer.save(str(tmp_path / 'words.json'))
   assert tokenizers.WordTokenizer(str(tmp_path / 'words.json')).words == [
       'c', 'b', 'a']
+
+
+def test_token_lengths_count_raw_text():
+  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
+  from transformer.tasks import language_modeling  # pylint: disable=g-import-not-at-top
+  chars = tokenizers.CharTokenizer.build(['a\né'])
+  lengths = language_modeling._token_lengths(chars)  # pylint: disable=protected-access
+  for c, n_bytes in (('\n', 1), ('a', 1), ('é', 2)):
+    i = chars.encode(c, add_eos=False)[0]
+    assert tuple(lengths[:, i]) == (n_bytes, 1, n_bytes, 1)
+  byte = language_modeling._token_lengths(tokenizers.ByteTokenizer())  # pylint: disable=protected-access
+  first, continuation = 3 + 0xC3, 3 + 0xA9  # 'é' is C3 A9
+  assert tuple(byte[:, first]) == (1, 1, 1, 1)
+  assert tuple(byte[:, continuation]) == (1, 0, 1, 0)

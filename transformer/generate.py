@@ -47,16 +47,15 @@ def main(argv):
   if not prompts:
     raise app.UsageError('Give --prompt (repeatable) or --prompts_file; '
                          '--prompt="" generates from nothing.')
-  if _TEMPERATURE.value <= 0 and not _GREEDY.value:
-    raise app.UsageError('--temperature must be > 0; use --greedy for the '
-                         'most likely tokens.')
   config = train.load_config(_WORKDIR.value)
   if config.task != 'language_modeling':
     raise app.UsageError(f'{_WORKDIR.value} trained a {config.task!r} task; '
                          f'generate needs a language model.')
   trainer = train.Trainer(config, _WORKDIR.value)
   params, step = trainer.restore_params(_AVERAGE.value)
-  stop = [s.encode().decode('unicode_escape') for s in _STOP.value]
+  # Backslash escapes ('\\n') become characters; other text stays as typed.
+  stop = [s.encode('latin-1', 'backslashreplace').decode('unicode_escape')
+          for s in _STOP.value]
   with sharding.active(trainer.mesh, trainer.rules):
     samples = trainer.task.generate(
         params, prompts, max_new_tokens=_MAX_NEW_TOKENS.value,

@@ -293,8 +293,13 @@ def warm_start(params: Any, source: str) -> Any:
   if mismatched:
     raise ValueError(f'{source} (step {step}) has parameters of other shapes '
                      f'(different vocabulary or sizes?): {mismatched}')
+  if not copied:
+    raise ValueError(f'{source} (step {step}) shares no parameter with this '
+                     f'model: it is not a checkpoint of the same architecture.')
+  unused = sorted(set(map(jax.tree_util.keystr, flat_loaded)) - set(copied))
   print(f'Initialised {len(copied)} parameter arrays from {source} (step '
-        f'{step}); newly initialised: {new or "none"}', flush=True)
+        f'{step}); newly initialised: {new or "none"}; not used: '
+        f'{unused or "none"}', flush=True)
   return params
 
 

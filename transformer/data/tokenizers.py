@@ -15,6 +15,7 @@ import io
 import itertools
 import json
 import os
+import re
 import tempfile
 
 from absl import logging
@@ -366,7 +367,9 @@ class WordTokenizer:
 
   Every word of the training text gets an id (index + 3 in order of
   decreasing frequency, ties alphabetical); other words map to the unknown
-  id 2. Decoding joins words with single spaces. Saved as JSON, e.g. in
+  id 2. A line break is a word of its own, so a corpus read as one stream
+  keeps its sentence ends (PTB's end-of-sentence tokens). Decoding joins
+  words with single spaces. Saved as JSON, e.g. in
   `<workdir>/vocab/words.json`.
   """
 
@@ -382,7 +385,7 @@ class WordTokenizer:
   def build(cls, texts: Iterable[str]) -> WordTokenizer:
     counts = collections.Counter()
     for text in texts:
-      counts.update(text.split())
+      counts.update(_words(text))
     if not counts:
       raise ValueError('No words to build the vocabulary from: the training '
                        'texts are empty.')
@@ -403,7 +406,7 @@ class WordTokenizer:
     return _FIRST_ID + len(self.words)
 
   def encode(self, text: str, add_eos: bool = True) -> list[int]:
-    ids = [self._ids.get(w, UNK_ID) for w in text.split()]
+    ids = [self._ids.get(w, UNK_ID) for w in _words(text)]
     return ids + [EOS_ID] if add_eos else ids
 
   def encode_batch(self, texts: Sequence[str],
@@ -411,9 +414,10 @@ class WordTokenizer:
     return [self.encode(text, add_eos) for text in texts]
 
   def decode(self, ids: Iterable[int]) -> str:
-    return ' '.join(_REPLACEMENT if i == UNK_ID
+    text = ' '.join(_REPLACEMENT if i == UNK_ID
                     else self.words[i - _FIRST_ID]
                     for i in _ids_before_eos(ids, self.vocab_size))
+    return text.replace(' \n ', '\n').replace(' \n', '\n')
 
   def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
     return [self.decode(ids) for ids in batch]
@@ -422,7 +426,12 @@ class WordTokenizer:
     token_id = int(token_id)
     if token_id in _SPECIAL_PIECES:
       return _SPECIAL_PIECES[token_id]
-    return self.words[token_id - _FIRST_ID]
+    return _readable(self.words[token_id - _FIRST_ID])
+
+
+def _words(text: str) -> list[str]:
+  """Whitespace-separated words, each line break a word of its own."""
+  return re.findall(r'\n|[^\s]+', text)
 
 
 def load_or_build_words(path: str, texts_fn: Callable[[], Iterable[str]]

@@ -115,13 +115,15 @@ def _token_lengths(tokenizer) -> np.ndarray:
       starts_char = float((i - 3) & 0xC0 != 0x80)  # not a continuation byte
       lengths[:, i] = 1.0, starts_char, 1.0, starts_char
     else:
-      piece = tokenizer.id_to_piece(i)
-      first = piece
       if isinstance(tokenizer, tokenizers.SentencePieceTokenizer):
-        piece = piece.replace('\u2581', ' ')
+        piece = tokenizer.id_to_piece(i).replace('\u2581', ' ')
         first = piece[1:] if piece.startswith(' ') else piece
-      elif isinstance(tokenizer, tokenizers.WordTokenizer):
-        piece = ' ' + piece  # the space before every word but the first
+      elif isinstance(tokenizer, tokenizers.CharTokenizer):
+        piece = first = tokenizer.characters[i - 3]
+      else:  # words: a space before every word but the first (approximate
+        # around line breaks, which carry no spaces)
+        first = tokenizer.words[i - 3]
+        piece = first if first == '\n' else ' ' + first
       lengths[:, i] = (len(piece.encode('utf-8')), len(piece),
                        len(first.encode('utf-8')), len(first))
   return lengths
@@ -330,35 +332,72 @@ class LanguageModelingTask:
                top_p: float = 1.0, greedy: bool = False, seed: int = 0,
                stop: Sequence[str] = ()) -> list[str]:
     """Continuations of `prompts` (batched, of any lengths), cut at the
-    first EOS or stop string."""
+    first EOS or stop string.
+
+    Longer than the context, generation continues from the last half
+    context of each row (as nanoGPT crops its input): the cache is refilled
+    with that window and sampling resumes.
+    """
+    if not greedy and temperature <= 0:
+      raise ValueError(f'temperature={temperature} must be > 0; use greedy '
+                       f'decoding for the most likely tokens.')
+    if top_k < 0 or not 0 < top_p <= 1:
+      raise ValueError(f'top_k={top_k} must be >= 0 and top_p={top_p} in '
+                       f'(0, 1].')
     context = self.model_config.max_length
-    ids = [[tokenizers.EOS_ID] + self.tokenizer.encode(p, add_eos=False)
-           for p in prompts]
-    longest = max(len(i) for i in ids)
-    if longest + max_new_tokens > context:
-      raise ValueError(
-          f'A prompt of {longest} tokens plus max_new_tokens={max_new_tokens} '
-          f'exceeds the model context of {context} tokens; shorten the '
-          f'prompt or generate fewer tokens.')
-    rows = len(ids) + (-len(ids) % self.batch_divisor)
-    tokens = np.zeros((rows, longest), np.int32)
-    pad = np.full(rows, longest - 1, np.int32)  # filler rows: EOS only
-    for row, prompt in enumerate(ids + [[tokenizers.EOS_ID]] *
-                                 (rows - len(ids))):
-      tokens[row, longest - len(prompt):] = prompt  # left-padded
-      pad[row] = longest - len(prompt)
-    output, _ = self._sample(params, tokens, pad, jax.random.key(seed),
-                             temperature, top_p, max_new_tokens=max_new_tokens,
-                             top_k=top_k, greedy=greedy)
-    output = multihost_utils.process_allgather(output, tiled=True)
+    prompt_ids = [self.tokenizer.encode(p, add_eos=False) for p in prompts]
+    sequences = [[tokenizers.EOS_ID] + ids for ids in prompt_ids]
+    new = [[] for _ in prompts]
+    finished = [False] * len(prompts)
+    remaining, round_ = max_new_tokens, 0
+    while remaining > 0 and not all(finished):
+      windows = [seq if len(seq) < context else seq[-(context // 2):]
+                 for seq in sequences]
+      count = min(remaining, context - max(map(len, windows)))
+      output = self._generate_round(params, windows, count, temperature,
+                                    top_k, top_p, greedy,
+                                    jax.random.fold_in(jax.random.key(seed),
+                                                       round_))
+      for row, tokens in enumerate(output):
+        if finished[row]:
+          continue
+        tokens = [int(t) for t in tokens]
+        if tokenizers.EOS_ID in tokens:
+          tokens = tokens[:tokens.index(tokenizers.EOS_ID)]
+          finished[row] = True
+        new[row] += tokens
+        sequences[row] += tokens
+      remaining -= count
+      round_ += 1
     texts = []
-    for row in output[:len(ids)]:
-      sample = self.tokenizer.decode(row)
+    for ids, generated in zip(prompt_ids, new):
+      # Decode with the prompt, so that the space (or SentencePiece word
+      # boundary) between prompt and continuation is kept.
+      prompt_text = self.tokenizer.decode(ids)
+      full = self.tokenizer.decode(ids + generated)
+      sample = (full[len(prompt_text):] if full.startswith(prompt_text)
+                else self.tokenizer.decode(generated))
       for s in stop:
         if s and s in sample:
           sample = sample[:sample.index(s)]
       texts.append(sample)
     return texts
+
+  def _generate_round(self, params, windows, count, temperature, top_k,
+                      top_p, greedy, rng) -> np.ndarray:
+    """[len(windows), count] tokens continuing left-padded windows."""
+    longest = max(len(w) for w in windows)
+    rows = len(windows) + (-len(windows) % self.batch_divisor)
+    tokens = np.zeros((rows, longest), np.int32)
+    pad = np.full(rows, longest - 1, np.int32)  # filler rows: EOS only
+    for row, window in enumerate(windows + [[tokenizers.EOS_ID]] *
+                                 (rows - len(windows))):
+      tokens[row, longest - len(window):] = window  # left-padded
+      pad[row] = longest - len(window)
+    output, _ = self._sample(params, tokens, pad, rng, temperature, top_p,
+                             max_new_tokens=count, top_k=top_k, greedy=greedy)
+    return multihost_utils.process_allgather(output, tiled=True)[
+        :len(windows)]
 
   @functools.partial(jax.jit, static_argnums=(0,),
                      static_argnames=('max_new_tokens', 'top_k', 'greedy'))

@@ -16,6 +16,7 @@ import shutil
 from typing import Any, Iterable, Iterator
 
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
@@ -85,9 +86,12 @@ def read_split(data: ml_collections.ConfigDict,
     if not os.path.exists(path):
       raise FileNotFoundError(
           f'{path} not found: config.data.path must hold {split}.tsv with '
-          f'lines "text<TAB>label".')
+          f'lines "text<TAB>label" (GLUE names its validation split dev: '
+          f'set config.data.eval_split=dev).')
     with open(path, encoding='utf-8') as f:
       rows = [line.rstrip('\n').rsplit('\t', 1) for line in f if line.strip()]
+    if rows and len(rows[0]) == 2 and not rows[0][1].strip().isdigit():
+      rows = rows[1:]  # a header such as GLUE's "sentence<TAB>label"
     bad = [i for i, row in enumerate(rows) if len(row) != 2 or
            not row[1].strip().isdigit()]
     if bad:
@@ -113,26 +117,49 @@ class TextClassificationTask:
                batch_divisor: int = 1):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
+    # Fine-tuning takes the model sizes, context and vocabulary of the
+    # pretrained workdir, so that every one of its parameters fits.
+    source = config.train.init_from
+    self.source_config = train.load_config(source) if source else None
+    if self.source_config and (self.source_config.task !=
+                               'masked_language_modeling'):
+      raise ValueError(f'config.train.init_from={source} trained a '
+                       f'{self.source_config.task!r} task; fine-tune from a '
+                       f'masked_language_modeling (experiments/bert_mlm.py) '
+                       f'workdir.')
+    model_cfg = (self.source_config or config).model
+    self.max_length = (self.source_config or config).data.max_length
     self.tokenizer = self._tokenizer()
-    overrides = {k: config.model[k] for k in MODEL_FIELDS
-                 if config.model.get(k) is not None}
+    overrides = {k: model_cfg[k] for k in MODEL_FIELDS
+                 if model_cfg.get(k) is not None}
+    if self.source_config:  # the task's own dropout applies
+      overrides['dropout_rate'] = config.model.dropout_rate
     self.model = encoder.Bert(encoder.config_for(
-        config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
-        num_classes=config.data.num_classes,
-        max_length=config.data.max_length,
+        model_cfg.size, vocab_size=self.tokenizer.vocab_size + 1,
+        num_classes=config.data.num_classes, max_length=self.max_length,
         dtype=jnp.dtype(config.model.dtype), **overrides))
 
   def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
-    """The pretrained workdir's vocabulary when fine-tuning, else one
-    trained on this training text."""
+    """The pretrained workdir's SentencePiece model when fine-tuning, else
+    one trained on this training text."""
     path = os.path.join(self.workdir, 'vocab', 'spm.model')
-    source = self.config.train.init_from
-    if source and not os.path.exists(path) and jax.process_index() == 0:
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      shutil.copy(os.path.join(source, 'vocab', 'spm.model'), path)
-    return tokenizers.load_or_train(
-        path, lambda: [t for t, _ in self.pairs(self.config.data.train_split)],
-        self.config.data.vocab_size)
+    if self.source_config:
+      if self.source_config.data.tokenizer != 'sentencepiece':
+        raise ValueError(
+            f'{self.config.train.init_from} uses a '
+            f'{self.source_config.data.tokenizer!r} tokenizer; text '
+            f'classification fine-tunes SentencePiece models.')
+      if not os.path.exists(path) and jax.process_index() == 0:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.copy(os.path.join(self.config.train.init_from, 'vocab',
+                                 'spm.model'), path)
+    elif jax.process_index() == 0:
+      tokenizers.load_or_train(
+          path, lambda: [t for t, _ in self.pairs(
+              self.config.data.train_split)], self.config.data.vocab_size)
+    if jax.process_count() > 1:
+      multihost_utils.sync_global_devices('vocabulary written')
+    return tokenizers.SentencePieceTokenizer(path)
 
   @functools.cache
   def pairs(self, split: str) -> list[tuple[str, int]]:
@@ -148,7 +175,7 @@ class TextClassificationTask:
   def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """Token rows ([EOS] in the place of [CLS]) and label + 1 as the target
     (so that 0 stays padding)."""
-    limit = self.config.data.max_length - 1
+    limit = self.max_length - 1
     pairs = self.pairs(split)
     ids = self.tokenizer.encode_batch([t for t, _ in pairs], add_eos=False)
     return [(np.asarray([tokenizers.EOS_ID] + i[:limit], np.int32),
@@ -162,7 +189,7 @@ class TextClassificationTask:
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
     batches = batching.BucketedTrainBatches(
-        self.examples(data.train_split), max_length=data.max_length,
+        self.examples(data.train_split), max_length=self.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
         start_step=start_step, row_multiple=self.batch_divisor)
     self.examples(data.eval_split)  # a wrong split fails now, not later
@@ -174,7 +201,7 @@ class TextClassificationTask:
     for batch in batching.padded_batches(
         self.examples(self.config.data.eval_split),
         batch_size=self.config.data.eval_rows,
-        row_multiple=self.batch_divisor, max_width=self.config.data.max_length):
+        row_multiple=self.batch_divisor, max_width=self.max_length):
       yield {'inputs': batch['inputs'], 'targets': batch['targets']}
 
   def loss(self, params: Any, batch: dict[str, jax.Array],
