@@ -199,7 +199,8 @@ class Seq2Seq(nn.Module):
                    split_rngs={'params': False, 'dropout': True},
                    variable_axes={'intermediates': 1}, in_axes=1, out_axes=1)
     _, (outputs, weights) = scan(self.step, carry, embedded)
-    self.sow('intermediates', 'cross_attention_weights', weights)
+    if self.config.attention != 'none':  # without attention there is none
+      self.sow('intermediates', 'cross_attention_weights', weights)
     return self.embed.attend(outputs).astype(jnp.float32)
 
   def decode_step(self, tokens: Array, state: dict[str, Any]):
@@ -234,6 +235,9 @@ def decoding_step(model: Seq2Seq, params: Any, tokens: Array,
 
 def attention_maps(intermediates: dict[str, Any]
                   ) -> dict[str, tuple[Array, list[str]]]:
-  """{'alignment': ([1, T, S], titles)}: a_{t,i} of example 0, for plots."""
+  """{'alignment': ([1, T, S], titles)}: a_{t,i} of example 0, for plots
+  (nothing for the variant without attention)."""
+  if 'cross_attention_weights' not in intermediates:
+    return {}
   weights = intermediates['cross_attention_weights'][0][0]  # [T, S]
   return {'alignment': (weights[None], ['alignment a_{t,i}'])}

@@ -352,7 +352,7 @@ class TranslationTask:
     maps = self.family.attention_maps(multihost_utils.process_allgather(
         state['intermediates'], tiled=True))
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
-    if jax.process_index() != 0:
+    if jax.process_index() != 0 or not maps:
       return []
     paths = [plots.plot_attention(np.asarray(weights), pieces(targets[0]),
                                   pieces(inputs[0]), f'{prefix}_{name}.png',
