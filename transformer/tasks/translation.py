@@ -350,7 +350,7 @@ class TranslationTask:
     _, state = self.model.apply({'params': params}, inputs, targets,
                                 deterministic=True, mutable=['intermediates'])
     maps = self.family.attention_maps(multihost_utils.process_allgather(
-        state['intermediates'], tiled=True))
+        state.get('intermediates', {}), tiled=True))
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
     if jax.process_index() != 0 or not maps:
       return []
