@@ -160,3 +160,19 @@ def test_token_lengths_count_raw_text():
   first, continuation = 3 + 0xC3, 3 + 0xA9  # 'é' is C3 A9
   assert tuple(byte[:, first]) == (1, 1, 1, 1)
   assert tuple(byte[:, continuation]) == (1, 0, 1, 0)
+
+
+def test_lm1b_experiment_with_mock_tfds(tmp_path, monkeypatch):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  from transformer.tasks import language_modeling  # pylint: disable=g-import-not-at-top
+  config = load_experiment('lm1b', 'runlocal')
+  # The real TFDS reading code under mock_data; training outside it, whose
+  # fake file system would also catch the checkpoint writes.
+  with tfds.testing.mock_data(num_examples=16):
+    splits = {split: language_modeling.read_documents(config.data, split)
+              for split in ('train', 'test')}
+  assert all(isinstance(d, str) for docs in splits.values() for d in docs)
+  monkeypatch.setattr(language_modeling, 'read_documents',
+                      lambda data, split: splits[split])
+  result = train.train_and_evaluate(config, str(tmp_path))
+  assert math.isfinite(result['loss'])
