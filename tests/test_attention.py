@@ -371,6 +371,19 @@ def test_kv_cache_decoding_equals_full_causal_pass(chunks, kv_heads):
   assert int(cache['cache']['cache_index']) == 7
 
 
+def test_kv_cache_with_rotary_positions_equals_full_pass():
+  x = normal(0, 2, 7, 16)
+  mha = attention.MultiHeadAttention(num_heads=4, num_kv_heads=2, rotary=True)
+  params = init_mha(mha, x)
+  full = mha.apply(params, x, causal=True, deterministic=True)
+  stepped, _ = decode_in_chunks(mha.clone(decode=True), params, x,
+                                [4, 1, 1, 1], causal=True)
+  np.testing.assert_allclose(stepped, full, rtol=1e-5, atol=1e-5)
+  plain = mha.clone(rotary=False).apply(params, x, causal=True,
+                                        deterministic=True)
+  assert np.abs(np.asarray(plain - full)).max() > 1e-3
+
+
 def test_kv_cache_overflow_is_an_error():
   x = normal(0, 1, 3, 8)
   mha = attention.MultiHeadAttention(num_heads=2, decode=True)
@@ -379,6 +392,43 @@ def test_kv_cache_overflow_is_an_error():
   with pytest.raises(ValueError, match='do not fit a KV cache'):
     mha.apply({**params, **cache}, normal(1, 1, 4, 8), deterministic=True,
               mutable=['cache'])
+
+
+# ----------------------------------------------------------------------------
+# Rotary positions
+# ----------------------------------------------------------------------------
+
+
+def test_rotary_embedding_is_a_complex_rotation():
+  x, positions = normal(0, 2, 5, 3, 8), jnp.asarray([[0, 1, 2, 7, 30]] * 2)
+  ours = np.asarray(attention.rotary_embedding(x, positions))
+  # Pair i = (x_i, x_{i+H/2}) as the complex number x_i + j x_{i+H/2},
+  # multiplied by exp(j p theta_i), theta_i = 10000^(-2i/H).
+  z = np.asarray(x[..., :4], np.float64) + 1j * np.asarray(x[..., 4:])
+  theta = 10_000.0**(-np.arange(0, 8, 2) / 8)
+  z = z * np.exp(1j * np.asarray(positions)[..., None, None] * theta)
+  np.testing.assert_allclose(ours, np.concatenate([z.real, z.imag], -1),
+                             rtol=1e-5, atol=1e-5)
+
+
+def test_rotary_scores_depend_only_on_relative_position():
+  q, k = normal(0, 1, 1, 1, 16), normal(1, 1, 1, 1, 16)
+  def score(m, n):
+    rotated_q = attention.rotary_embedding(q, jnp.asarray([m]))
+    rotated_k = attention.rotary_embedding(k, jnp.asarray([n]))
+    return float(jnp.sum(rotated_q * rotated_k))
+  assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-4, abs=1e-5)
+  assert score(3, 1) == pytest.approx(score(102, 100), rel=1e-4, abs=1e-5)
+  assert abs(score(3, 1) - score(3, 2)) > 1e-3
+  with pytest.raises(ValueError, match='even'):
+    attention.rotary_embedding(normal(0, 1, 1, 1, 5), jnp.asarray([0]))
+
+
+def test_rotary_positions_refused_in_cross_attention():
+  x, z = normal(0, 1, 3, 8), normal(1, 1, 4, 8)
+  mha = attention.MultiHeadAttention(num_heads=2, rotary=True)
+  with pytest.raises(ValueError, match='self-attention only'):
+    mha.init(jax.random.key(0), x, z, deterministic=True)
 
 
 # ----------------------------------------------------------------------------

@@ -26,8 +26,12 @@ def setup(**overrides):
   return config, model, params, tokens
 
 
-def test_logits_at_t_ignore_later_tokens():
-  _, model, params, tokens = setup()
+POSITIONS = pytest.mark.parametrize('positions', ['learned', 'rotary'])
+
+
+@POSITIONS
+def test_logits_at_t_ignore_later_tokens(positions):
+  _, model, params, tokens = setup(positional_encoding=positions)
   changed = tokens.at[:, 6:].set(3)
   f = lambda t: model.apply(params, t, deterministic=True)
   np.testing.assert_allclose(f(changed)[:, :6], f(tokens)[:, :6], rtol=1e-5,
@@ -35,8 +39,9 @@ def test_logits_at_t_ignore_later_tokens():
   assert np.abs(np.asarray(f(changed)[:, 6:] - f(tokens)[:, 6:])).max() > 1e-3
 
 
-def test_packed_documents_do_not_see_each_other():
-  _, model, params, tokens = setup()
+@POSITIONS
+def test_packed_documents_do_not_see_each_other(positions):
+  _, model, params, tokens = setup(positional_encoding=positions)
   first, second = tokens[0, :4], tokens[0, 4:9]
   row = jnp.concatenate([first, second, jnp.zeros(1, jnp.int32)])[None]
   segments = jnp.asarray([[1] * 4 + [2] * 5 + [0]])
@@ -49,9 +54,11 @@ def test_packed_documents_do_not_see_each_other():
                                rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('kv_heads', [4, 1])
-def test_cached_decoding_equals_full_forward(kv_heads):
-  config, model, params, tokens = setup(num_kv_heads=kv_heads)
+@pytest.mark.parametrize('kv_heads,positions', [
+    (4, 'learned'), (1, 'learned'), (2, 'rotary')])
+def test_cached_decoding_equals_full_forward(kv_heads, positions):
+  config, model, params, tokens = setup(num_kv_heads=kv_heads,
+                                        positional_encoding=positions)
   full = model.apply(params, tokens, deterministic=True)
   cached = decoder.build(config, decode=True)
   _, cache = cached.apply(params, jnp.zeros((2, 16), jnp.int32),
@@ -66,3 +73,18 @@ def test_cached_decoding_equals_full_forward(kv_heads):
     start += size
   np.testing.assert_allclose(jnp.concatenate(outputs, 1), full, rtol=1e-4,
                              atol=1e-5)
+
+
+def test_rotary_positions_learn_no_table_and_see_only_offsets():
+  _, model, params, tokens = setup(positional_encoding='rotary')
+  learned = setup()[2]
+  count = lambda p: sum(x.size for x in jax.tree.leaves(p))
+  assert count(learned) - count(params) == 16 * 32  # the position table
+  # Shifting every position by the same amount changes nothing.
+  f = lambda offset: model.apply(
+      params, tokens, positions=jnp.arange(10)[None] + offset,
+      deterministic=True)
+  np.testing.assert_allclose(f(5), f(0), rtol=1e-4, atol=1e-5)
+  # ...but the order of the tokens still matters.
+  swapped = model.apply(params, tokens[:, ::-1], deterministic=True)
+  assert np.abs(np.asarray(swapped[:, -1] - f(0)[:, -1])).max() > 1e-3

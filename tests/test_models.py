@@ -58,11 +58,12 @@ def test_shift_right_restarts_at_each_segment():
                                 [[0, 5, 6, 0, 7, 0]])
 
 
-def test_packed_rows_equal_separate_examples():
+@pytest.mark.parametrize('positions', ['sinusoidal', 'rotary'])
+def test_packed_rows_equal_separate_examples(positions):
   """Attention never crosses segments: a packed row gives each example the
   logits it gets alone."""
   config = ed.config_for('tiny', vocab_size=20, max_length=16,
-                         dropout_rate=0.0)
+                         dropout_rate=0.0, positional_encoding=positions)
   model = ed.Transformer(config)
   a_src, a_tgt = [3, 4, 5, 1], [6, 7, 1]
   b_src, b_tgt = [8, 9, 1], [10, 11, 12, 1]

@@ -355,6 +355,41 @@ def dot_product_attention(
 
 
 # ----------------------------------------------------------------------------
+# Rotary positions
+# ----------------------------------------------------------------------------
+
+
+def rotary_embedding(x: Array, positions: Array,
+                     max_timescale: float = 10_000.0) -> Array:
+  """Rotates query or key heads by their positions (RoPE, Su et al. 2021).
+
+  The head dim is split into halves [x1, x2]; pair i is rotated by the
+  angle p * max_timescale^(-2i/H). A rotation by p on queries and by q on keys
+  makes their dot product depend on p - q only, so attention sees relative
+  positions and no position table is learned.
+
+  Args:
+    x: [..., T, N, H] (or [..., T, K, H]); H even.
+    positions: [..., T] (or [T]) int positions.
+    max_timescale: the base of the geometric frequency sequence.
+
+  Returns:
+    x rotated, same shape and dtype.
+  """
+  head_dim = x.shape[-1]
+  if head_dim % 2:
+    raise ValueError(f'Rotary positions rotate pairs of features: the head '
+                     f'dim must be even, got {head_dim}.')
+  fraction = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+  angles = (jnp.asarray(positions, jnp.float32)[..., None]
+            * max_timescale**-fraction)[..., None, :]  # [..., T, 1, H/2]
+  sin, cos = jnp.sin(angles), jnp.cos(angles)
+  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+  rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+  return rotated.astype(x.dtype)
+
+
+# ----------------------------------------------------------------------------
 # Multi-head attention
 # ----------------------------------------------------------------------------
 
@@ -415,6 +450,10 @@ class MultiHeadAttention(nn.Module):
     its `inputs_kv`, which must therefore be the real encoder outputs; later
     calls reuse them and ignore `inputs_kv`.
 
+  With `rotary=True` self-attention rotates queries and keys by their
+  positions (`rotary_embedding`) before the keys enter the cache; positions
+  default to 0..T-1, continued from the cache index in decode mode.
+
   Attention weights are sown into 'intermediates' as 'attention_weights'
   ([..., N, T, S]) whenever that collection is mutable (for plots); this
   routes the computation through the einsum kernel.
@@ -428,6 +467,7 @@ class MultiHeadAttention(nn.Module):
     dropout_rate: attention dropout on the weights.
     implementation: the kernel, see the module docstring.
     decode: keep a KV cache for incremental decoding.
+    rotary: rotary positions in self-attention.
   """
   num_heads: int
   num_kv_heads: int | None = None
@@ -437,6 +477,7 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0
   implementation: str = 'xla'
   decode: bool = False
+  rotary: bool = False
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -470,7 +511,7 @@ class MultiHeadAttention(nn.Module):
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, *,
                mask: Array | None = None, causal: bool = False,
-               deterministic: bool,
+               positions: Array | None = None, deterministic: bool,
                return_weights: bool = False) -> Array | tuple[Array, Array]:
     """Attends from `inputs_q` to `inputs_kv` (to itself if None).
 
@@ -479,6 +520,8 @@ class MultiHeadAttention(nn.Module):
       inputs_kv: [..., S, D_kv] for cross-attention, None for self-attention.
       mask: bool broadcastable to [..., N, T, S].
       causal: no look-ahead (decoder self-attention).
+      positions: [..., T] positions of the queries (and of the keys in
+        self-attention), used by rotary positions only.
       deterministic: disables attention dropout.
       return_weights: also return the [..., N, T, S] weights.
 
@@ -494,14 +537,20 @@ class MultiHeadAttention(nn.Module):
         self._projection(num_kv_heads, head_dim, 'key')(kv_source),
         self._projection(num_kv_heads, head_dim, 'value')(kv_source))
 
-    if not self.decode:
-      key, value = project_kv()
-    elif self_attention:
-      key, value = project_kv()
-      key, value, mask = self._update_self_cache(key, value, mask, causal)
-      causal = False  # now part of the mask, in cache coordinates
-    else:
+    if self.rotary and not self_attention:
+      raise ValueError('Rotary positions apply to self-attention only; '
+                       'build cross-attention with rotary=False.')
+    if self.decode and not self_attention:
       key, value = self._cross_cache(project_kv)
+    else:
+      key, value = project_kv()
+      if self.rotary:
+        positions = self._rotary_positions(positions, query.shape[-3])
+        query = rotary_embedding(query, positions)
+        key = rotary_embedding(key, positions)
+      if self.decode:
+        key, value, mask = self._update_self_cache(key, value, mask, causal)
+        causal = False  # now part of the mask, in cache coordinates
 
     dropout_rng = None
     if not deterministic and self.dropout_rate > 0.0:
@@ -519,6 +568,15 @@ class MultiHeadAttention(nn.Module):
         num_in_axes=2, use_bias=self.use_bias, dtype=self.dtype,
         param_dtype=self.param_dtype, name='out')(out)
     return (out, weights) if return_weights else out
+
+  def _rotary_positions(self, positions: Array | None, length: int) -> Array:
+    """Given positions, else 0..T-1 after everything already cached."""
+    if positions is not None:
+      return positions
+    start = 0
+    if self.decode and self.has_variable('cache', 'cache_index'):
+      start = self.get_variable('cache', 'cache_index')
+    return start + jnp.arange(length)
 
   def _update_self_cache(self, key, value, mask, causal):
     """Writes the new keys/values into the cache; returns cache and mask."""

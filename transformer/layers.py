@@ -24,6 +24,9 @@ Dtype = Any
 
 ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu}
 NORM_POSITIONS = ('post', 'pre')
+# 'rotary' adds nothing to the embeddings: self-attention rotates its queries
+# and keys instead (`attention.rotary_embedding`).
+POSITIONAL_ENCODINGS = ('sinusoidal', 'learned', 'rotary')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
 
 
@@ -43,6 +46,7 @@ class TransformerConfig:
   dropout_rate: float = 0.1  # on every residual branch
   attention_dropout_rate: float = 0.0
   norm_position: str = 'post'  # 'post': LN(x + f(x)) (paper); 'pre'
+  positional_encoding: str = 'sinusoidal'  # see POSITIONAL_ENCODINGS
   layer_norm_epsilon: float = 1e-6
   use_bias: bool = True
   attention_implementation: str = 'xla'
@@ -57,6 +61,10 @@ class TransformerConfig:
     if self.norm_position not in NORM_POSITIONS:
       raise ValueError(f'norm_position={self.norm_position!r}; choose one of '
                        f'{NORM_POSITIONS}.')
+    if self.positional_encoding not in POSITIONAL_ENCODINGS:
+      raise ValueError(
+          f'positional_encoding={self.positional_encoding!r}; choose one of '
+          f'{POSITIONAL_ENCODINGS}.')
     if self.attention_implementation not in attention.IMPLEMENTATIONS:
       raise ValueError(
           f'attention_implementation={self.attention_implementation!r}; '
@@ -154,7 +162,8 @@ class PositionalEncoding(nn.Module):
 
   Attributes:
     max_length: longest sequence (the table size).
-    kind: 'sinusoidal' (paper) or 'learned' (paper Table 3 row E).
+    kind: 'sinusoidal' (paper), 'learned' (paper Table 3 row E) or
+      'rotary' (adds nothing; the attention layers rotate queries and keys).
   """
   max_length: int
   kind: str = 'sinusoidal'
@@ -165,6 +174,8 @@ class PositionalEncoding(nn.Module):
   def __call__(self, x: Array, *, positions: Array | None = None) -> Array:
     """x: [B, T, D]; positions: [B, T] int (default 0..T-1) -> [B, T, D]."""
     t, features = x.shape[-2:]
+    if self.kind == 'rotary':
+      return x
     if self.kind == 'sinusoidal':
       table = jnp.asarray(sinusoidal_encoding(self.max_length, features))
     elif self.kind == 'learned':
@@ -173,8 +184,8 @@ class PositionalEncoding(nn.Module):
           _partitioned(nn.initializers.normal(stddev=0.02), (None, 'embed')),
           (self.max_length, features), self.param_dtype)
     else:
-      raise ValueError(f"Positional encoding kind {self.kind!r}; choose "
-                       f"'sinusoidal' or 'learned'.")
+      raise ValueError(f'Positional encoding kind {self.kind!r}; choose '
+                       f'one of {POSITIONAL_ENCODINGS}.')
     if t > self.max_length:
       raise ValueError(f'Sequence length {t} exceeds the positional encoding '
                        f'max_length={self.max_length}; raise max_length.')
@@ -232,12 +243,13 @@ class Sublayer(nn.Module):
 
 
 def _attention(config: TransformerConfig, name: str) -> nn.Module:
+  rotary = config.positional_encoding == 'rotary' and name == 'self_attention'
   return attention.MultiHeadAttention(
       num_heads=config.num_heads, num_kv_heads=config.num_kv_heads,
       head_dim=config.head_dim, use_bias=config.use_bias,
       dropout_rate=config.attention_dropout_rate,
       implementation=config.attention_implementation, decode=config.decode,
-      dtype=config.dtype, param_dtype=config.param_dtype, name=name)
+      rotary=rotary, dtype=config.dtype, param_dtype=config.param_dtype, name=name)
 
 
 def _feed_forward(config: TransformerConfig) -> nn.Module:
@@ -255,12 +267,17 @@ class EncoderBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, *, mask: Array | None = None,
-               causal: bool = False, deterministic: bool) -> Array:
-    """x: [B, T, D]; mask broadcastable to [B, N, T, T] -> [B, T, D]."""
+               causal: bool = False, positions: Array | None = None,
+               deterministic: bool) -> Array:
+    """x: [B, T, D]; mask broadcastable to [B, N, T, T] -> [B, T, D].
+
+    `positions` [B, T] reach the attention (rotary positions only).
+    """
     x = nn.with_logical_constraint(x, ACTIVATION_AXES)
     self_attention = _attention(self.config, 'self_attention')
     x = Sublayer(self.config, name='attention_sublayer')(
         x, lambda h: self_attention(h, mask=mask, causal=causal,
+                                    positions=positions,
                                     deterministic=deterministic),
         deterministic=deterministic)
     x = Sublayer(self.config, name='mlp_sublayer')(
@@ -276,6 +293,7 @@ class DecoderBlock(nn.Module):
   def __call__(self, y: Array, encoded: Array, *,
                self_mask: Array | None = None,
                cross_mask: Array | None = None,
+               positions: Array | None = None,
                deterministic: bool) -> Array:
     """Decoder layer.
 
@@ -285,6 +303,7 @@ class DecoderBlock(nn.Module):
       self_mask: extra mask for self-attention, broadcastable to
         [B, N, T, T] (the causal mask is always applied).
       cross_mask: broadcastable to [B, N, T, S], e.g. source padding.
+      positions: [B, T] target positions (rotary positions only).
       deterministic: disables dropout.
 
     Returns:
@@ -295,6 +314,7 @@ class DecoderBlock(nn.Module):
     cross_attention = _attention(self.config, 'cross_attention')
     y = Sublayer(self.config, name='attention_sublayer')(
         y, lambda h: self_attention(h, mask=self_mask, causal=True,
+                                    positions=positions,
                                     deterministic=deterministic),
         deterministic=deterministic)
     y = Sublayer(self.config, name='cross_attention_sublayer')(
@@ -312,11 +332,13 @@ class EncoderStack(nn.Module):
 
   @nn.compact
   def __call__(self, x: Array, *, mask: Array | None = None,
-               causal: bool = False, deterministic: bool) -> Array:
+               causal: bool = False, positions: Array | None = None,
+               deterministic: bool) -> Array:
     """x: [B, T, D] embedded inputs -> [B, T, D]."""
     for i in range(self.config.num_layers):
       x = EncoderBlock(self.config, name=f'layer_{i}')(
-          x, mask=mask, causal=causal, deterministic=deterministic)
+          x, mask=mask, causal=causal, positions=positions,
+          deterministic=deterministic)
     if self.config.norm_position == 'pre':
       x = layer_norm(self.config, name='final_norm')(x)
     return x
@@ -330,12 +352,13 @@ class DecoderStack(nn.Module):
   def __call__(self, y: Array, encoded: Array, *,
                self_mask: Array | None = None,
                cross_mask: Array | None = None,
+               positions: Array | None = None,
                deterministic: bool) -> Array:
     """y: [B, T, D] embedded targets, encoded: [B, S, D] -> [B, T, D]."""
     for i in range(self.config.num_layers):
       y = DecoderBlock(self.config, name=f'layer_{i}')(
           y, encoded, self_mask=self_mask, cross_mask=cross_mask,
-          deterministic=deterministic)
+          positions=positions, deterministic=deterministic)
     if self.config.norm_position == 'pre':
       y = layer_norm(self.config, name='final_norm')(y)
     return y

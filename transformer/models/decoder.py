@@ -1,6 +1,7 @@
 """Decoder-only Transformer language model (GPT).
 
-Token embedding plus learned (or sinusoidal) positions, a stack of pre-LN
+Token embedding plus learned or sinusoidal positions (or rotary positions
+inside the attention layers), a stack of pre-LN
 causal self-attention blocks (`layers.EncoderStack` with `causal=True`),
 a final LayerNorm, and the softmax tied to the token embedding. Packed rows
 carry segment ids so that no token attends across documents.
@@ -102,7 +103,8 @@ class Decoder(nn.Module):
         segmentation, segmentation)
     if key_mask is not None:
       mask = attention.combine_masks(mask, key_mask[:, None, None, :])
-    x = self.blocks(x, mask=mask, causal=True, deterministic=deterministic)
+    x = self.blocks(x, mask=mask, causal=True, positions=positions,
+                    deterministic=deterministic)
     return self.embed.attend(x).astype(jnp.float32)
 
 

@@ -44,6 +44,7 @@ class Config(layers.TransformerConfig):
   num_classes: int = 2  # of the classification head
   activation: str = 'gelu'
   norm_position: str = 'post'
+  positional_encoding: str = 'learned'
 
 
 def config_for(size: str, **overrides) -> Config:
@@ -64,8 +65,8 @@ class Bert(nn.Module):
     self.embed = layers.TokenEmbedding(
         c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
         embedding_init=init, dtype=c.dtype, param_dtype=c.param_dtype)
-    self.positions = layers.PositionalEncoding(c.max_length, 'learned',
-                                               param_dtype=c.param_dtype)
+    self.positions = layers.PositionalEncoding(
+        c.max_length, c.positional_encoding, param_dtype=c.param_dtype)
     self.token_types = nn.Embed(
         c.type_vocab_size, c.d_model, dtype=c.dtype,
         param_dtype=c.param_dtype,

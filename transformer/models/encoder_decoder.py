@@ -42,7 +42,7 @@ class Config(layers.TransformerConfig):
   """Block hyperparameters plus what the whole model needs."""
   vocab_size: int = 37_000
   max_length: int = 256  # longest source or target sequence
-  positional_encoding: str = 'sinusoidal'  # or 'learned' (Table 3 row E)
+  positional_encoding: str = 'sinusoidal'  # 'learned': Table 3 row E
   tie_embeddings: bool = True  # softmax weights = embedding table
 
 
@@ -113,6 +113,7 @@ class Transformer(nn.Module):
     segments = (inputs > 0).astype(jnp.int32) if inputs_segmentation is None \
         else inputs_segmentation
     return self.encoder(x, mask=segment_mask(segments, segments),
+                        positions=inputs_positions,
                         deterministic=deterministic)
 
   def decode(self, encoded: Array, inputs: Array, decoder_inputs: Array, *,
@@ -144,6 +145,7 @@ class Transformer(nn.Module):
       self_mask = segment_mask(targets_segmentation, targets_segmentation)
       cross_mask = segment_mask(targets_segmentation, inputs_segmentation)
     y = self.decoder(y, encoded, self_mask=self_mask, cross_mask=cross_mask,
+                     positions=targets_positions,
                      deterministic=deterministic)
     if self.config.tie_embeddings:
       logits = self.embed.attend(y)
