@@ -88,3 +88,17 @@ def test_rotary_positions_learn_no_table_and_see_only_offsets():
   # ...but the order of the tokens still matters.
   swapped = model.apply(params, tokens[:, ::-1], deterministic=True)
   assert np.abs(np.asarray(swapped[:, -1] - f(0)[:, -1])).max() > 1e-3
+
+
+@POSITIONS
+def test_left_padded_prompt_equals_the_unpadded_prompt(positions):
+  """What batched generation relies on: left padding hidden by key_mask and
+  positions counted from the first real token change nothing."""
+  _, model, params, tokens = setup(positional_encoding=positions)
+  prompt = tokens[:1, :5]
+  padded = jnp.concatenate([jnp.zeros((1, 3), jnp.int32), prompt], 1)
+  logits = model.apply(params, padded,
+                       positions=jnp.maximum(jnp.arange(8) - 3, 0)[None],
+                       key_mask=padded > 0, deterministic=True)
+  alone = model.apply(params, prompt, deterministic=True)
+  np.testing.assert_allclose(logits[:, 3:], alone, rtol=1e-5, atol=1e-5)
