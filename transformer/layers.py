@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import flax.linen as nn
 import jax
@@ -54,6 +54,10 @@ class TransformerConfig:
   dtype: Dtype = jnp.float32  # computation
   param_dtype: Dtype = jnp.float32
 
+  # The position schemes a model family accepts (a subclass may narrow or
+  # change them, e.g. the ViT's 2-D ones).
+  positional_encodings: ClassVar[tuple[str, ...]] = POSITIONAL_ENCODINGS
+
   def __post_init__(self):
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'activation={self.activation!r}; choose one of '
@@ -61,10 +65,10 @@ class TransformerConfig:
     if self.norm_position not in NORM_POSITIONS:
       raise ValueError(f'norm_position={self.norm_position!r}; choose one of '
                        f'{NORM_POSITIONS}.')
-    if self.positional_encoding not in POSITIONAL_ENCODINGS:
+    if self.positional_encoding not in self.positional_encodings:
       raise ValueError(
           f'positional_encoding={self.positional_encoding!r}; choose one of '
-          f'{POSITIONAL_ENCODINGS}.')
+          f'{self.positional_encodings}.')
     if self.attention_implementation not in attention.IMPLEMENTATIONS:
       raise ValueError(
           f'attention_implementation={self.attention_implementation!r}; '

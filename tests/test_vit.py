@@ -1,0 +1,130 @@
+"""The Vision Transformer model."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.models import vit
+
+
+@pytest.mark.parametrize('name,expected', [
+    ('Ti/16', 5_717_416), ('S/16', 22_050_664), ('B/16', 86_567_656),
+    ('B/32', 88_224_232), ('L/16', 304_326_632), ('H/16', 632_199_400)])
+def test_parameter_counts_equal_the_reference(name, expected):
+  assert vit.param_count(vit.config_for(name)) == expected
+
+
+@pytest.mark.parametrize('name', ['Ti/16', 'S/32', 'B/16', 'L/14', 'H/14'])
+def test_shapes_for_each_size(name):
+  config = vit.config_for(name, num_classes=10)
+  images = jax.ShapeDtypeStruct((2, 224, 224, 3), jnp.float32)
+  model = vit.VisionTransformer(config)
+  variables = jax.eval_shape(lambda x: model.init(
+      jax.random.key(0), x, deterministic=True), images)
+  logits = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True),
+                          variables, images)
+  states = jax.eval_shape(lambda v, x: model.apply(
+      v, x, deterministic=True, method='encode'), variables, images)
+  assert logits.shape == (2, 10)
+  assert states.shape == (2, (224 // config.patch_size)**2 + 1,
+                          config.d_model)
+
+
+def test_patchify_round_trip_and_patch_contents():
+  images = jnp.asarray(np.random.default_rng(0).normal(size=(2, 12, 8, 3)))
+  patches = vit.patchify(images, 4)
+  assert patches.shape == (2, 3, 2, 48)
+  # Patch (1, 1) is the 4x4 block at rows 4..7, columns 4..7.
+  np.testing.assert_array_equal(patches[1, 1, 1].reshape(4, 4, 3),
+                                images[1, 4:8, 4:8])
+  np.testing.assert_array_equal(vit.unpatchify(patches, 4, 3), images)
+
+
+def tiny(**overrides):
+  config = vit.config_for('mu/4', image_size=16, num_classes=5, **overrides)
+  model = vit.VisionTransformer(config)
+  images = jnp.asarray(np.random.default_rng(1).normal(size=(2, 16, 16, 3)),
+                       jnp.float32)
+  params = nn.unbox(model.init(jax.random.key(0), images,
+                               deterministic=True))
+  return config, model, params, images
+
+
+def test_dense_patch_embedding_is_the_strided_convolution():
+  _, conv_model, conv_params, images = tiny()
+  _, dense_model, _, _ = tiny(patch_embedding='dense')
+  params = jax.tree.map(lambda x: x, conv_params)
+  kernel = params['params']['embedding']['kernel']  # [P, P, C, D]
+  params['params']['embedding']['kernel'] = kernel.reshape(-1,
+                                                           kernel.shape[-1])
+  np.testing.assert_allclose(
+      dense_model.apply(params, images, deterministic=True, method='encode'),
+      conv_model.apply(conv_params, images, deterministic=True,
+                       method='encode'), rtol=1e-5, atol=1e-5)
+
+
+def test_head_starts_at_zero_and_pooling_options():
+  _, model, params, images = tiny()
+  np.testing.assert_array_equal(model.apply(params, images,
+                                            deterministic=True), 0.0)
+  for overrides in (dict(pooling='gap'), dict(positional_encoding='sincos2d'),
+                    dict(pooling='gap', positional_encoding='sincos2d')):
+    config, model, params, images = tiny(**overrides)
+    states = model.apply(params, images, deterministic=True, method='encode')
+    assert states.shape == (2, config.num_tokens, 32)
+    assert ('pos_embedding' in params['params']) == (
+        config.positional_encoding == 'learned')
+    assert ('cls' in params['params']) == (config.pooling == 'token')
+
+
+def test_patches_are_positioned():
+  """Without positions the encoder would be permutation equivariant over
+  patches; with them, swapping two patches changes the class token."""
+  _, model, params, images = tiny()
+  patches = vit.patchify(images, 4)
+  swapped = patches.at[:, 0, 0].set(patches[:, 3, 3]).at[:, 3, 3].set(
+      patches[:, 0, 0])
+  encode = lambda x: model.apply(params, x, deterministic=True,
+                                 method='encode')[:, 0]
+  changed = encode(vit.unpatchify(swapped, 4, 3))
+  assert np.abs(np.asarray(changed - encode(images))).max() > 1e-4
+
+
+def test_position_interpolation_keeps_the_grid_and_is_bilinear():
+  rng = np.random.default_rng(0)
+  embedding = jnp.asarray(rng.normal(size=(1, 1 + 16, 8)), jnp.float32)
+  same = vit.resize_position_embedding(embedding, 4, has_class_token=True)
+  np.testing.assert_array_equal(same, embedding)
+  # A field linear in the row and column is reproduced exactly inside the
+  # grid (pixel centres: new coordinate u maps to (u + 0.5) * 4/8 - 0.5).
+  rows, cols = np.meshgrid(np.arange(4.0), np.arange(4.0), indexing='ij')
+  linear = np.stack([rows, cols, 2 * rows - cols], -1).reshape(1, 16, 3)
+  resized = vit.resize_position_embedding(jnp.asarray(linear, jnp.float32),
+                                          8, has_class_token=False)
+  resized = np.asarray(resized).reshape(8, 8, 3)
+  u = (np.arange(8) + 0.5) * 0.5 - 0.5
+  inner = slice(1, 7)  # away from the clamped border
+  np.testing.assert_allclose(resized[inner, inner, 0],
+                             np.broadcast_to(u[inner, None], (6, 6)),
+                             atol=1e-5)
+  np.testing.assert_allclose(resized[inner, inner, 1],
+                             np.broadcast_to(u[None, inner], (6, 6)),
+                             atol=1e-5)
+  with_token = vit.resize_position_embedding(embedding, 6,
+                                             has_class_token=True)
+  assert with_token.shape == (1, 37, 8)
+  np.testing.assert_array_equal(with_token[:, 0], embedding[:, 0])
+
+
+def test_clear_errors():
+  with pytest.raises(ValueError, match='VARIANT/PATCH'):
+    vit.config_for('B16')
+  with pytest.raises(ValueError, match='multiple of patch_size'):
+    vit.config_for('B/16', image_size=100)
+  with pytest.raises(ValueError, match='positional_encoding'):
+    vit.config_for('B/16', positional_encoding='sinusoidal')
+  _, model, params, _ = tiny()
+  with pytest.raises(ValueError, match='resize the inputs'):
+    model.apply(params, jnp.zeros((1, 32, 32, 3)), deterministic=True)
