@@ -100,7 +100,8 @@ def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
     raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt', "
                      f"'constant' or 'cosine'.")
   if config.weight_decay:
-    # Decay matrices only, not biases, LayerNorm gains or position tables.
+    # Decay arrays of rank >= 2 only (kernels, embedding and position
+    # tables, as nanoGPT does), not biases or LayerNorm gains.
     adam = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
                        weight_decay=config.weight_decay,
                        mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))

@@ -1,0 +1,200 @@
+"""Image classification data without TensorFlow: a generated shapes dataset,
+MNIST's original idx files, and folders of image files.
+
+Every source returns (images uint8 [N, H, W, C], labels int32 [N], class
+names). Augmentation and batching are in `transformer.data.image_pipeline`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+
+from absl import logging
+import numpy as np
+
+# The offline dataset's classes, each a region in coordinates (u, v)
+# relative to the shape's centre and radius (v points down).
+SHAPES = ('circle', 'ring', 'square', 'frame', 'diamond', 'triangle_up',
+          'triangle_down', 'plus', 'cross', 'bar')
+
+
+def _shape_mask(name: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+  au, av = np.abs(u), np.abs(v)
+  radius = np.sqrt(u * u + v * v)
+  box = np.maximum(au, av)
+  if name == 'circle':
+    return radius <= 1.0
+  if name == 'ring':
+    return (radius <= 1.0) & (radius >= 0.55)
+  if name == 'square':
+    return box <= 0.8
+  if name == 'frame':
+    return (box <= 0.9) & (box >= 0.55)
+  if name == 'diamond':
+    return au + av <= 1.0
+  if name == 'triangle_up':  # apex at the top
+    return (v <= 0.8) & (au <= (v + 1.0) / 1.8)
+  if name == 'triangle_down':
+    return (v >= -0.8) & (au <= (1.0 - v) / 1.8)
+  if name == 'plus':
+    return ((au <= 0.28) & (av <= 1.0)) | ((av <= 0.28) & (au <= 1.0))
+  if name == 'cross':
+    return (box <= 0.85) & ((np.abs(u - v) <= 0.4) | (np.abs(u + v) <= 0.4))
+  if name == 'bar':
+    return (av <= 0.3) & (au <= 1.0)
+  raise ValueError(f'Unknown shape {name!r}.')
+
+
+def offline_shapes(num_examples: int, seed: int, *, image_size: int = 32
+                   ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """Generated images of ten shape classes (`SHAPES`).
+
+  Each image: a random background and foreground colour (never close), a
+  shape of random size (radius 20-40% of the image) at a random position,
+  Gaussian pixel noise of random strength. Colour, size and place carry no
+  information about the class, so a classifier must learn the shapes.
+  Deterministic in (num_examples, seed); different seeds give different
+  images (use one seed per split).
+
+  Returns:
+    images [N, S, S, 3] uint8, labels [N] int32, class names.
+  """
+  rng = np.random.default_rng([seed, 20_211])
+  n, s = num_examples, image_size
+  labels = rng.integers(0, len(SHAPES), n).astype(np.int32)
+  radius = rng.uniform(0.2, 0.4, (n, 1, 1)) * s
+  centre = rng.uniform(0, 1, (n, 2, 1, 1)) * (s - 2 * radius[:, None]) \
+      + radius[:, None]
+  background = rng.uniform(0, 1, (n, 3))
+  # A foreground at least 0.35 away from the background in some channel.
+  foreground = rng.uniform(0, 1, (n, 3))
+  weak = np.abs(foreground - background).max(1) < 0.35
+  foreground[weak] = 1.0 - background[weak]
+  rows, cols = np.meshgrid(np.arange(s) + 0.5, np.arange(s) + 0.5,
+                           indexing='ij')
+  u = (cols[None] - centre[:, 0]) / radius
+  v = (rows[None] - centre[:, 1]) / radius
+  mask = np.zeros((n, s, s), bool)
+  for label, name in enumerate(SHAPES):
+    chosen = labels == label
+    mask[chosen] = _shape_mask(name, u[chosen], v[chosen])
+  images = np.where(mask[..., None], foreground[:, None, None],
+                    background[:, None, None])
+  noise = rng.uniform(0.02, 0.15, (n, 1, 1, 1))
+  images = images + noise * rng.standard_normal(images.shape)
+  images = np.clip(np.round(images * 255), 0, 255).astype(np.uint8)
+  return images, labels, SHAPES
+
+
+MNIST_FILES = {'train': 'train', 'test': 't10k'}
+
+
+def _read_idx(path: str) -> np.ndarray:
+  """An idx file (optionally gzipped): magic, dims, then big-endian data."""
+  opener = gzip.open if path.endswith('.gz') else open
+  with opener(path, 'rb') as f:
+    data = f.read()
+  if len(data) < 4 or data[:2] != b'\0\0' or data[2] != 8:
+    raise ValueError(f'{path} is not an idx file of unsigned bytes.')
+  ndim = data[3]
+  shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], 'big')
+                for i in range(ndim))
+  array = np.frombuffer(data, np.uint8, offset=4 + 4 * ndim)
+  if array.size != int(np.prod(shape)):
+    raise ValueError(f'{path}: header says {shape}, found {array.size} '
+                     f'values; the file is truncated.')
+  return array.reshape(shape)
+
+
+def read_mnist(folder: str, split: str
+               ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """MNIST from its original idx files ({train,t10k}-images-idx3-ubyte and
+  -labels-idx1-ubyte, gzipped or not) in `folder`. Split 'train' or 'test'.
+
+  Returns:
+    images [N, 28, 28, 1] uint8, labels [N] int32, class names '0'..'9'.
+  """
+  if split not in MNIST_FILES:
+    raise ValueError(f"MNIST has splits 'train' and 'test', not {split!r}.")
+  arrays = []
+  for kind in ('images-idx3', 'labels-idx1'):
+    name = f'{MNIST_FILES[split]}-{kind}-ubyte'
+    for candidate in (name, name + '.gz'):
+      path = os.path.join(folder, candidate)
+      if os.path.exists(path):
+        arrays.append(_read_idx(path))
+        break
+    else:
+      raise FileNotFoundError(
+          f'No {name}[.gz] in {folder!r}: point config.data.path at a folder '
+          f'with the four MNIST idx files.')
+  images, labels = arrays
+  if len(images) != len(labels):
+    raise ValueError(f'{folder}: {len(images)} images but {len(labels)} '
+                     f'labels in the {split} split.')
+  return images[..., None], labels.astype(np.int32), tuple('0123456789')
+
+
+IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif')
+
+
+def read_image(path: str, image_size: int | None = None,
+               channels: int = 3) -> np.ndarray:
+  """One image file as uint8 [H, W, C], optionally resized to a square."""
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  with Image.open(path) as image:
+    image = image.convert('RGB' if channels == 3 else 'L')
+    if image_size is not None:
+      image = image.resize((image_size, image_size), Image.BILINEAR)
+    array = np.asarray(image, np.uint8)
+  return array if array.ndim == 3 else array[..., None]
+
+
+def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
+                class_names: tuple[str, ...] | None = None
+                ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """Images in `root/split/class_name/*.png|jpg`, resized to a square.
+
+  Args:
+    root: the dataset folder.
+    split: a subfolder ('train', 'test', ...).
+    image_size: side every image is resized to (keep it at least the
+      training crop).
+    channels: 3 (RGB) or 1 (grey).
+    class_names: the label order; default the sorted subfolders of the
+      split (pass the training split's names for the other splits).
+
+  Returns:
+    images [N, S, S, C] uint8, labels [N] int32, class names.
+  """
+  folder = os.path.join(root, split)
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(
+        f'No folder {folder!r}: image folders are laid out as '
+        f'ROOT/SPLIT/CLASS_NAME/image.png.')
+  found = sorted(d for d in os.listdir(folder)
+                 if os.path.isdir(os.path.join(folder, d)))
+  class_names = tuple(class_names or found)
+  unknown = sorted(set(found) - set(class_names))
+  if unknown:
+    raise ValueError(f'{folder} has classes {unknown} that the training '
+                     f'split does not have.')
+  images, labels, skipped = [], [], 0
+  for label, name in enumerate(class_names):
+    directory = os.path.join(folder, name)
+    if not os.path.isdir(directory):
+      continue
+    for filename in sorted(os.listdir(directory)):
+      if not filename.lower().endswith(IMAGE_EXTENSIONS):
+        skipped += 1
+        continue
+      images.append(read_image(os.path.join(directory, filename), image_size,
+                               channels))
+      labels.append(label)
+  if skipped:
+    logging.warning('%s: skipped %d files that are not images (%s).', folder,
+                    skipped, ', '.join(IMAGE_EXTENSIONS))
+  if not images:
+    raise ValueError(f'No images under {folder}/CLASS_NAME/.')
+  return (np.stack(images), np.asarray(labels, np.int32), class_names)
