@@ -2,7 +2,8 @@
 MNIST's original idx files, and folders of image files.
 
 Every source returns (images uint8 [N, H, W, C], labels int32 [N], class
-names). Augmentation and batching are in `transformer.data.image_pipeline`.
+names). Augmentation runs on the accelerator (`transformer.data.augment`),
+batching in `transformer.tasks.image_classification`.
 """
 
 from __future__ import annotations
@@ -139,16 +140,31 @@ def read_mnist(folder: str, split: str
 IMAGE_EXTENSIONS = ('.png', '.jpg', '.jpeg', '.bmp', '.gif')
 
 
+def square(image: np.ndarray, size: int) -> np.ndarray:
+  """uint8 [H, W, C] -> [size, size, C]: the shorter side resized to `size`
+  (bilinear), then the centre square; unchanged if already that size."""
+  h, w, c = image.shape
+  if (h, w) == (size, size):
+    return image
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  scale = size / min(h, w)
+  new = (max(size, round(w * scale)), max(size, round(h * scale)))
+  resized = Image.fromarray(image[..., 0] if c == 1 else image).resize(
+      new, Image.BILINEAR)
+  array = np.asarray(resized, np.uint8).reshape(new[1], new[0], c)
+  top, left = (new[1] - size) // 2, (new[0] - size) // 2
+  return array[top:top + size, left:left + size]
+
+
 def read_image(path: str, image_size: int | None = None,
                channels: int = 3) -> np.ndarray:
-  """One image file as uint8 [H, W, C], optionally resized to a square."""
+  """One image file as uint8 [H, W, C], optionally `square`d to a size."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
   with Image.open(path) as image:
-    image = image.convert('RGB' if channels == 3 else 'L')
-    if image_size is not None:
-      image = image.resize((image_size, image_size), Image.BILINEAR)
-    array = np.asarray(image, np.uint8)
-  return array if array.ndim == 3 else array[..., None]
+    array = np.asarray(image.convert('RGB' if channels == 3 else 'L'),
+                       np.uint8)
+  array = array if array.ndim == 3 else array[..., None]
+  return array if image_size is None else square(array, image_size)
 
 
 def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,

@@ -1,4 +1,5 @@
-"""Translation pairs (WMT) and texts (lm1b) from TensorFlow Datasets.
+"""Translation pairs (WMT), texts (lm1b) and labelled images (cifar10, mnist)
+from TensorFlow Datasets.
 
 Each split is read once, into a list.
 
@@ -176,3 +177,32 @@ def load_text(name: str, split: str, data_dir: str | None, *,
   """
   return [text for text, in load_features(name, split, data_dir, (feature,),
                                            max_examples=max_examples)]
+
+
+def load_images(name: str, split: str, data_dir: str | None, *,
+                image_size: int, max_examples: int | None = None):
+  """Returns (images uint8 [N, S, S, C], labels int32 [N], class names) of a
+  prepared TFDS image-classification split (mnist, cifar10, cifar100, ...),
+  held in memory. Images of another size have their shorter side resized to
+  `image_size` and the centre square kept.
+
+  Args and errors as `load_text`.
+  """
+  _check_max_examples(max_examples)
+  tfds = _import_tfds()
+  builder = _builder(tfds, name, data_dir, example='cifar10')
+  features = builder.info.features
+  if 'image' not in features or 'label' not in features:
+    raise ValueError(f'{name} has features {list(features.keys())}; image '
+                     f'classification needs "image" and "label".')
+  from transformer.data import images as image_data  # pylint: disable=g-import-not-at-top
+  pictures, labels = [], []
+  for example in _examples(tfds, builder, name, split, data_dir,
+                           max_examples):
+    pictures.append(image_data.square(example['image'], image_size))
+    labels.append(int(example['label']))
+  if not pictures:
+    raise ValueError(f'{name} split {split!r} has no examples.')
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return (np.stack(pictures), np.asarray(labels, np.int32),
+          tuple(features['label'].names))

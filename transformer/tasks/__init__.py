@@ -16,7 +16,7 @@ import ml_collections
 Batch = dict[str, Any]
 # Each is a module of this package with `default_config()` and a class TASK.
 TASKS = ('translation', 'language_modeling', 'masked_language_modeling',
-         'text_classification')
+         'text_classification', 'image_classification')
 
 
 class Task(Protocol):

@@ -1,0 +1,40 @@
+r"""Vision Transformer on the offline shapes: 32x32 images of ten shape
+classes with random colours, sizes, places and noise, generated in process
+(20,000 training and 2,000 test images; needs no files).
+
+    python -m transformer.main --config=experiments/vit_offline.py \
+        --workdir=workdirs/vit_offline
+
+A 4-layer ViT of width 128 on 4x4 patches (64 patches and a class token),
+random crops with 4 pixels of padding and flips, AdamW with warmup and
+cosine decay. `:runlocal` is a seconds-long variant for tests.
+"""
+
+from transformer import config_args
+from transformer.tasks import image_classification
+
+
+def get_config(arg: str = ''):
+  args = config_args.parse(arg, name='experiments/vit_offline.py',
+                           known=('runlocal',))
+  config = image_classification.default_config()
+  config.data.update(dict(source='offline', num_train=20_000, num_eval=2_000,
+                          image_size=32, batch_size=128, crop='pad',
+                          crop_padding=4, flip=True))
+  config.model.update(dict(size='mu/4', num_layers=4, d_model=128,
+                           num_heads=4, d_ff=256, dropout_rate=0.0))
+  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
+                               warmup_steps=200, b1=0.9, b2=0.999, eps=1e-8,
+                               weight_decay=0.05, grad_clip_norm=1.0,
+                               end_learning_rate_ratio=0.01))
+  config.train.update(dict(num_steps=1_500, log_every=100, eval_every=500,
+                           checkpoint_every=500, keep_checkpoints=3))
+  if 'runlocal' in args:
+    config.data.update(dict(num_train=64, num_eval=24, image_size=16,
+                            batch_size=8, eval_batch_size=16,
+                            randaugment_layers=2, mixup_alpha=0.2))
+    config.model.update(dict(num_layers=1, d_model=32, d_ff=64))
+    config.optimizer.update(dict(warmup_steps=2))
+    config.train.update(dict(num_steps=6, log_every=3, eval_every=6,
+                             checkpoint_every=3))
+  return config

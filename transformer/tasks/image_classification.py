@@ -1,0 +1,272 @@
+"""Image classification with the Vision Transformer.
+
+Sources (`config.data.source`): 'offline' (generated shapes, no files),
+'mnist' (the original idx files in `path`), 'folder' (`path/split/class/
+*.png|jpg`) and 'tfds' (cifar10, cifar100, mnist, ... prepared with `tfds
+build`). Splits are held in memory as uint8; the host only gathers batches,
+and the accelerator augments them inside the jitted step (random crop with
+padding or random resized crop, flips, RandAugment, mixup; `data.augment`)
+with the step's key, so resumed runs see exactly the same inputs.
+Metrics: loss, top-1 and top-5 accuracy on the (centre-cropped) held-out
+split.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+from ml_collections import config_dict
+import numpy as np
+import optax
+
+from transformer import train
+from transformer.data import augment
+from transformer.data import images as image_data
+from transformer.models import vit
+
+MODEL_FIELDS = dict(
+    num_layers=int, d_model=int, num_heads=int, d_ff=int,
+    dropout_rate=float, attention_dropout_rate=float, pooling=str,
+    positional_encoding=str, patch_embedding=str,
+    attention_implementation=str)
+CROPS = ('none', 'pad', 'resized')
+LOSSES = ('softmax', 'sigmoid')
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every setting of an image-classification experiment."""
+  config = train.default_config()
+  config.task = 'image_classification'
+  config.train.label_smoothing = 0.0
+  config.train.loss = 'softmax'  # or 'sigmoid' (per-class binary, big_vision)
+  config.data = ml_collections.ConfigDict(dict(
+      source='offline',  # 'offline' | 'mnist' | 'folder' | 'tfds'
+      train_split='train', eval_split='test',
+      num_train=20_000, num_eval=2_000, seed=0,  # offline
+      path='', tfds_name='cifar10', tfds_data_dir='',
+      max_examples_per_split=0,
+      image_size=32,  # the model's input side
+      load_size=0,  # side images are stored at (0: image_size); evaluation
+      # centre-crops image_size from it
+      batch_size=128, eval_batch_size=256,
+      crop='pad',  # training crop: 'none' | 'pad' | 'resized'
+      crop_padding=4, crop_min_scale=0.08, flip=True,
+      randaugment_layers=0, randaugment_magnitude=10, mixup_alpha=0.0))
+  config.model = ml_collections.ConfigDict(dict(
+      size='mu/4', dtype='float32',
+      **{field: config_dict.placeholder(kind)
+         for field, kind in MODEL_FIELDS.items()}))
+  return config
+
+
+def read_split(data: ml_collections.ConfigDict, split: str, *,
+               class_names: tuple[str, ...] | None = None
+               ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
+  """(images uint8 [N, S, S, C], labels [N], class names) of a split."""
+  size = data.load_size or data.image_size
+  if data.source == 'offline':
+    offsets = {'train': 0, 'validation': 1, 'test': 2}
+    if split not in offsets:
+      raise ValueError(f'The offline shapes have splits {tuple(offsets)}, '
+                       f'not {split!r}.')
+    count = data.num_train if split == 'train' else data.num_eval
+    return image_data.offline_shapes(count, 3 * data.seed + offsets[split],
+                                     image_size=size)
+  if data.source == 'mnist':
+    result = image_data.read_mnist(data.path, split)
+  elif data.source == 'folder':
+    result = image_data.read_folder(data.path, split, image_size=size,
+                                    class_names=class_names)
+  elif data.source == 'tfds':
+    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+    result = tfds_source.load_images(
+        data.tfds_name, split, data.tfds_data_dir or None, image_size=size,
+        max_examples=data.max_examples_per_split or None)
+  else:
+    raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
+                     f"'mnist', 'folder' or 'tfds'.")
+  pictures, labels, names = result
+  if pictures.shape[1:3] != (size, size):
+    pictures = np.stack([image_data.square(p, size) for p in pictures])
+  return pictures, labels, names
+
+
+class ImageBatches:
+  """Training batches of a fixed number of images, drawn without
+  replacement from a fresh permutation every epoch (batches run across
+  epoch ends, so no image is ever dropped). Batch k is a function of
+  (seed, k): iteration can start at any step."""
+
+  def __init__(self, pictures: np.ndarray, labels: np.ndarray, *,
+               batch_size: int, seed: int, start_step: int = 0):
+    self.pictures, self.labels = pictures, labels
+    self.batch_size, self.seed, self.step = batch_size, seed, start_step
+
+  @functools.lru_cache(maxsize=2)
+  def _permutation(self, epoch: int) -> np.ndarray:
+    return np.random.default_rng([self.seed, epoch]).permutation(
+        len(self.labels))
+
+  def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+    n = len(self.labels)
+    while True:
+      positions = np.arange(self.step * self.batch_size,
+                            (self.step + 1) * self.batch_size)
+      index = np.concatenate([
+          self._permutation(epoch)[positions[positions // n == epoch] % n]
+          for epoch in np.unique(positions // n)])
+      self.step += 1
+      yield {'images': self.pictures[index], 'labels': self.labels[index]}
+
+
+def eval_batches(pictures: np.ndarray, labels: np.ndarray, *,
+                 batch_size: int, row_multiple: int
+                 ) -> Iterator[dict[str, np.ndarray]]:
+  """Every held-out image once, in order; the last batch is filled up to a
+  multiple of `row_multiple` rows with blank images labelled -1 (which
+  count nowhere)."""
+  for begin in range(0, len(labels), batch_size):
+    x, y = pictures[begin:begin + batch_size], labels[begin:begin + batch_size]
+    filler = -len(y) % row_multiple
+    if filler:
+      x = np.concatenate([x, np.zeros((filler, *x.shape[1:]), x.dtype)])
+      y = np.concatenate([y, np.full(filler, -1, y.dtype)])
+    yield {'images': x, 'labels': y}
+
+
+class ImageClassificationTask:
+  """The `transformer.tasks.Task` for image classification."""
+
+  unit = 'images'
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    self.config, self.workdir = config, workdir
+    self.batch_divisor = batch_divisor
+    data = config.data
+    if data.crop not in CROPS:
+      raise ValueError(f'config.data.crop={data.crop!r}; choose one of '
+                       f'{CROPS}.')
+    if config.train.loss not in LOSSES:
+      raise ValueError(f'config.train.loss={config.train.loss!r}; choose one '
+                       f'of {LOSSES}.')
+    if data.load_size and data.load_size < data.image_size:
+      raise ValueError(f'config.data.load_size={data.load_size} is below '
+                       f'image_size={data.image_size}; images are cropped, '
+                       f'never padded, to the model size.')
+    for name in ('batch_size', 'eval_batch_size'):
+      if data[name] % batch_divisor:
+        raise ValueError(
+            f'config.data.{name}={data[name]} is not a multiple of the '
+            f'{batch_divisor} data-parallel devices; choose a multiple.')
+    pictures, _, self.class_names = self.split(data.train_split)
+    self.num_channels = pictures.shape[-1]
+    overrides = {k: config.model[k] for k in MODEL_FIELDS
+                 if config.model.get(k) is not None}
+    self.model_config = vit.config_for(
+        config.model.size, image_size=data.image_size,
+        num_channels=self.num_channels, num_classes=len(self.class_names),
+        dtype=jnp.dtype(config.model.dtype), **overrides)
+    self.model = vit.build(self.model_config)
+
+  @functools.cache
+  def split(self, split: str):
+    """(images, labels, class names); labels checked against the classes."""
+    names = None
+    if split != self.config.data.train_split:
+      names = self.split(self.config.data.train_split)[2]
+    pictures, labels, found = read_split(self.config.data, split,
+                                         class_names=names)
+    names = names or found
+    if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
+      raise ValueError(f'Labels of split {split!r} are outside [0, '
+                       f'{len(names)}).')
+    return pictures, labels, names
+
+  def init(self, rng: jax.Array) -> Any:
+    c = self.model_config
+    images = jnp.zeros((1, c.image_size, c.image_size, c.num_channels))
+    return self.model.init({'params': rng}, images,
+                           deterministic=True)['params']
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    pictures, labels, _ = self.split(data.train_split)
+    self.split(data.eval_split)  # a wrong split fails now, not later
+    print(f'Training data: {len(labels):,} images of {pictures.shape[1:]}, '
+          f'{len(self.class_names)} classes, {len(labels) / data.batch_size:,.1f} '
+          f'batches of {data.batch_size} per epoch.', flush=True)
+    return iter(ImageBatches(pictures, labels, batch_size=data.batch_size,
+                             seed=self.config.seed, start_step=start_step))
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    pictures, labels, _ = self.split(self.config.data.eval_split)
+    return eval_batches(pictures, labels,
+                        batch_size=self.config.data.eval_batch_size,
+                        row_multiple=self.batch_divisor)
+
+  def _augment(self, images: jax.Array, targets: jax.Array, key: jax.Array):
+    """Training inputs in [0, 1] and (possibly mixed) target distributions."""
+    data, size = self.config.data, self.config.data.image_size
+    crop_key, flip_key, rand_key, mix_key = jax.random.split(key, 4)
+    if data.crop == 'resized':
+      images = augment.random_resized_crop(
+          crop_key, images, size, scale=(data.crop_min_scale, 1.0))
+    else:
+      if data.crop == 'pad' and data.crop_padding:
+        images = augment.random_pad_crop(crop_key, images, data.crop_padding)
+      images = augment.center_crop(images, size)
+    if data.flip:
+      images = augment.random_flip(flip_key, images)
+    if data.randaugment_layers:
+      images = augment.rand_augment(
+          rand_key, images, num_layers=data.randaugment_layers,
+          magnitude=data.randaugment_magnitude)
+    if data.mixup_alpha:
+      images, targets = augment.mixup(mix_key, images, targets,
+                                      data.mixup_alpha)
+    return images, targets
+
+  def loss(self, params: Any, batch: dict[str, jax.Array],
+           rng: jax.Array | None, *, deterministic: bool):
+    labels = batch['labels']  # -1: filler rows
+    num_classes = len(self.class_names)
+    images = augment.to_unit(batch['images'])
+    targets = jax.nn.one_hot(jnp.maximum(labels, 0), num_classes)
+    dropout_key = None
+    if rng is None:
+      images = augment.center_crop(images, self.config.data.image_size)
+    else:
+      augment_key, dropout_key = jax.random.split(rng)
+      images, targets = self._augment(images, targets, augment_key)
+    logits = self.model.apply(
+        {'params': params}, augment.normalize(images),
+        deterministic=deterministic,
+        rngs=None if dropout_key is None else {'dropout': dropout_key})
+    smoothing = self.config.train.label_smoothing
+    targets = targets * (1.0 - smoothing) + smoothing / num_classes
+    if self.config.train.loss == 'softmax':
+      losses = optax.softmax_cross_entropy(logits, targets)
+    else:
+      losses = optax.sigmoid_binary_cross_entropy(logits, targets).sum(-1)
+    weights = (labels >= 0).astype(jnp.float32)
+    count = weights.sum()
+    top5 = jax.lax.top_k(logits, min(5, num_classes))[1]
+    sums = {
+        'loss': ((losses * weights).sum(), count),
+        'accuracy': (((logits.argmax(-1) == labels) * weights).sum(), count),
+        'top5_accuracy': (((top5 == labels[:, None]).any(-1) * weights).sum(),
+                          count),
+    }
+    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    del params, label  # accuracy comes from the evaluation batches
+    return {}
+
+
+TASK = ImageClassificationTask
