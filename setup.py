@@ -27,7 +27,7 @@ setuptools.setup(
         'matplotlib>=3.11',
         'tensorboardX>=2.6.5',
         'numpy>=2.0',
-        'pillow>=10.0',  # image files (also under matplotlib)
+        'pillow>=13.0',  # image files (also under matplotlib)
     ],
     extras_require={
         'test': ['pytest>=9.0'],
