@@ -155,3 +155,32 @@ def test_clear_errors(tmp_path):
   config.data.eval_split = 'dev'
   with pytest.raises(ValueError, match='splits'):
     ic.ImageClassificationTask(config, str(tmp_path)).train_iter(0)
+
+
+def test_predict_command_and_attention_maps(trained, tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from conftest import REPO  # pylint: disable=g-import-not-at-top
+  config, workdir, _ = trained
+  trainer = train.Trainer(config, workdir)
+  pictures, _, _ = trainer.task.split('test')
+  paths = []
+  for i in range(2):
+    paths.append(str(tmp_path / f'image{i}.png'))
+    Image.fromarray(pictures[i]).save(paths[i])
+  out = subprocess.run(
+      [sys.executable, '-m', 'transformer.predict', f'--workdir={workdir}',
+       '--top_k=3', f'--attention_dir={tmp_path / "maps"}', *paths],
+      check=True, cwd=REPO, capture_output=True, text=True).stdout
+  lines = out.strip().split('\n')
+  params, _ = trainer.restore_params()
+  probabilities = trainer.task.predict(params, pictures[:2])
+  names = trainer.task.class_names
+  for line, row, path in zip(lines, probabilities, paths):
+    printed = line.split('\t')[1].split('  ')
+    assert line.startswith(path) and len(printed) == 3
+    assert printed[0] == f'{names[row.argmax()]} {row.max():.3f}'
+    name = os.path.splitext(os.path.basename(path))[0]
+    assert os.path.getsize(tmp_path / 'maps' / f'{name}_attention.png') > 5_000
+  assert os.path.exists(os.path.join(workdir, 'plots', 'attention_step6.png'))

@@ -128,3 +128,20 @@ def test_clear_errors():
   _, model, params, _ = tiny()
   with pytest.raises(ValueError, match='resize the inputs'):
     model.apply(params, jnp.zeros((1, 32, 32, 3)), deterministic=True)
+
+
+def test_attention_rollout():
+  _, model, params, images = tiny()
+  weights = vit.attention_weights(model, params['params'], images)
+  assert len(weights) == 2 and weights[0].shape == (2, 2, 17, 17)
+  np.testing.assert_allclose(weights[0].sum(-1), 1.0, rtol=1e-5)
+  rollout = vit.attention_rollout(weights)
+  np.testing.assert_allclose(rollout.sum(-1), 1.0, rtol=1e-5)
+  # By hand: (0.5 A2 + 0.5 I)(0.5 A1 + 0.5 I), heads averaged.
+  mix = lambda a: 0.5 * a.mean(1) + 0.5 * jnp.eye(17)
+  np.testing.assert_allclose(rollout, mix(weights[1]) @ mix(weights[0]),
+                             rtol=1e-5, atol=1e-6)
+  # Attention that only looks at itself leaves the identity.
+  identity = [jnp.broadcast_to(jnp.eye(5), (1, 3, 5, 5))] * 3
+  np.testing.assert_allclose(vit.attention_rollout(identity)[0], np.eye(5),
+                             atol=1e-6)

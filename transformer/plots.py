@@ -58,3 +58,51 @@ def plot_attention(weights: np.ndarray, query_labels: Sequence[str],
   os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
   figure.savefig(path, dpi=100)
   return path
+
+
+def plot_image_attention(image: np.ndarray, maps: np.ndarray,
+                         titles: Sequence[str], path: str,
+                         suptitle: str = '') -> str:
+  """An image and, beside it, attention maps over its patch grid, each
+  upsampled to the image and overlaid on it.
+
+  Args:
+    image: [H, W, C] in [0, 1] (C = 1 or 3).
+    maps: [P, g, g] non-negative weights over a g x g patch grid.
+    titles: P panel titles.
+    path: PNG file to write; parent folders are created.
+    suptitle: a title over all panels (e.g. the prediction).
+
+  Returns:
+    `path`.
+  """
+  maps = np.asarray(maps, np.float32)
+  if maps.ndim != 3 or len(titles) != len(maps):
+    raise ValueError(f'{len(titles)} titles for maps of shape {maps.shape}; '
+                     f'expected [P, g, g] with P titles.')
+  image = np.asarray(image, np.float32)
+  grey = image[..., 0] if image.shape[-1] == 1 else None
+  panels = len(maps) + 1
+  columns = min(panels, 5)
+  rows = math.ceil(panels / columns)
+  figure = Figure(figsize=(2.4 * columns, 2.5 * rows), layout='constrained')
+  FigureCanvasAgg(figure)
+  extent = (0, image.shape[1], image.shape[0], 0)
+  for p in range(panels):
+    axes = figure.add_subplot(rows, columns, p + 1)
+    axes.imshow(grey if grey is not None else image, cmap='gray',
+                extent=extent, vmin=0.0, vmax=1.0)
+    if p == 0:
+      axes.set_title('input', fontsize=9)
+    else:
+      weights = maps[p - 1] / max(float(maps[p - 1].max()), 1e-12)
+      # Nearest-neighbour upsampling: one cell per patch, as attended.
+      axes.imshow(weights, cmap='inferno', alpha=0.6, extent=extent,
+                  vmin=0.0, vmax=1.0, interpolation='nearest')
+      axes.set_title(titles[p - 1], fontsize=9)
+    axes.set_axis_off()
+  if suptitle:
+    figure.suptitle(suptitle, fontsize=10)
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  figure.savefig(path, dpi=100)
+  return path

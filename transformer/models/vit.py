@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -252,3 +252,27 @@ def param_count(config: Config) -> int:
   shapes = jax.eval_shape(lambda x: VisionTransformer(config).init(
       jax.random.key(0), x, deterministic=True), images)
   return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+
+
+def attention_weights(model: VisionTransformer, params: Any, images: Array
+                      ) -> list[Array]:
+  """Self-attention weights of every layer, [B, N, T, T] each (T tokens,
+  class token first), from the 'intermediates' the attention layers sow."""
+  _, state = model.apply({'params': params}, images, deterministic=True,
+                         mutable=['intermediates'])
+  encoder = state['intermediates']['encoder']
+  return [encoder[f'layer_{i}']['self_attention']['attention_weights'][0]
+          for i in range(model.config.num_layers)]
+
+
+def attention_rollout(weights: list[Array]) -> Array:
+  """Attention rollout (Abnar & Zuidema 2020): how much each token's input
+  reaches each output through all layers. Per layer the head-averaged
+  weights plus the residual path, 0.5 A + 0.5 I, multiplied from the first
+  layer up. [B, T, T]; rows sum to 1."""
+  rollout = None
+  for layer in weights:
+    mixed = 0.5 * layer.mean(axis=1) + 0.5 * jnp.eye(layer.shape[-1])
+    mixed = mixed / mixed.sum(-1, keepdims=True)
+    rollout = mixed if rollout is None else mixed @ rollout
+  return rollout

@@ -14,6 +14,8 @@ split.
 from __future__ import annotations
 
 import functools
+import json
+import os
 from typing import Any, Iterable, Iterator
 
 import jax
@@ -23,6 +25,7 @@ from ml_collections import config_dict
 import numpy as np
 import optax
 
+from transformer import plots
 from transformer import train
 from transformer.data import augment
 from transformer.data import images as image_data
@@ -34,6 +37,9 @@ MODEL_FIELDS = dict(
     positional_encoding=str, patch_embedding=str,
     attention_implementation=str)
 CROPS = ('none', 'pad', 'resized')
+# Class names and channels of the training data, kept in the workdir so that
+# predictions need neither the dataset nor the time to read it.
+DATASET_FILE = 'dataset.json'
 LOSSES = ('softmax', 'sigmoid')
 
 
@@ -163,8 +169,7 @@ class ImageClassificationTask:
         raise ValueError(
             f'config.data.{name}={data[name]} is not a multiple of the '
             f'{batch_divisor} data-parallel devices; choose a multiple.')
-    pictures, _, self.class_names = self.split(data.train_split)
-    self.num_channels = pictures.shape[-1]
+    self.class_names, self.num_channels = self._dataset_info()
     overrides = {k: config.model[k] for k in MODEL_FIELDS
                  if config.model.get(k) is not None}
     self.model_config = vit.config_for(
@@ -173,12 +178,27 @@ class ImageClassificationTask:
         dtype=jnp.dtype(config.model.dtype), **overrides)
     self.model = vit.build(self.model_config)
 
+  def _dataset_info(self) -> tuple[tuple[str, ...], int]:
+    """Class names and channels: from the workdir, or from the training
+    split (then written to the workdir)."""
+    path = os.path.join(self.workdir, DATASET_FILE)
+    if os.path.exists(path):
+      with open(path) as f:
+        info = json.load(f)
+      return tuple(info['classes']), info['channels']
+    pictures, _, names = self.split(self.config.data.train_split)
+    if jax.process_index() == 0:
+      os.makedirs(self.workdir, exist_ok=True)
+      with open(path, 'w') as f:
+        json.dump({'classes': list(names), 'channels': pictures.shape[-1]},
+                  f)
+    return names, pictures.shape[-1]
+
   @functools.cache
   def split(self, split: str):
     """(images, labels, class names); labels checked against the classes."""
-    names = None
-    if split != self.config.data.train_split:
-      names = self.split(self.config.data.train_split)[2]
+    names = None if split == self.config.data.train_split \
+        else self.class_names
     pictures, labels, found = read_split(self.config.data, split,
                                          class_names=names)
     names = names or found
@@ -264,8 +284,50 @@ class ImageClassificationTask:
     }
     return sums['loss'][0] / jnp.maximum(count, 1.0), sums
 
+  def inputs(self, pictures: np.ndarray) -> jax.Array:
+    """uint8 [B, L, L, C] at the stored size -> normalised model inputs."""
+    images = augment.to_unit(jnp.asarray(pictures))
+    return augment.normalize(augment.center_crop(
+        images, self.config.data.image_size))
+
+  def predict(self, params: Any, pictures: np.ndarray) -> np.ndarray:
+    """Class probabilities [B, classes] (independent per class with the
+    sigmoid loss)."""
+    logits = self.model.apply({'params': params}, self.inputs(pictures),
+                              deterministic=True)
+    if self.config.train.loss == 'sigmoid':
+      return np.asarray(jax.nn.sigmoid(logits))
+    return np.asarray(jax.nn.softmax(logits))
+
+  def plot_attention(self, params: Any, picture: np.ndarray, path: str
+                     ) -> str:
+    """The class token's attention over the patches for one image: each
+    head of the last layer, and the rollout through all layers."""
+    c = self.model_config
+    if c.pooling != 'token':
+      raise ValueError("Attention maps follow the class token; this model "
+                       "pools with 'gap'.")
+    inputs = self.inputs(picture[None])
+    weights = vit.attention_weights(self.model, params, inputs)
+    grid = lambda row: np.asarray(row[..., 1:]).reshape(-1, c.grid_size,
+                                                        c.grid_size)
+    last = grid(weights[-1][0, :, 0])
+    rollout = grid(vit.attention_rollout(weights)[0, 0])
+    probabilities = self.predict(params, picture[None])[0]
+    best = int(probabilities.argmax())
+    return plots.plot_image_attention(
+        (np.asarray(inputs[0]) + 1) / 2, np.concatenate([last, rollout]),
+        [f'layer {c.num_layers - 1} head {h}' for h in range(len(last))]
+        + ['rollout'], path,
+        suptitle=f'{self.class_names[best]} ({probabilities[best]:.2f})')
+
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
-    del params, label  # accuracy comes from the evaluation batches
+    """Accuracy comes from the evaluation batches; this plots the class
+    token's attention for the first held-out image."""
+    if jax.process_index() == 0 and self.model_config.pooling == 'token':
+      pictures, _, _ = self.split(self.config.data.eval_split)
+      self.plot_attention(params, pictures[0], os.path.join(
+          self.workdir, 'plots', f'attention_{label}.png'))
     return {}
 
 
