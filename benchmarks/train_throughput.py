@@ -1,16 +1,20 @@
 """Train-step throughput and model FLOP utilisation.
 
-    python benchmarks/train_throughput.py --sizes=mini,small,base,gpt2
+    python benchmarks/train_throughput.py --sizes=mini,small,base,gpt2,Ti/16,B/16
     python benchmarks/train_throughput.py --rows=64 --length=256 \
         --sizes=base,big,gpt2,gpt2-medium,gpt2-large,gpt2-xl   # on a GPU
+    python benchmarks/train_throughput.py --rows=256 --sizes=S/16,B/16  # GPU
 
-Times the real jitted `train.train_step` (Adam, dropout) on fully packed
-synthetic rows: translation models of `encoder_decoder` (label-smoothed
-loss) and GPT models of `decoder` (next-token loss), chosen by size name.
-Model FLOPs per step = 6 x parameters x tokens (for translation each side's
-tokens pass through its half of the model, the tied embedding acting as the
-softmax layer) plus attention, 12 x rows x L^2 x D per attention layer
-(QK^T and AV, forward and backward). XLA's own count of the compiled step
+Times the real jitted `train.train_step` (Adam, dropout) on synthetic
+batches: translation models of `encoder_decoder` (label-smoothed loss) and
+GPT models of `decoder` (next-token loss) on fully packed rows of L tokens,
+and ViTs ('B/16': `vit` names) on `--rows` images of `--image_size`
+(1,000-way softmax; the on-device augmentation is not timed), chosen by
+size name. Model FLOPs per step = 6 x parameters x tokens (for translation
+each side's tokens pass through its half of the model, the tied embedding
+acting as the softmax layer; a ViT's tokens are its patches and class
+token, its classifier sees one vector per image) plus attention, 12 x rows x L^2 x D per attention layer (QK^T and
+AV, forward and backward). XLA's own count of the compiled step
 is printed beside it. MFU is set against a square matmul timed in the same
 run at the same dtype.
 """
@@ -25,10 +29,12 @@ import jax
 import jax.numpy as jnp
 import ml_collections
 import numpy as np
+import optax
 
 from transformer import train
 from transformer.models import decoder
 from transformer.models import encoder_decoder
+from transformer.models import vit
 from transformer.tasks import language_modeling
 from transformer.tasks import translation
 
@@ -41,6 +47,7 @@ _VOCAB = flags.DEFINE_integer('vocab', 37_000, 'Translation vocabulary size '
 _DTYPE = flags.DEFINE_string('dtype', None, 'Computation dtype; default '
                              'float32 on CPU, bfloat16 on GPU.')
 _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
+_IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'ViT input side.')
 
 
 def median_seconds(fn, *args, steps: int) -> tuple[float, object]:
@@ -68,8 +75,29 @@ def model_flops(params, attention_layers: int, d_model: int, rows: int,
   return 6 * tokens * count(params) + attention
 
 
+def vit_loss(model, params, batch, rng, *, deterministic):
+  logits = model.apply({'params': params}, batch['images'],
+                       deterministic=deterministic,
+                       rngs=None if rng is None else {'dropout': rng})
+  loss = optax.softmax_cross_entropy_with_integer_labels(
+      logits, batch['labels']).mean()
+  return loss, {'loss': (loss, 1.0)}
+
+
 def setup(size: str, rows: int, length: int, dtype):
-  """(model config, loss function, batch, attention layers) of a size."""
+  """(model config, loss function, batch, init, attention layers, tokens
+  per row) of a size."""
+  if '/' in size:
+    config = vit.config_for(size, image_size=_IMAGE_SIZE.value, dtype=dtype)
+    model = vit.VisionTransformer(config)
+    rng = np.random.default_rng(0)
+    batch = {'images': rng.uniform(-1, 1, (rows, config.image_size,
+                                           config.image_size, 3)).astype(
+                                               np.float32),
+             'labels': rng.integers(0, 1000, rows).astype(np.int32)}
+    init = lambda r: model.init(r, batch['images'][:1], deterministic=True)
+    return (config, functools.partial(vit_loss, model), batch, init,
+            config.num_layers, config.num_tokens)
   if size in decoder.SIZES:
     config = decoder.config_for(size, max_length=max(
         length, decoder.SIZES[size].get('max_length', 0)), dtype=dtype)
@@ -80,7 +108,7 @@ def setup(size: str, rows: int, length: int, dtype):
     batch = {k: batch[k] for k in ('inputs', 'targets',
                                    'inputs_segmentation', 'inputs_position')}
     init = lambda r: model.init(r, batch['inputs'][:1], deterministic=True)
-    return config, loss_fn, batch, init, config.num_layers
+    return config, loss_fn, batch, init, config.num_layers, length
   config = encoder_decoder.config_for(size, vocab_size=_VOCAB.value,
                                       max_length=length, dtype=dtype)
   model = encoder_decoder.Transformer(config)
@@ -90,7 +118,7 @@ def setup(size: str, rows: int, length: int, dtype):
   init = lambda r: model.init(r, batch['inputs'][:1], batch['targets'][:1],
                               deterministic=True)
   # Encoder self-, decoder self- and cross-attention in every layer.
-  return config, loss_fn, batch, init, 3 * config.num_layers
+  return config, loss_fn, batch, init, 3 * config.num_layers, length
 
 
 def synthetic_batch(rows: int, length: int, vocab: int) -> dict:
@@ -112,18 +140,20 @@ def main(argv):
   dtype = jnp.dtype(_DTYPE.value or ('bfloat16' if gpu else 'float32'))
   peak = matmul_flops_per_second(dtype, _STEPS.value)
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}, '
-        f'{dtype.name}, {rows} rows x {length} tokens per side; square '
-        f'matmul {peak / 1e12:.3f} TFLOP/s')
+        f'{dtype.name}, {rows} rows x {length} tokens per side (ViT: {rows} '
+        f'images of {_IMAGE_SIZE.value}); square matmul '
+        f'{peak / 1e12:.3f} TFLOP/s')
   header = (f'{"size":>12} {"params":>14} {"step ms":>9} {"tokens/s":>10} '
-            f'{"model TFLOP/s":>14} {"XLA TFLOP/s":>12} {"MFU":>6}')
+            f'{"images/s":>9} {"model TFLOP/s":>14} {"XLA TFLOP/s":>12} '
+            f'{"MFU":>6}')
   print(header)
   print('-' * len(header))
   optimizer = train.default_config().optimizer
   tx, _ = train.make_optimizer(ml_collections.ConfigDict(optimizer),
                                num_steps=100_000)
   for size in _SIZES.value:
-    config, loss_fn, batch, init, attention_layers = setup(size, rows, length,
-                                                           dtype)
+    config, loss_fn, batch, init, attention_layers, tokens = setup(
+        size, rows, length, dtype)
     params = jax.jit(lambda r: nn.unbox(init(r)['params']))(
         jax.random.key(0))
     state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
@@ -136,10 +166,14 @@ def main(argv):
     xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
     seconds, _ = median_seconds(compiled, state, batch, steps=_STEPS.value)
     flops = model_flops(params, attention_layers, config.d_model, rows,
-                        length)
+                        tokens)
+    if '/' in size:  # the classifier sees one vector per image, not T
+      head = sum(x.size for x in jax.tree.leaves(params['head']))
+      flops -= 6 * head * rows * (tokens - 1)
+    images = f'{rows / seconds:>9,.1f}' if '/' in size else f'{"":>9}'
     print(f'{size:>12} {sum(x.size for x in jax.tree.leaves(params)):>14,} '
-          f'{seconds * 1e3:>9.1f} {rows * length / seconds:>10,.0f} '
-          f'{flops / seconds / 1e12:>14.3f} '
+          f'{seconds * 1e3:>9.1f} {rows * tokens / seconds:>10,.0f} '
+          f'{images} {flops / seconds / 1e12:>14.3f} '
           f'{xla_flops / seconds / 1e12:>12.3f} '
           f'{100 * flops / seconds / peak:>5.1f}%')
 
