@@ -184,3 +184,16 @@ def test_predict_command_and_attention_maps(trained, tmp_path):
     name = os.path.splitext(os.path.basename(path))[0]
     assert os.path.getsize(tmp_path / 'maps' / f'{name}_attention.png') > 5_000
   assert os.path.exists(os.path.join(workdir, 'plots', 'attention_step6.png'))
+
+
+def test_cifar10_experiment_under_mock_tfds(tmp_path):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  config = load_experiment('vit_cifar10', 'runlocal')
+  assert config.train.num_steps == 4
+  paper = load_experiment('vit_cifar10')
+  assert (paper.model.num_layers, paper.model.d_model, paper.model.num_heads,
+          paper.model.d_ff) == (7, 256, 4, 512)
+  assert paper.train.num_steps == 300 * 390
+  with tfds.testing.mock_data(num_examples=16):
+    result = train.train_and_evaluate(config, str(tmp_path))
+  assert np.isfinite(result['loss'])
