@@ -197,3 +197,44 @@ def test_cifar10_experiment_under_mock_tfds(tmp_path):
   with tfds.testing.mock_data(num_examples=16):
     result = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(result['loss'])
+
+
+def test_fine_tuning_at_a_higher_resolution_resizes_positions(trained,
+                                                              tmp_path):
+  from transformer.models import vit  # pylint: disable=g-import-not-at-top
+  config, source, _ = trained
+  finetune = load_experiment('vit_finetune',
+                             f'init_from={source},image_size=24,runlocal')
+  assert finetune.optimizer.name == 'sgd' and finetune.data.image_size == 24
+  trainer = train.Trainer(finetune, str(tmp_path))
+  assert trainer.task.model_config.grid_size == 6
+  pretrained, _ = train.Trainer(config, source).restore_params()
+  params = train.warm_start(trainer.initialise().params, source,
+                            trainer.task.adapt_pretrained)
+  np.testing.assert_allclose(
+      params['pos_embedding'], vit.resize_position_embedding(
+          pretrained['pos_embedding'], 6, has_class_token=True), rtol=1e-6)
+  np.testing.assert_array_equal(params['head']['kernel'],
+                                pretrained['head']['kernel'])
+  result = train.train_and_evaluate(finetune, str(tmp_path))
+  assert np.isfinite(result['loss'])
+
+
+def test_fine_tuning_on_other_classes_restarts_the_classifier(trained,
+                                                               tmp_path):
+  _, source, _ = trained
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  for split in ('train', 'test'):
+    for name in ('a', 'b', 'c'):
+      os.makedirs(tmp_path / 'data' / split / name)
+      Image.new('RGB', (16, 16), (len(name) * 80, 9, 9)).save(
+          tmp_path / 'data' / split / name / '0.png')
+  finetune = load_experiment(
+      'vit_finetune', f'init_from={source},source=folder,'
+      f'path={tmp_path / "data"},image_size=16,runlocal')
+  finetune.data.update(dict(batch_size=2, eval_batch_size=2))
+  trainer = train.Trainer(finetune, str(tmp_path / 'work'))
+  params = train.warm_start(trainer.initialise().params, source,
+                            trainer.task.adapt_pretrained)
+  assert params['head']['kernel'].shape == (32, 3)
+  np.testing.assert_array_equal(params['head']['kernel'], 0.0)

@@ -42,6 +42,7 @@ def default_config() -> ml_collections.ConfigDict:
       init_from=''))  # a workdir whose parameters start a new run
   # Vaswani et al. 5.3: Adam(0.9, 0.98, 1e-9), D^-0.5 * rsqrt schedule.
   config.optimizer = ml_collections.ConfigDict(dict(
+      name='adam',  # or 'sgd': SGD with momentum b1 (ViT fine-tuning)
       schedule='rsqrt', learning_rate=512**-0.5, warmup_steps=4_000, b1=0.9,
       b2=0.98, eps=1e-9, grad_clip_norm=0.0, weight_decay=0.0,
       end_learning_rate_ratio=0.1))  # end of the cosine schedule
@@ -77,8 +78,8 @@ def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
 
 def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
-  """Adam (AdamW with weight_decay > 0) with the config's schedule, and
-  gradient clipping if configured.
+  """Adam (AdamW with weight_decay > 0), or SGD with momentum b1, with the
+  config's schedule, and gradient clipping if configured.
 
   Schedules: 'rsqrt' (Vaswani et al.), 'constant', and 'cosine': linear
   warmup to learning_rate, then cosine decay to learning_rate *
@@ -99,7 +100,15 @@ def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
   else:
     raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt', "
                      f"'constant' or 'cosine'.")
-  if config.weight_decay:
+  if config.name == 'sgd':
+    if config.weight_decay:
+      raise ValueError('optimizer.weight_decay applies to Adam only; SGD '
+                       'fine-tuning runs without it.')
+    adam = optax.sgd(schedule, momentum=config.b1 or None)
+  elif config.name != 'adam':
+    raise ValueError(f"optimizer.name={config.name!r}; choose 'adam' or "
+                     f"'sgd'.")
+  elif config.weight_decay:
     # Decay arrays of rank >= 2 only (kernels, embedding and position
     # tables, as nanoGPT does), not biases or LayerNorm gains.
     adam = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
@@ -270,11 +279,16 @@ class Trainer:
     return params, step
 
 
-def warm_start(params: Any, source: str) -> Any:
+def warm_start(params: Any, source: str,
+               adapt: Callable[[Any, Any], Any] | None = None) -> Any:
   """`params` with every array that `source`'s latest checkpoint has at the
-  same path and shape (e.g. a pretrained encoder under a new head)."""
+  same path and shape (e.g. a pretrained encoder under a new head).
+  `adapt(loaded, params)`, a task's, may first reshape what was loaded
+  (e.g. position embeddings for a new resolution) or drop arrays."""
   source_trainer = Trainer(load_config(source), source)
   loaded, step = source_trainer.restore_params()
+  if adapt is not None:
+    loaded = adapt(loaded, params)
   flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
   copied, new, mismatched = [], [], []
 
@@ -385,8 +399,9 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   else:
     state = trainer.initialise()
     if train_cfg.init_from:
-      state = state.replace(params=warm_start(state.params,
-                                              train_cfg.init_from))
+      state = state.replace(params=warm_start(
+          state.params, train_cfg.init_from,
+          getattr(trainer.task, 'adapt_pretrained', None)))
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'Model: {num_params:,} parameters; mesh {dict(trainer.mesh.shape)}; '
         f'workdir {workdir}', flush=True)

@@ -170,10 +170,21 @@ class ImageClassificationTask:
             f'config.data.{name}={data[name]} is not a multiple of the '
             f'{batch_divisor} data-parallel devices; choose a multiple.')
     self.class_names, self.num_channels = self._dataset_info()
-    overrides = {k: config.model[k] for k in MODEL_FIELDS
-                 if config.model.get(k) is not None}
+    # Fine-tuning takes the pretrained workdir's model (its own image size
+    # and classes aside: `adapt_pretrained` resizes and re-heads).
+    source = config.train.init_from
+    source_config = train.load_config(source) if source else None
+    if source_config and source_config.task != 'image_classification':
+      raise ValueError(f'config.train.init_from={source} trained a '
+                       f'{source_config.task!r} task; fine-tune from an '
+                       f'image_classification workdir.')
+    model = (source_config or config).model
+    overrides = {k: model[k] for k in MODEL_FIELDS
+                 if model.get(k) is not None}
+    if source_config and config.model.get('dropout_rate') is not None:
+      overrides['dropout_rate'] = config.model.dropout_rate
     self.model_config = vit.config_for(
-        config.model.size, image_size=data.image_size,
+        model.size, image_size=data.image_size,
         num_channels=self.num_channels, num_classes=len(self.class_names),
         dtype=jnp.dtype(config.model.dtype), **overrides)
     self.model = vit.build(self.model_config)
@@ -206,6 +217,27 @@ class ImageClassificationTask:
       raise ValueError(f'Labels of split {split!r} are outside [0, '
                        f'{len(names)}).')
     return pictures, labels, names
+
+  def adapt_pretrained(self, loaded: dict[str, Any], params: dict[str, Any]
+                       ) -> dict[str, Any]:
+    """Pretrained parameters made to fit this model: position embeddings
+    resampled to this resolution's patch grid, and the classifier left out
+    (so it starts at zero) when the number of classes differs."""
+    loaded = dict(loaded)
+    if ('pos_embedding' in loaded and 'pos_embedding' in params and
+        loaded['pos_embedding'].shape != params['pos_embedding'].shape):
+      old = loaded['pos_embedding'].shape
+      loaded['pos_embedding'] = vit.resize_position_embedding(
+          jnp.asarray(loaded['pos_embedding']), self.model_config.grid_size,
+          has_class_token=self.model_config.pooling == 'token')
+      print(f'Position embeddings resized from {old} to '
+            f'{loaded["pos_embedding"].shape}.', flush=True)
+    head = lambda tree: tree['head']['kernel'].shape
+    if 'head' in loaded and head(loaded) != head(params):
+      print(f'The classifier starts at zero: {head(params)[1]} classes here, '
+            f'{head(loaded)[1]} in the pretrained model.', flush=True)
+      del loaded['head']
+    return loaded
 
   def init(self, rng: jax.Array) -> Any:
     c = self.model_config
