@@ -7,8 +7,10 @@ another dataset.
         --config=experiments/vit_finetune.py:init_from=workdirs/vit_offline,source=mnist,path=../shared/data/mnist
 
 The model is the pretrained one (its sizes and patch size); its position
-embeddings are resampled bilinearly to the new patch grid and its
-classifier restarts at zero when the number of classes differs. The data
+embeddings are resampled bilinearly to the new patch grid, its patch
+embedding is summed over colour channels for grey images (spread over them
+for colour images from a grey model), and its classifier restarts at zero
+when the classes differ. The data
 settings are the pretrained run's unless `source=` names another
 (offline|mnist|folder|tfds, with path= or tfds_name=). The recipe of
 Dosovitskiy et al. (Appendix B.1.1): SGD with momentum 0.9, no weight
@@ -32,6 +34,7 @@ def get_config(arg: str = ''):
   pretrained = train.load_config(args['init_from'])
   config = image_classification.default_config()
   config.train.init_from = args['init_from']
+  config.model = pretrained.model  # the sizes; kept in this run's config
   if 'source' in args:
     config.data.update(dict(source=args['source'],
                             path=args.get('path', ''),

@@ -46,6 +46,7 @@ def test_eval_batches_count_every_image_once_and_fill_with_minus_one():
 @pytest.fixture(scope='module')
 def trained(tmp_path_factory):
   config = load_experiment('vit_offline', 'runlocal')
+  config.optimizer.schedule = 'constant'  # see the resume test
   workdir = str(tmp_path_factory.mktemp('vit'))
   return config, workdir, train.train_and_evaluate(config, workdir)
 
@@ -62,6 +63,9 @@ def test_training_runs_with_every_augmentation_and_reports_metrics(trained):
 
 def test_resume_ends_with_identical_parameters(trained, tmp_path):
   config, full_workdir, _ = trained
+  # The interrupted run is the same config stopped at step 3: a constant
+  # schedule keeps its learning rates those of the 6-step run.
+  assert config.optimizer.schedule == 'constant'
   partial = config.copy_and_resolve_references()
   partial.train.num_steps = 3
   workdir = str(tmp_path)
@@ -238,3 +242,70 @@ def test_fine_tuning_on_other_classes_restarts_the_classifier(trained,
                             trainer.task.adapt_pretrained)
   assert params['head']['kernel'].shape == (32, 3)
   np.testing.assert_array_equal(params['head']['kernel'], 0.0)
+
+
+def test_fine_tuning_rgb_to_grey_sums_the_patch_kernels(trained, tmp_path):
+  _, source, _ = trained
+  rng = np.random.default_rng(0)
+  for prefix, count in (('train', 8), ('t10k', 4)):
+    write_idx(tmp_path / f'{prefix}-images-idx3-ubyte.gz',
+              rng.integers(0, 256, (count, 16, 16)))
+    write_idx(tmp_path / f'{prefix}-labels-idx1-ubyte.gz',
+              np.arange(count) % 10)
+  finetune = load_experiment(
+      'vit_finetune', f'init_from={source},source=mnist,path={tmp_path},'
+      f'image_size=16,runlocal')
+  finetune.data.update(dict(batch_size=4, eval_batch_size=4))
+  trainer = train.Trainer(finetune, str(tmp_path / 'work'))
+  pretrained, _ = train.Trainer(train.load_config(source),
+                                source).restore_params()
+  params = train.warm_start(trainer.initialise().params, source,
+                            trainer.task.adapt_pretrained)
+  kernel = pretrained['embedding']['kernel']
+  np.testing.assert_allclose(params['embedding']['kernel'],
+                             kernel.sum(axis=2, keepdims=True), rtol=1e-6)
+  # Ten digits are not the ten shapes: same shape, new classifier.
+  assert params['head']['kernel'].shape == pretrained['head']['kernel'].shape
+  np.testing.assert_array_equal(params['head']['kernel'], 0.0)
+  # A grey image through the grey model = the same image in every colour
+  # channel through the colour model (before the classifier).
+  grey = rng.integers(0, 256, (2, 16, 16, 1)).astype(np.uint8)
+  model, source_model = trainer.task.model, train.Trainer(
+      train.load_config(source), source).task.model
+  embed = lambda m, p, x: m.apply({'params': p}, trainer.task.inputs(x),
+                                  method='embed_patches')
+  np.testing.assert_allclose(embed(model, params, grey),
+                             embed(source_model, pretrained,
+                                   np.repeat(grey, 3, -1)),
+                             rtol=1e-4, atol=1e-4)
+
+
+def test_folder_classes_must_not_change_under_a_workdir(tmp_path):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  def add(name):
+    for split in ('train', 'test'):
+      os.makedirs(tmp_path / split / name)
+      Image.new('RGB', (16, 16)).save(tmp_path / split / name / '0.png')
+  add('cat'), add('dog')
+  config = load_experiment('vit_offline', 'runlocal')
+  config.data.update(dict(source='folder', path=str(tmp_path),
+                          batch_size=2, eval_batch_size=2))
+  ic.ImageClassificationTask(config, str(tmp_path / 'work'))
+  add('ant')
+  task = ic.ImageClassificationTask(config, str(tmp_path / 'work'))
+  with pytest.raises(ValueError, match='labels would change meaning'):
+    task.train_iter(0)
+
+
+def test_weight_decay_spares_class_token_positions_biases_and_norms(trained):
+  config, workdir, _ = trained
+  params, _ = train.Trainer(config, workdir).restore_params()
+  mask = train._decayed(params, config.optimizer.weight_decay_skip)
+  assert not mask['cls'] and not mask['pos_embedding']
+  assert mask['embedding']['kernel'] and mask['head']['kernel']
+  assert not mask['head']['bias']
+  layer = mask['encoder']['layer_0']
+  assert layer['self_attention']['query']['kernel']
+  assert not layer['attention_sublayer']['norm']['scale']
+  # Without the skip list (the language models' setting) they are decayed.
+  assert train._decayed(params, ())['pos_embedding']

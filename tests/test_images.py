@@ -126,6 +126,22 @@ def test_resized_crop_of_the_whole_image_is_the_image():
   np.testing.assert_allclose(flat, 0.3, atol=1e-5)
 
 
+def test_crop_box_convention():
+  """A box (top, left, height, width) at the output size is that window."""
+  x = batch(size=16)[0]
+  window = augment._crop_and_resize(x, jnp.asarray([2.0, 5.0, 8.0, 8.0]), 8)
+  np.testing.assert_allclose(window, x[2:10, 5:13], atol=1e-5)
+
+
+def test_shape_colours_always_contrast():
+  foreground, background = images.contrasting_colours(
+      np.random.default_rng(0), 100_000)
+  assert np.abs(foreground - background).max(1).min() >= 0.35
+  assert foreground.min() >= 0 and foreground.max() <= 1
+  # Still spread over the whole colour cube, not only the fixed ones.
+  assert np.abs(foreground.mean(0) - 0.5).max() < 0.02
+
+
 def test_center_crop():
   x = batch(size=10)
   np.testing.assert_array_equal(augment.center_crop(x, 6), x[:, 2:8, 2:8])

@@ -45,6 +45,9 @@ def main(argv):
                          f'predict needs an image classifier.')
   trainer = train.Trainer(config, _WORKDIR.value)
   task = trainer.task
+  if _ATTENTION_DIR.value and task.model_config.pooling != 'token':
+    raise app.UsageError('--attention_dir shows the class token\'s attention; '
+                         'this model pools with "gap" and has none.')
   params, step = trainer.restore_params(_AVERAGE.value)
   size = config.data.load_size or config.data.image_size
   top_k = min(_TOP_K.value, len(task.class_names))

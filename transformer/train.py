@@ -14,6 +14,7 @@ import functools
 import json
 import math
 import os
+import re
 import time
 from typing import Any, Callable
 
@@ -45,6 +46,9 @@ def default_config() -> ml_collections.ConfigDict:
       name='adam',  # or 'sgd': SGD with momentum b1 (ViT fine-tuning)
       schedule='rsqrt', learning_rate=512**-0.5, warmup_steps=4_000, b1=0.9,
       b2=0.98, eps=1e-9, grad_clip_norm=0.0, weight_decay=0.0,
+      # Parameters whose path matches one of these regular expressions are
+      # never decayed (e.g. a ViT's class token and position embeddings).
+      weight_decay_skip=(),
       end_learning_rate_ratio=0.1))  # end of the cosine schedule
   config.eval = ml_collections.ConfigDict(dict(average_checkpoints=1))
   # -1: all remaining devices. Pure data parallelism by default.
@@ -76,6 +80,16 @@ def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
   return schedule
 
 
+def _decayed(params: Any, skip: tuple[str, ...]) -> Any:
+  """Weight-decay mask: arrays of rank >= 2 (kernels, embedding and position
+  tables, as nanoGPT), not biases or LayerNorm gains, and none whose path
+  matches a pattern of `skip`."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x.ndim >= 2 and not any(
+          re.search(pattern, jax.tree_util.keystr(path)) for pattern in skip),
+      params)
+
+
 def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
                   ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """Adam (AdamW with weight_decay > 0), or SGD with momentum b1, with the
@@ -104,22 +118,22 @@ def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
     if config.weight_decay:
       raise ValueError('optimizer.weight_decay applies to Adam only; SGD '
                        'fine-tuning runs without it.')
-    adam = optax.sgd(schedule, momentum=config.b1 or None)
+    optimizer = optax.sgd(schedule, momentum=config.b1 or None)
   elif config.name != 'adam':
     raise ValueError(f"optimizer.name={config.name!r}; choose 'adam' or "
                      f"'sgd'.")
   elif config.weight_decay:
-    # Decay arrays of rank >= 2 only (kernels, embedding and position
-    # tables, as nanoGPT does), not biases or LayerNorm gains.
-    adam = optax.adamw(schedule, b1=config.b1, b2=config.b2, eps=config.eps,
-                       weight_decay=config.weight_decay,
-                       mask=lambda p: jax.tree.map(lambda x: x.ndim >= 2, p))
+    optimizer = optax.adamw(schedule, b1=config.b1, b2=config.b2,
+                            eps=config.eps, weight_decay=config.weight_decay,
+                            mask=functools.partial(
+                                _decayed, skip=config.weight_decay_skip))
   else:
-    adam = optax.adam(schedule, b1=config.b1, b2=config.b2, eps=config.eps)
+    optimizer = optax.adam(schedule, b1=config.b1, b2=config.b2,
+                           eps=config.eps)
   if config.grad_clip_norm:
     return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
-                       adam), schedule
-  return adam, schedule
+                       optimizer), schedule
+  return optimizer, schedule
 
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,

@@ -47,6 +47,20 @@ def _shape_mask(name: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
   raise ValueError(f'Unknown shape {name!r}.')
 
 
+def contrasting_colours(rng: np.random.Generator, n: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+  """n random (foreground, background) RGB pairs in [0, 1], at least 0.35
+  apart in some channel: where a random pair is not, one channel of the
+  foreground is moved 0.5 away from the background's."""
+  background = rng.uniform(0, 1, (n, 3))
+  foreground = rng.uniform(0, 1, (n, 3))
+  weak = np.flatnonzero(np.abs(foreground - background).max(1) < 0.35)
+  channel = rng.integers(0, 3, len(weak))
+  base = background[weak, channel]
+  foreground[weak, channel] = np.where(base < 0.5, base + 0.5, base - 0.5)
+  return foreground, background
+
+
 def offline_shapes(num_examples: int, seed: int, *, image_size: int = 32
                    ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   """Generated images of ten shape classes (`SHAPES`).
@@ -67,11 +81,7 @@ def offline_shapes(num_examples: int, seed: int, *, image_size: int = 32
   radius = rng.uniform(0.2, 0.4, (n, 1, 1)) * s
   centre = rng.uniform(0, 1, (n, 2, 1, 1)) * (s - 2 * radius[:, None]) \
       + radius[:, None]
-  background = rng.uniform(0, 1, (n, 3))
-  # A foreground at least 0.35 away from the background in some channel.
-  foreground = rng.uniform(0, 1, (n, 3))
-  weak = np.abs(foreground - background).max(1) < 0.35
-  foreground[weak] = 1.0 - background[weak]
+  foreground, background = contrasting_colours(rng, n)
   rows, cols = np.meshgrid(np.arange(s) + 0.5, np.arange(s) + 0.5,
                            indexing='ij')
   u = (cols[None] - centre[:, 0]) / radius
@@ -99,6 +109,8 @@ def _read_idx(path: str) -> np.ndarray:
   if len(data) < 4 or data[:2] != b'\0\0' or data[2] != 8:
     raise ValueError(f'{path} is not an idx file of unsigned bytes.')
   ndim = data[3]
+  if len(data) < 4 + 4 * ndim:
+    raise ValueError(f'{path}: the header is truncated.')
   shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], 'big')
                 for i in range(ndim))
   array = np.frombuffer(data, np.uint8, offset=4 + 4 * ndim)

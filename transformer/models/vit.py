@@ -28,7 +28,8 @@ Array = jax.Array
 # of the ViT and DeiT papers; 'mu' for tests). With the patch size they make
 # names like 'B/16'. At 224x224 and 1,000 classes the reference
 # implementation counts Ti/16 5,717,416, S/16 22,050,664, B/16 86,567,656,
-# B/32 88,224,232, L/16 304,326,632 and H/16 632,199,400 parameters.
+# B/32 88,224,232 and L/16 304,326,632 parameters; H/16 (the reference
+# defines H/14) counts 632,199,400 by the same architecture.
 VARIANTS = {
     'mu': dict(d_model=32, num_layers=2, d_ff=64, num_heads=2),
     'Ti': dict(d_model=192, num_layers=12, d_ff=768, num_heads=3),
@@ -260,9 +261,15 @@ def attention_weights(model: VisionTransformer, params: Any, images: Array
   class token first), from the 'intermediates' the attention layers sow."""
   _, state = model.apply({'params': params}, images, deterministic=True,
                          mutable=['intermediates'])
+  return attention_weights_from(state, model.config)
+
+
+def attention_weights_from(state: dict[str, Any], config: Config
+                           ) -> list[Array]:
+  """The per-layer weights in the 'intermediates' of an apply."""
   encoder = state['intermediates']['encoder']
   return [encoder[f'layer_{i}']['self_attention']['attention_weights'][0]
-          for i in range(model.config.num_layers)]
+          for i in range(config.num_layers)]
 
 
 def attention_rollout(weights: list[Array]) -> Array:

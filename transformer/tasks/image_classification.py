@@ -19,6 +19,7 @@ import os
 from typing import Any, Iterable, Iterator
 
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
@@ -62,6 +63,8 @@ def default_config() -> ml_collections.ConfigDict:
       crop='pad',  # training crop: 'none' | 'pad' | 'resized'
       crop_padding=4, crop_min_scale=0.08, flip=True,
       randaugment_layers=0, randaugment_magnitude=10, mixup_alpha=0.0))
+  # The reference ViTs decay kernels only: not the class token or positions.
+  config.optimizer.weight_decay_skip = (r"'cls'", r"'pos_embedding'")
   config.model = ml_collections.ConfigDict(dict(
       size='mu/4', dtype='float32',
       **{field: config_dict.placeholder(kind)
@@ -170,21 +173,10 @@ class ImageClassificationTask:
             f'config.data.{name}={data[name]} is not a multiple of the '
             f'{batch_divisor} data-parallel devices; choose a multiple.')
     self.class_names, self.num_channels = self._dataset_info()
-    # Fine-tuning takes the pretrained workdir's model (its own image size
-    # and classes aside: `adapt_pretrained` resizes and re-heads).
-    source = config.train.init_from
-    source_config = train.load_config(source) if source else None
-    if source_config and source_config.task != 'image_classification':
-      raise ValueError(f'config.train.init_from={source} trained a '
-                       f'{source_config.task!r} task; fine-tune from an '
-                       f'image_classification workdir.')
-    model = (source_config or config).model
-    overrides = {k: model[k] for k in MODEL_FIELDS
-                 if model.get(k) is not None}
-    if source_config and config.model.get('dropout_rate') is not None:
-      overrides['dropout_rate'] = config.model.dropout_rate
+    overrides = {k: config.model[k] for k in MODEL_FIELDS
+                 if config.model.get(k) is not None}
     self.model_config = vit.config_for(
-        model.size, image_size=data.image_size,
+        config.model.size, image_size=data.image_size,
         num_channels=self.num_channels, num_classes=len(self.class_names),
         dtype=jnp.dtype(config.model.dtype), **overrides)
     self.model = vit.build(self.model_config)
@@ -212,6 +204,12 @@ class ImageClassificationTask:
         else self.class_names
     pictures, labels, found = read_split(self.config.data, split,
                                          class_names=names)
+    known = getattr(self, 'class_names', None)
+    if names is None and known is not None and tuple(found) != known:
+      raise ValueError(
+          f'The training split now has classes {list(found)}, but this '
+          f'workdir was trained with {list(known)} ({DATASET_FILE}): '
+          f'labels would change meaning. Use a new workdir.')
     names = names or found
     if len(labels) and (labels.min() < 0 or labels.max() >= len(names)):
       raise ValueError(f'Labels of split {split!r} are outside [0, '
@@ -221,9 +219,23 @@ class ImageClassificationTask:
   def adapt_pretrained(self, loaded: dict[str, Any], params: dict[str, Any]
                        ) -> dict[str, Any]:
     """Pretrained parameters made to fit this model: position embeddings
-    resampled to this resolution's patch grid, and the classifier left out
-    (so it starts at zero) when the number of classes differs."""
+    resampled to this resolution's patch grid, the patch embedding summed
+    over colour channels for grey inputs (or spread over them for colour
+    inputs), and the classifier left out (so it starts at zero) when the
+    classes differ."""
+    source = self.config.train.init_from
+    source_config = train.load_config(source)
+    if source_config.task != 'image_classification':
+      raise ValueError(f'config.train.init_from={source} trained a '
+                       f'{source_config.task!r} task; fine-tune from an '
+                       f'image_classification workdir.')
+    with open(os.path.join(source, DATASET_FILE)) as f:
+      source_info = json.load(f)
     loaded = dict(loaded)
+    if 'embedding' in loaded:
+      loaded['embedding'] = dict(loaded['embedding'])
+      loaded['embedding']['kernel'] = self._adapt_channels(
+          loaded['embedding']['kernel'], source_info['channels'])
     if ('pos_embedding' in loaded and 'pos_embedding' in params and
         loaded['pos_embedding'].shape != params['pos_embedding'].shape):
       old = loaded['pos_embedding'].shape
@@ -232,12 +244,35 @@ class ImageClassificationTask:
           has_class_token=self.model_config.pooling == 'token')
       print(f'Position embeddings resized from {old} to '
             f'{loaded["pos_embedding"].shape}.', flush=True)
-    head = lambda tree: tree['head']['kernel'].shape
-    if 'head' in loaded and head(loaded) != head(params):
-      print(f'The classifier starts at zero: {head(params)[1]} classes here, '
-            f'{head(loaded)[1]} in the pretrained model.', flush=True)
+    if 'head' in loaded and tuple(source_info['classes']) != self.class_names:
+      print(f'The classifier starts at zero: classes {list(self.class_names)}'
+            f' here, {source_info["classes"]} in the pretrained model.',
+            flush=True)
       del loaded['head']
     return loaded
+
+  def _adapt_channels(self, kernel: Any, channels: int) -> Any:
+    """A patch-embedding kernel of `channels` input channels for this
+    model's: grey from colour sums the colour kernels (the colour model's
+    response to a grey image copied into every channel); colour from grey
+    spreads the grey kernel evenly over the channels."""
+    mine = self.num_channels
+    if channels == mine:
+      return kernel
+    p = self.model_config.patch_size
+    full = jnp.asarray(kernel).reshape(p, p, channels, -1)
+    if mine == 1:
+      full = full.sum(axis=2, keepdims=True)
+    elif channels == 1:
+      full = jnp.repeat(full / mine, mine, axis=2)
+    else:
+      raise ValueError(f'Cannot fine-tune a {channels}-channel model on '
+                       f'{mine}-channel images.')
+    print(f'Patch embedding adapted from {channels} to {mine} input '
+          f'channels.', flush=True)
+    if self.model_config.patch_embedding == 'dense':
+      return full.reshape(p * p * mine, -1)
+    return full
 
   def init(self, rng: jax.Array) -> Any:
     c = self.model_config
@@ -316,39 +351,70 @@ class ImageClassificationTask:
     }
     return sums['loss'][0] / jnp.maximum(count, 1.0), sums
 
-  def inputs(self, pictures: np.ndarray) -> jax.Array:
-    """uint8 [B, L, L, C] at the stored size -> normalised model inputs."""
-    images = augment.to_unit(jnp.asarray(pictures))
+  def inputs(self, pictures: np.ndarray) -> np.ndarray:
+    """uint8 [B, L, L, C] at the stored size -> normalised model inputs, on
+    the host (the augment functions take numpy arrays too)."""
+    images = augment.to_unit(pictures)
     return augment.normalize(augment.center_crop(
         images, self.config.data.image_size))
 
-  def predict(self, params: Any, pictures: np.ndarray) -> np.ndarray:
-    """Class probabilities [B, classes] (independent per class with the
-    sigmoid loss)."""
-    logits = self.model.apply({'params': params}, self.inputs(pictures),
-                              deterministic=True)
+  def _forward(self, params: Any, pictures: np.ndarray, *,
+               with_weights: bool = False):
+    """Logits [B, classes] (and the attention weights of every layer) as
+    host arrays. Every process must call this with the same pictures: rows
+    are padded to a multiple of the data-parallel shards and the results,
+    which may live on other hosts' devices, are gathered."""
+    count = len(pictures)
+    filler = -count % self.batch_divisor
+    if filler:
+      pictures = np.concatenate([pictures, np.repeat(pictures[:1], filler, 0)])
+    inputs = self.inputs(pictures)
+    if with_weights:
+      logits, state = self.model.apply(
+          {'params': params}, inputs, deterministic=True,
+          mutable=['intermediates'])
+      weights = vit.attention_weights_from(state, self.model_config)
+    else:
+      logits = self.model.apply({'params': params}, inputs,
+                                deterministic=True)
+      weights = None
+    logits, weights = multihost_utils.process_allgather((logits, weights),
+                                                        tiled=True)
+    return (np.asarray(logits)[:count],
+            None if weights is None else [w[:count] for w in weights])
+
+  def _probabilities(self, logits: np.ndarray) -> np.ndarray:
     if self.config.train.loss == 'sigmoid':
       return np.asarray(jax.nn.sigmoid(logits))
     return np.asarray(jax.nn.softmax(logits))
 
+  def predict(self, params: Any, pictures: np.ndarray) -> np.ndarray:
+    """Class probabilities [B, classes] of uint8 pictures at the stored
+    size (independent per class with the sigmoid loss)."""
+    return self._probabilities(self._forward(params, pictures)[0])
+
   def plot_attention(self, params: Any, picture: np.ndarray, path: str
-                     ) -> str:
+                     ) -> str | None:
     """The class token's attention over the patches for one image: each
-    head of the last layer, and the rollout through all layers."""
+    head of the last layer, and the rollout through all layers. Every
+    process calls this; process 0 writes the PNG."""
     c = self.model_config
     if c.pooling != 'token':
       raise ValueError("Attention maps follow the class token; this model "
                        "pools with 'gap'.")
-    inputs = self.inputs(picture[None])
-    weights = vit.attention_weights(self.model, params, inputs)
+    logits, weights = self._forward(params, picture[None], with_weights=True)
+    if jax.process_index() != 0:
+      return None
     grid = lambda row: np.asarray(row[..., 1:]).reshape(-1, c.grid_size,
                                                         c.grid_size)
     last = grid(weights[-1][0, :, 0])
     rollout = grid(vit.attention_rollout(weights)[0, 0])
-    probabilities = self.predict(params, picture[None])[0]
+    probabilities = self._probabilities(logits)[0]
     best = int(probabilities.argmax())
+    image = augment.center_crop(augment.to_unit(picture[None]),
+                                c.image_size)[0]
     return plots.plot_image_attention(
-        (np.asarray(inputs[0]) + 1) / 2, np.concatenate([last, rollout]),
+        image, np.concatenate([last, rollout]),
         [f'layer {c.num_layers - 1} head {h}' for h in range(len(last))]
         + ['rollout'], path,
         suptitle=f'{self.class_names[best]} ({probabilities[best]:.2f})')
@@ -356,7 +422,7 @@ class ImageClassificationTask:
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     """Accuracy comes from the evaluation batches; this plots the class
     token's attention for the first held-out image."""
-    if jax.process_index() == 0 and self.model_config.pooling == 'token':
+    if self.model_config.pooling == 'token':
       pictures, _, _ = self.split(self.config.data.eval_split)
       self.plot_attention(params, pictures[0], os.path.join(
           self.workdir, 'plots', f'attention_{label}.png'))
