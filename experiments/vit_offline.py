@@ -7,7 +7,8 @@ classes with random colours, sizes, places and noise, generated in process
 
 A 4-layer ViT of width 128 on 4x4 patches (64 patches and a class token),
 random crops with 4 pixels of padding and flips, AdamW with warmup and
-cosine decay. `:runlocal` is a seconds-long variant for tests.
+cosine decay. Measured on a 2-core CPU: 65.05% test accuracy (top-5
+97.30%) in 7 min 49 s. `:runlocal` is a seconds-long variant for tests.
 """
 
 from transformer import config_args
