@@ -1,6 +1,5 @@
 """The encoder-decoder Transformer: sizes, parameter counts, masking."""
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
