@@ -309,3 +309,31 @@ def test_weight_decay_spares_class_token_positions_biases_and_norms(trained):
   assert not layer['attention_sublayer']['norm']['scale']
   # Without the skip list (the language models' setting) they are decayed.
   assert train._decayed(params, ())['pos_embedding']
+
+
+def test_imagenet_experiment_streams_under_mock_tfds(tmp_path):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  paper = load_experiment('vit_imagenet', 'S/16')
+  assert (paper.model.size, paper.data.batch_size, paper.model.pooling,
+          paper.model.positional_encoding) == ('S/16', 1024, 'gap',
+                                               'sincos2d')
+  assert paper.train.num_steps == 90 * (1_281_167 // 1024)
+  assert load_experiment('vit_imagenet', 'B/16').train.num_steps == 300 * 1251
+  config = load_experiment('vit_imagenet', 'S/16,runlocal')
+  with tfds.testing.mock_data(num_examples=6):
+    task = ic.ImageClassificationTask(config, str(tmp_path / 'a'))
+    assert len(task.class_names) == 1000
+    first = next(iter(task.train_iter(0)))
+    resumed = next(iter(task.train_iter(1)))
+    again = list(zip(range(2), task.train_iter(0)))[1][1]
+    assert first['images'].shape == (4, 32, 32, 3)
+    np.testing.assert_array_equal(resumed['images'], again['images'])
+    evaluated = list(task.eval_batches())
+    assert sum((b['labels'] >= 0).sum() for b in evaluated) == 6
+    params = task.init(jax.random.key(0))
+    loss, _ = task.loss(params, first, jax.random.key(1),
+                        deterministic=False)
+  assert np.isfinite(float(loss))
+  config.data.crop = 'pad'
+  with pytest.raises(ValueError, match="crop='none'"):
+    ic.ImageClassificationTask(config, str(tmp_path / 'c'))

@@ -206,3 +206,97 @@ def load_images(name: str, split: str, data_dir: str | None, *,
   import numpy as np  # pylint: disable=g-import-not-at-top
   return (np.stack(pictures), np.asarray(labels, np.int32),
           tuple(features['label'].names))
+
+
+def stream_images(name: str, split: str, data_dir: str | None, *,
+                  image_size: int, training: bool, seed: int = 0,
+                  start: int = 0, min_scale: float = 0.08,
+                  max_examples: int | None = None):
+  """Yields (image uint8 [S, S, 3], label) of a prepared TFDS split decoded
+  on the fly, for datasets too large to hold in memory (imagenet2012).
+
+  Training: endless epochs, each a fresh order (files and a 10,000-example
+  buffer shuffled with seeds from (seed, epoch)); every image gets an
+  Inception crop (area fraction in [min_scale, 1], aspect ratio in [3/4,
+  4/3]) resized to S x S, drawn from a stateless seed of (seed, its position
+  in the stream). Example k of the stream is therefore the same in every
+  run, and `start` resumes at example `start` without decoding the ones
+  before it. Evaluation: every example once, in order, the shorter side
+  resized to S / 0.875 and the centre S x S kept.
+  """
+  _check_max_examples(max_examples)
+  tfds = _import_tfds()
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  builder = _builder(tfds, name, data_dir, example='imagenet2012')
+  split = _SPLIT_ALIASES.get(split, split)
+
+  def epoch_examples(epoch: int):
+    try:
+      dataset = builder.as_dataset(
+          split=split, shuffle_files=training,
+          decoders={'image': tfds.decode.SkipDecoding()},
+          read_config=tfds.ReadConfig(shuffle_seed=seed * 1_000 + epoch,
+                                      try_autocache=False))
+    except AssertionError:
+      if builder.is_prepared():
+        raise
+      raise DatasetNotFoundError(_not_prepared_message(
+          name, os.fspath(builder.data_dir_root), data_dir)) from None
+    if max_examples is not None:
+      dataset = dataset.take(max_examples)
+    if training:
+      dataset = dataset.shuffle(10_000, seed=seed * 1_000 + epoch)
+    return dataset
+
+  try:
+    size = builder.info.splits[split].num_examples
+  except KeyError:  # split sizes unknown (e.g. under tfds.testing.mock_data)
+    size = None
+  if max_examples is not None:
+    size = min(size, max_examples) if size else max_examples
+  if size is None:
+    size = int(epoch_examples(0).reduce(0, lambda n, _: n + 1))
+
+  def prepare(index, example):
+    image = tf.io.decode_image(example['image'], channels=3,
+                               expand_animations=False)
+    if training:
+      box_seed = tf.stack([tf.cast(seed, tf.int64), index])
+      begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
+          tf.shape(image), tf.zeros([1, 0, 4]), seed=box_seed,
+          area_range=(min_scale, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
+          max_attempts=10, use_image_if_no_bounding_boxes=True)
+      image = tf.image.resize(tf.slice(image, begin, crop),
+                              (image_size, image_size), antialias=True)
+    else:
+      shape = tf.cast(tf.shape(image)[:2], tf.float32)
+      scale = image_size / 0.875 / tf.reduce_min(shape)
+      resized = tf.cast(tf.round(shape * scale), tf.int32)
+      image = tf.image.resize(image, resized, antialias=True)
+      top = (resized[0] - image_size) // 2
+      left = (resized[1] - image_size) // 2
+      image = image[top:top + image_size, left:left + image_size]
+    image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+    return image, example['label']
+
+  epoch, offset = divmod(start, size) if training else (0, start)
+  while True:
+    # Global positions number the examples of the whole stream.
+    dataset = tf.data.Dataset.zip((tf.data.Dataset.range(epoch * size,
+                                                         (epoch + 1) * size),
+                                   epoch_examples(epoch)))
+    dataset = dataset.skip(offset).map(
+        prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    for image, label in tfds.as_numpy(dataset.prefetch(tf.data.AUTOTUNE)):
+      yield image, int(label)
+    if not training:
+      return
+    epoch, offset = epoch + 1, 0
+
+
+def image_classes(name: str, data_dir: str | None) -> tuple[str, ...]:
+  """The class names of a TFDS image-classification dataset (from its
+  metadata, without reading examples)."""
+  tfds = _import_tfds()
+  builder = _builder(tfds, name, data_dir, example='imagenet2012')
+  return tuple(builder.info.features['label'].names)

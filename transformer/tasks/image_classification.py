@@ -56,6 +56,9 @@ def default_config() -> ml_collections.ConfigDict:
       num_train=20_000, num_eval=2_000, seed=0,  # offline
       path='', tfds_name='cifar10', tfds_data_dir='',
       max_examples_per_split=0,
+      # tfds only: decode on the fly (Inception crop on the host) instead of
+      # holding the split in memory; for imagenet2012.
+      stream=False,
       image_size=32,  # the model's input side
       load_size=0,  # side images are stored at (0: image_size); evaluation
       # centre-crops image_size from it
@@ -163,6 +166,16 @@ class ImageClassificationTask:
     if config.train.loss not in LOSSES:
       raise ValueError(f'config.train.loss={config.train.loss!r}; choose one '
                        f'of {LOSSES}.')
+    if data.stream:
+      if data.source != 'tfds':
+        raise ValueError('config.data.stream reads TFDS datasets; set '
+                         "config.data.source='tfds'.")
+      if data.crop != 'none':
+        raise ValueError("Streamed images are Inception-cropped on the host; "
+                         "set config.data.crop='none'.")
+      if jax.process_count() > 1:
+        raise ValueError('Streamed input reads one host\'s data only so far; '
+                         'run on one host or use an in-memory source.')
     if data.load_size and data.load_size < data.image_size:
       raise ValueError(f'config.data.load_size={data.load_size} is below '
                        f'image_size={data.image_size}; images are cropped, '
@@ -189,7 +202,13 @@ class ImageClassificationTask:
       with open(path) as f:
         info = json.load(f)
       return tuple(info['classes']), info['channels']
-    pictures, _, names = self.split(self.config.data.train_split)
+    if self.config.data.stream:
+      from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+      names = tfds_source.image_classes(self.config.data.tfds_name,
+                                        self.config.data.tfds_data_dir or None)
+      pictures = np.zeros((0, 1, 1, 3), np.uint8)
+    else:
+      pictures, _, names = self.split(self.config.data.train_split)
     if jax.process_index() == 0:
       os.makedirs(self.workdir, exist_ok=True)
       with open(path, 'w') as f:
@@ -280,8 +299,45 @@ class ImageClassificationTask:
     return self.model.init({'params': rng}, images,
                            deterministic=True)['params']
 
+  def _stream(self, split: str, *, training: bool, start: int = 0):
+    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+    data = self.config.data
+    return tfds_source.stream_images(
+        data.tfds_name, split, data.tfds_data_dir or None,
+        image_size=data.image_size, training=training, seed=self.config.seed,
+        start=start, min_scale=data.crop_min_scale,
+        max_examples=data.max_examples_per_split or None)
+
+  def _streamed_train_batches(self, start_step: int
+                              ) -> Iterator[dict[str, np.ndarray]]:
+    size = self.config.data.batch_size
+    stream = self._stream(self.config.data.train_split, training=True,
+                          start=start_step * size)
+    while True:
+      examples = [next(stream) for _ in range(size)]
+      yield {'images': np.stack([image for image, _ in examples]),
+             'labels': np.asarray([label for _, label in examples],
+                                  np.int32)}
+
+  def _streamed_eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    stream = self._stream(data.eval_split, training=False)
+    while True:
+      examples = [e for _, e in zip(range(data.eval_batch_size), stream)]
+      if not examples:
+        return
+      yield from eval_batches(
+          np.stack([image for image, _ in examples]),
+          np.asarray([label for _, label in examples], np.int32),
+          batch_size=data.eval_batch_size, row_multiple=self.batch_divisor)
+
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
+    if data.stream:
+      print(f'Training data: {data.tfds_name} {data.train_split} streamed, '
+            f'{len(self.class_names)} classes, batches of {data.batch_size}.',
+            flush=True)
+      return self._streamed_train_batches(start_step)
     pictures, labels, _ = self.split(data.train_split)
     self.split(data.eval_split)  # a wrong split fails now, not later
     print(f'Training data: {len(labels):,} images of {pictures.shape[1:]}, '
@@ -291,6 +347,8 @@ class ImageClassificationTask:
                              seed=self.config.seed, start_step=start_step))
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    if self.config.data.stream:
+      return self._streamed_eval_batches()
     pictures, labels, _ = self.split(self.config.data.eval_split)
     return eval_batches(pictures, labels,
                         batch_size=self.config.data.eval_batch_size,
@@ -423,8 +481,12 @@ class ImageClassificationTask:
     """Accuracy comes from the evaluation batches; this plots the class
     token's attention for the first held-out image."""
     if self.model_config.pooling == 'token':
-      pictures, _, _ = self.split(self.config.data.eval_split)
-      self.plot_attention(params, pictures[0], os.path.join(
+      if self.config.data.stream:
+        first = next(self._stream(self.config.data.eval_split,
+                                  training=False))[0]
+      else:
+        first = self.split(self.config.data.eval_split)[0][0]
+      self.plot_attention(params, first, os.path.join(
           self.workdir, 'plots', f'attention_{label}.png'))
     return {}
 
