@@ -295,7 +295,7 @@ def test_char_tokenizer_save_and_load(tmp_path):
     tokenizers.CharTokenizer(path)
 
 
-def test_load_or_build_chars_builds_once_then_reuses(tmp_path, monkeypatch):
+def test_load_or_build_builds_once_then_reuses(tmp_path, monkeypatch):
   path = str(tmp_path / 'vocab' / 'chars.json')
   calls = []
 
@@ -303,7 +303,7 @@ def test_load_or_build_chars_builds_once_then_reuses(tmp_path, monkeypatch):
     calls.append(1)
     return iter(CHAR_TEXTS)
 
-  first = tokenizers.load_or_build_chars(path, texts)
+  first = tokenizers.CharTokenizer.load_or_build(path, texts)
   assert calls == [1] and first.vocab_size == 15
   mtime = os.path.getmtime(path)
 
@@ -311,7 +311,7 @@ def test_load_or_build_chars_builds_once_then_reuses(tmp_path, monkeypatch):
     raise AssertionError('rebuilt although the characters are saved')
 
   monkeypatch.setattr(tokenizers.CharTokenizer, 'build', no_build)
-  second = tokenizers.load_or_build_chars(path, texts)
+  second = tokenizers.CharTokenizer.load_or_build(path, texts)
   assert calls == [1] and os.path.getmtime(path) == mtime
   assert second.characters == first.characters
 

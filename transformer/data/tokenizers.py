@@ -262,53 +262,68 @@ class ByteTokenizer:
     return _readable(chr(byte)) if byte < 0x80 else f'\\x{byte:02x}'
 
 
-class CharTokenizer:
-  """Text <-> ids over the characters (code points) of a training text.
+class _VocabularyTokenizer:
+  """Text <-> ids over a list of units (characters, words) of a training
+  text, shared by `CharTokenizer` and `WordTokenizer`.
 
-  Id = index in the sorted characters + 3, after pad 0, EOS 1 and unknown 2
-  (characters not in the training text). The characters are saved as JSON,
-  e.g. in `<workdir>/vocab/chars.json`, so that a resumed run keeps the ids
-  its checkpoint was trained with.
+  Id = index of the unit + 3, after pad 0, EOS 1 and unknown 2 (units not in
+  the training text). The units are saved as JSON under the key `kind`, so
+  that a resumed run keeps the ids its checkpoint was trained with.
   """
+  kind: str  # 'characters' or 'words': the JSON key, and for messages
 
   def __init__(self, path: str):
-    """Loads the characters that `save` wrote to `path`."""
+    """Loads the units that `save` wrote to `path`."""
     with open(path, encoding='utf-8') as f:
-      characters = json.load(f)['characters']
-    if not isinstance(characters, str) or list(characters) != sorted(
-        set(characters)):
-      raise ValueError(f'{path} does not hold a string of sorted, distinct '
-                       'characters. Delete it so that it is rebuilt.')
-    self._init(characters)
+      units = json.load(f)[self.kind]
+    self._check(units, path)
+    self._init(units)
 
   @classmethod
-  def build(cls, texts: Iterable[str]) -> CharTokenizer:
-    """A tokenizer over every character that occurs in `texts`."""
-    characters = set()
-    for text in texts:
-      characters.update(text)
-    if not characters:
-      raise ValueError('No text to build the character vocabulary from: the '
-                       'training texts are empty.')
+  def _from_units(cls, units):
+    if not units:
+      raise ValueError(f'No text to build the vocabulary of {cls.kind} from: '
+                       'the training texts are empty.')
     tokenizer = cls.__new__(cls)
-    tokenizer._init(''.join(sorted(characters)))
+    tokenizer._init(units)
     return tokenizer
 
-  def _init(self, characters: str) -> None:
-    self.characters = characters
-    self._ids = {c: i + _FIRST_ID for i, c in enumerate(characters)}
+  @classmethod
+  def load_or_build(cls, path: str, texts_fn: Callable[[], Iterable[str]]):
+    """The tokenizer saved at `path`, built and saved if there is none.
+
+    As `load_or_train`: a vocabulary already on disk is always reused, so
+    that a resumed run keeps the ids of its checkpoint.
+
+    Args:
+      path: e.g. `<workdir>/vocab/chars.json`.
+      texts_fn: returns the training text; only called when building, so
+        that a resume does not read the corpus.
+    """
+    if os.path.exists(path):
+      logging.info('Reusing the vocabulary %s.', path)
+      return cls(path)
+    tokenizer = cls.build(texts_fn())
+    tokenizer.save(path)
+    logging.info('Built a vocabulary of %d %s into %s.', len(tokenizer.units),
+                 cls.kind, path)
+    return tokenizer
+
+  def _init(self, units) -> None:
+    self.units = units
+    self._ids = {u: i + _FIRST_ID for i, u in enumerate(units)}
 
   def save(self, path: str) -> None:
-    """Writes the characters as JSON, atomically (folders are created)."""
-    text = json.dumps({'characters': self.characters}, ensure_ascii=False)
+    """Writes the units as JSON, atomically (folders are created)."""
+    text = json.dumps({self.kind: self.units}, ensure_ascii=False)
     _write_atomically(path, text.encode('utf-8'))
 
   @property
   def vocab_size(self) -> int:
-    return _FIRST_ID + len(self.characters)
+    return _FIRST_ID + len(self.units)
 
   def encode(self, text: str, add_eos: bool = True) -> list[int]:
-    ids = [self._ids.get(c, UNK_ID) for c in text]
+    ids = [self._ids.get(u, UNK_ID) for u in self._split(text)]
     return ids + [EOS_ID] if add_eos else ids
 
   def encode_batch(self, texts: Sequence[str],
@@ -322,126 +337,88 @@ class CharTokenizer:
     Args:
       ids: [T] ids, e.g. a row of a padded batch or of decoder output.
     """
-    return ''.join(_REPLACEMENT if i == UNK_ID
-                   else self.characters[i - _FIRST_ID]
-                   for i in _ids_before_eos(ids, self.vocab_size))
+    return self._join([_REPLACEMENT if i == UNK_ID
+                       else self.units[i - _FIRST_ID]
+                       for i in _ids_before_eos(ids, self.vocab_size)])
 
   def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
     """[B, T] ids -> B strings, as `decode`."""
     return [self.decode(ids) for ids in batch]
 
   def id_to_piece(self, token_id: int) -> str:
-    """A label for plots: the character ('\\n' escaped), or '</s>'."""
+    """A label for plots: the unit ('\\n' escaped), or '</s>'."""
     token_id = int(token_id)
     if token_id in _SPECIAL_PIECES:
       return _SPECIAL_PIECES[token_id]
-    return _readable(self.characters[token_id - _FIRST_ID])
+    return _readable(self.units[token_id - _FIRST_ID])
 
 
-def load_or_build_chars(path: str,
-                        texts_fn: Callable[[], Iterable[str]]) -> CharTokenizer:
-  """The character tokenizer saved at `path`, built and saved if there is none.
+class CharTokenizer(_VocabularyTokenizer):
+  """Ids over the characters (code points) of a training text, saved e.g.
+  in `<workdir>/vocab/chars.json` (see `_VocabularyTokenizer`)."""
+  kind = 'characters'
 
-  As `load_or_train`: characters already on disk are always reused, so that
-  a resumed run keeps the ids of its checkpoint.
+  @staticmethod
+  def _check(characters, path: str) -> None:
+    if not isinstance(characters, str) or list(characters) != sorted(
+        set(characters)):
+      raise ValueError(f'{path} does not hold a string of sorted, distinct '
+                       'characters. Delete it so that it is rebuilt.')
 
-  Args:
-    path: e.g. `<workdir>/vocab/chars.json`.
-    texts_fn: returns the training text; only called when building, so that
-      a resume does not read the corpus.
-  """
-  if os.path.exists(path):
-    logging.info('Reusing the character vocabulary %s.', path)
-    tokenizer = CharTokenizer(path)
-  else:
-    tokenizer = CharTokenizer.build(texts_fn())
-    tokenizer.save(path)
-    logging.info('Built a character vocabulary into %s.', path)
-  logging.info('Vocabulary size %d.', tokenizer.vocab_size)
-  return tokenizer
+  @classmethod
+  def build(cls, texts: Iterable[str]) -> CharTokenizer:
+    """A tokenizer over every character that occurs in `texts`."""
+    characters = set()
+    for text in texts:
+      characters.update(text)
+    return cls._from_units(''.join(sorted(characters)))
+
+  @property
+  def characters(self) -> str:
+    return self.units
+
+  _split = staticmethod(list)
+  _join = staticmethod(''.join)
 
 
-class WordTokenizer:
-  """Text <-> ids over the whitespace-separated words of a training text,
-  for word-level language models (Penn Treebank).
+class WordTokenizer(_VocabularyTokenizer):
+  """Ids over the whitespace-separated words of a training text, for
+  word-level language models (Penn Treebank).
 
-  Every word of the training text gets an id (index + 3 in order of
-  decreasing frequency, ties alphabetical); other words map to the unknown
-  id 2. A line break is a word of its own, so a corpus read as one stream
-  keeps its sentence ends (PTB's end-of-sentence tokens). Decoding joins
-  words with single spaces. Saved as JSON, e.g. in
+  Every word of the training text gets an id in order of decreasing
+  frequency (ties alphabetical). A line break is a word of its own, so a
+  corpus read as one stream keeps its sentence ends (PTB's end-of-sentence
+  tokens). Decoding joins words with single spaces. Saved e.g. in
   `<workdir>/vocab/words.json`.
   """
+  kind = 'words'
 
-  def __init__(self, path: str):
-    with open(path, encoding='utf-8') as f:
-      words = json.load(f)['words']
+  @staticmethod
+  def _check(words, path: str) -> None:
     if not isinstance(words, list) or len(set(words)) != len(words):
       raise ValueError(f'{path} does not hold a list of distinct words. '
                        'Delete it so that it is rebuilt.')
-    self._init(words)
 
   @classmethod
   def build(cls, texts: Iterable[str]) -> WordTokenizer:
     counts = collections.Counter()
     for text in texts:
       counts.update(_words(text))
-    if not counts:
-      raise ValueError('No words to build the vocabulary from: the training '
-                       'texts are empty.')
-    tokenizer = cls.__new__(cls)
-    tokenizer._init(sorted(counts, key=lambda w: (-counts[w], w)))
-    return tokenizer
-
-  def _init(self, words: list[str]) -> None:
-    self.words = words
-    self._ids = {w: i + _FIRST_ID for i, w in enumerate(words)}
-
-  def save(self, path: str) -> None:
-    text = json.dumps({'words': self.words}, ensure_ascii=False)
-    _write_atomically(path, text.encode('utf-8'))
+    return cls._from_units(sorted(counts, key=lambda w: (-counts[w], w)))
 
   @property
-  def vocab_size(self) -> int:
-    return _FIRST_ID + len(self.words)
+  def words(self) -> list[str]:
+    return self.units
 
-  def encode(self, text: str, add_eos: bool = True) -> list[int]:
-    ids = [self._ids.get(w, UNK_ID) for w in _words(text)]
-    return ids + [EOS_ID] if add_eos else ids
+  @staticmethod
+  def _split(text: str) -> list[str]:
+    return _words(text)
 
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
-  def decode(self, ids: Iterable[int]) -> str:
-    text = ' '.join(_REPLACEMENT if i == UNK_ID
-                    else self.words[i - _FIRST_ID]
-                    for i in _ids_before_eos(ids, self.vocab_size))
-    return text.replace(' \n ', '\n').replace(' \n', '\n')
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    return [self.decode(ids) for ids in batch]
-
-  def id_to_piece(self, token_id: int) -> str:
-    token_id = int(token_id)
-    if token_id in _SPECIAL_PIECES:
-      return _SPECIAL_PIECES[token_id]
-    return _readable(self.words[token_id - _FIRST_ID])
+  @staticmethod
+  def _join(words: list[str]) -> str:
+    return ' '.join(words).replace(' \n ', '\n').replace(' \n', '\n')
 
 
 def _words(text: str) -> list[str]:
   """Whitespace-separated words, each line break a word of its own."""
   return re.findall(r'\n|[^\s]+', text)
-
-
-def load_or_build_words(path: str, texts_fn: Callable[[], Iterable[str]]
-                        ) -> WordTokenizer:
-  """The word tokenizer saved at `path`, built and saved if there is none."""
-  if os.path.exists(path):
-    logging.info('Reusing the word vocabulary %s.', path)
-    return WordTokenizer(path)
-  tokenizer = WordTokenizer.build(texts_fn())
-  tokenizer.save(path)
-  logging.info('Built a vocabulary of %d words into %s.', len(tokenizer.words),
-               path)
-  return tokenizer

@@ -248,9 +248,9 @@ class LanguageModelingTask:
     texts = lambda: self.documents(data.train_split)
     if jax.process_index() == 0:
       if data.tokenizer == 'char':
-        tokenizers.load_or_build_chars(path, texts)
+        tokenizers.CharTokenizer.load_or_build(path, texts)
       elif data.tokenizer == 'word':
-        tokenizers.load_or_build_words(path, texts)
+        tokenizers.WordTokenizer.load_or_build(path, texts)
       else:
         tokenizers.load_or_train(path, texts, data.vocab_size,
                                  model_type=data.tokenizer_model_type)
