@@ -74,15 +74,19 @@ def _builder(tfds, name: str, data_dir: str | None, example: str):
         f'e.g. {example}.') from None
 
 
-def _examples(tfds, builder, name: str, split: str, data_dir: str | None,
-              max_examples: int | None):
-  """Iterates over the examples of a split as dicts of numpy values."""
+def _dataset(tfds, builder, name: str, split: str, data_dir: str | None,
+             max_examples: int | None, *, shuffle_seed: int | None = None,
+             decoders=None):
+  """The tf.data dataset of a split (its files in order, or shuffled with
+  `shuffle_seed`), at most `max_examples` long."""
   try:
-    # Each example is read once, into a list: TFDS's in-memory cache of
-    # small datasets would only cost memory (and warn when take() stops).
+    # TFDS's in-memory cache of small datasets would only cost memory (each
+    # split is read once) and warn when take() stops.
     dataset = builder.as_dataset(
-        split=_SPLIT_ALIASES.get(split, split), shuffle_files=False,
-        read_config=tfds.ReadConfig(try_autocache=False))
+        split=_SPLIT_ALIASES.get(split, split),
+        shuffle_files=shuffle_seed is not None, decoders=decoders,
+        read_config=tfds.ReadConfig(shuffle_seed=shuffle_seed,
+                                    try_autocache=False))
   except AssertionError:
     # TFDS asserts that the prepared files exist. This is checked here rather
     # than with builder.is_prepared() up front because
@@ -95,7 +99,14 @@ def _examples(tfds, builder, name: str, split: str, data_dir: str | None,
     # take() rather than a 'train[:n]' split: it composes with any split
     # expression and also limits tfds.testing.mock_data, which ignores slices.
     dataset = dataset.take(max_examples)
-  return tfds.as_numpy(dataset)
+  return dataset
+
+
+def _examples(tfds, builder, name: str, split: str, data_dir: str | None,
+              max_examples: int | None):
+  """Iterates over the examples of a split as dicts of numpy values."""
+  return tfds.as_numpy(_dataset(tfds, builder, name, split, data_dir,
+                                max_examples))
 
 
 def load_translation(name: str, split: str, source_lang: str,
@@ -228,28 +239,16 @@ def stream_images(name: str, split: str, data_dir: str | None, *,
   tfds = _import_tfds()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   builder = _builder(tfds, name, data_dir, example='imagenet2012')
-  split = _SPLIT_ALIASES.get(split, split)
 
   def epoch_examples(epoch: int):
-    try:
-      dataset = builder.as_dataset(
-          split=split, shuffle_files=training,
-          decoders={'image': tfds.decode.SkipDecoding()},
-          read_config=tfds.ReadConfig(shuffle_seed=seed * 1_000 + epoch,
-                                      try_autocache=False))
-    except AssertionError:
-      if builder.is_prepared():
-        raise
-      raise DatasetNotFoundError(_not_prepared_message(
-          name, os.fspath(builder.data_dir_root), data_dir)) from None
-    if max_examples is not None:
-      dataset = dataset.take(max_examples)
-    if training:
-      dataset = dataset.shuffle(10_000, seed=seed * 1_000 + epoch)
-    return dataset
+    epoch_seed = seed * 1_000 + epoch
+    dataset = _dataset(tfds, builder, name, split, data_dir, max_examples,
+                       shuffle_seed=epoch_seed if training else None,
+                       decoders={'image': tfds.decode.SkipDecoding()})
+    return dataset.shuffle(10_000, seed=epoch_seed) if training else dataset
 
   try:
-    size = builder.info.splits[split].num_examples
+    size = builder.info.splits[_SPLIT_ALIASES.get(split, split)].num_examples
   except KeyError:  # split sizes unknown (e.g. under tfds.testing.mock_data)
     size = None
   if max_examples is not None:
