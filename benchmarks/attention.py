@@ -14,14 +14,13 @@ kernel comes to the machine's matmul rate.
 """
 
 import functools
-import time
 
 from absl import app
 from absl import flags
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+import timing
 from transformer import attention
 
 _LENGTHS = flags.DEFINE_list('lengths', None,
@@ -38,20 +37,9 @@ _CAUSAL = flags.DEFINE_bool('causal', False, 'Causal mask.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed runs (median taken).')
 
 
-def median_seconds(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))  # compile and warm up
-  times = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
-
-
 @functools.cache
 def matmul_flops_per_second(n: int, dtype) -> float:
-  a = jnp.ones((n, n), dtype)
-  return 2 * n**3 / median_seconds(jax.jit(jnp.matmul), a, a)
+  return timing.matmul_flops_per_second(n, dtype, _REPEATS.value)
 
 
 def temp_bytes(compiled) -> float:
@@ -88,7 +76,8 @@ def main(argv):
       step = jax.jit(jax.grad(loss, argnums=(0, 1, 2)))
       try:
         compiled = step.lower(q, k, v).compile()
-        seconds = median_seconds(compiled, q, k, v)
+        seconds = timing.median_seconds(compiled, q, k, v,
+                                        repeats=_REPEATS.value)
       except Exception as e:  # e.g. out of memory at long lengths
         print(f'{impl:>7} {t:>5} failed: {type(e).__name__}: '
               f'{str(e).splitlines()[0][:80]}')

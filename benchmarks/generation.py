@@ -14,7 +14,6 @@ uses).
 """
 
 import functools
-import time
 
 from absl import app
 from absl import flags
@@ -23,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+import timing
 from transformer.models import decoder
 from transformer.tasks import language_modeling
 
@@ -33,16 +33,6 @@ _NEW = flags.DEFINE_integer('new_tokens', 64, 'Generated tokens.')
 _DTYPE = flags.DEFINE_string('dtype', None, 'Default: float32 on CPU, '
                              'bfloat16 on GPU.')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed runs (median).')
-
-
-def median_seconds(fn, *args) -> float:
-  jax.block_until_ready(fn(*args))
-  times = []
-  for _ in range(_REPEATS.value):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times))
 
 
 def main(argv):
@@ -70,10 +60,9 @@ def main(argv):
       run = lambda n: jax.jit(functools.partial(
           language_modeling.generate_tokens, model, max_new_tokens=n,
           top_k=0, greedy=True, eos_id=-1))
-      first = median_seconds(run(1), params, tokens, pad, jax.random.key(0),
-                             1.0, 1.0)
-      full = median_seconds(run(_NEW.value), params, tokens, pad,
-                            jax.random.key(0), 1.0, 1.0)
+      first, full = (timing.median_seconds(
+          run(n), params, tokens, pad, jax.random.key(0), 1.0, 1.0,
+          repeats=_REPEATS.value) for n in (1, _NEW.value))
       per_step = (full - first) / (_NEW.value - 1)
       print(f'{size:>12} {batch:>6} {first * 1e3:>15.1f} '
             f'{batch / per_step:>16,.0f} {per_step * 1e3:>12.2f}')

@@ -20,7 +20,6 @@ run at the same dtype.
 """
 
 import functools
-import time
 
 from absl import app
 from absl import flags
@@ -31,6 +30,7 @@ import ml_collections
 import numpy as np
 import optax
 
+import timing
 from transformer import train
 from transformer.models import decoder
 from transformer.models import encoder_decoder
@@ -48,23 +48,6 @@ _DTYPE = flags.DEFINE_string('dtype', None, 'Computation dtype; default '
                              'float32 on CPU, bfloat16 on GPU.')
 _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'ViT input side.')
-
-
-def median_seconds(fn, *args, steps: int) -> tuple[float, object]:
-  out = jax.block_until_ready(fn(*args))  # compile and warm up
-  times = []
-  for _ in range(steps):
-    start = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    times.append(time.perf_counter() - start)
-  return float(np.median(times)), out
-
-
-def matmul_flops_per_second(dtype, steps: int) -> float:
-  n = 4096 if jax.default_backend() == 'gpu' else 2048
-  a = jnp.ones((n, n), dtype)
-  seconds, _ = median_seconds(jax.jit(jnp.matmul), a, a, steps=steps)
-  return 2 * n**3 / seconds
 
 
 def model_flops(params, attention_layers: int, d_model: int, rows: int,
@@ -138,7 +121,8 @@ def main(argv):
   rows = _ROWS.value or (96 if gpu else 4)
   length = _LENGTH.value
   dtype = jnp.dtype(_DTYPE.value or ('bfloat16' if gpu else 'float32'))
-  peak = matmul_flops_per_second(dtype, _STEPS.value)
+  peak = timing.matmul_flops_per_second(4096 if gpu else 2048, dtype,
+                                        _STEPS.value)
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}, '
         f'{dtype.name}, {rows} rows x {length} tokens per side (ViT: {rows} '
         f'images of {_IMAGE_SIZE.value}); square matmul '
@@ -164,7 +148,8 @@ def main(argv):
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, (list, tuple)) else cost
     xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
-    seconds, _ = median_seconds(compiled, state, batch, steps=_STEPS.value)
+    seconds = timing.median_seconds(compiled, state, batch,
+                                    repeats=_STEPS.value)
     flops = model_flops(params, attention_layers, config.d_model, rows,
                         tokens)
     if '/' in size:  # the classifier sees one vector per image, not T
