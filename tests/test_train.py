@@ -210,3 +210,14 @@ def test_load_config_fills_settings_added_after_training(tmp_path):
   assert loaded.data.packing is True and loaded.train.num_steps == 123
   with pytest.raises(FileNotFoundError, match='not a training workdir'):
     train.load_config(str(tmp_path / 'missing'))
+
+
+def test_a_workdir_with_checkpoints_but_no_vocabulary_is_refused(trained,
+                                                                 tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  config, workdir, _ = trained
+  copy = str(tmp_path / 'copy')
+  shutil.copytree(workdir, copy)
+  os.remove(os.path.join(copy, 'vocab', 'spm.model'))
+  with pytest.raises(FileNotFoundError, match='missing but .* checkpoints'):
+    train.Trainer(config, copy)

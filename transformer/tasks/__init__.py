@@ -8,10 +8,14 @@ trainer.
 from __future__ import annotations
 
 import importlib
-from typing import Any, Iterable, Iterator, Protocol
+import os
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
+
+from transformer import checkpoints
 
 Batch = dict[str, Any]
 # Each is a module of this package with `default_config()` and a class TASK.
@@ -60,6 +64,27 @@ def build(config: ml_collections.ConfigDict, workdir: str, *,
   """
   module = _module(config.task)
   return module.TASK(config, workdir, batch_divisor=batch_divisor)
+
+
+def workdir_vocabulary(workdir: str, filename: str,
+                       build: Callable[[str], Any]) -> str:
+  """The path of a task's vocabulary file, `workdir/vocab/filename`.
+
+  Process 0 calls `build(path)` (which reuses a file already there, e.g.
+  `tokenizers.load_or_train`); the other processes wait for it. A workdir
+  that has checkpoints but lost its vocabulary is refused: a new one would
+  not match the ids the checkpoints were trained with.
+  """
+  path = os.path.join(workdir, 'vocab', filename)
+  if not os.path.exists(path) and checkpoints.exist(workdir):
+    raise FileNotFoundError(
+        f'{path} is missing but {workdir} has checkpoints: a new vocabulary '
+        f'would not match them. Restore the file or use a new workdir.')
+  if jax.process_index() == 0:
+    build(path)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f'{filename} written')
+  return path
 
 
 def _module(task: str):

@@ -23,9 +23,9 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
-from transformer import checkpoints
 from transformer import decoding
 from transformer import metrics
+from transformer import tasks
 from transformer import train
 from transformer.data import batching
 from transformer.data import text
@@ -239,28 +239,19 @@ class LanguageModelingTask:
     if data.tokenizer not in files:
       raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
                        f"'byte' or one of {sorted(files)}.")
-    path = os.path.join(self.workdir, 'vocab', files[data.tokenizer])
-    if not os.path.exists(path) and checkpoints.exist(self.workdir):
-      raise FileNotFoundError(
-          f'{path} is missing but {self.workdir} has checkpoints: a new '
-          f'vocabulary would not match them. Restore the file or use a new '
-          f'workdir.')
     texts = lambda: self.documents(data.train_split)
-    if jax.process_index() == 0:
-      if data.tokenizer == 'char':
-        tokenizers.CharTokenizer.load_or_build(path, texts)
-      elif data.tokenizer == 'word':
-        tokenizers.WordTokenizer.load_or_build(path, texts)
-      else:
-        tokenizers.load_or_train(path, texts, data.vocab_size,
-                                 model_type=data.tokenizer_model_type)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices('vocabulary written')
-    if data.tokenizer == 'char':
-      return tokenizers.CharTokenizer(path)
-    if data.tokenizer == 'word':
-      return tokenizers.WordTokenizer(path)
-    return tokenizers.SentencePieceTokenizer(path)
+    vocabularies = {'char': tokenizers.CharTokenizer,
+                    'word': tokenizers.WordTokenizer}
+    if data.tokenizer in vocabularies:
+      kind = vocabularies[data.tokenizer]
+      return kind(tasks.workdir_vocabulary(
+          self.workdir, files[data.tokenizer],
+          lambda path: kind.load_or_build(path, texts)))
+    return tokenizers.SentencePieceTokenizer(tasks.workdir_vocabulary(
+        self.workdir, files[data.tokenizer],
+        lambda path: tokenizers.load_or_train(
+            path, texts, data.vocab_size,
+            model_type=data.tokenizer_model_type)))
 
   @functools.cache
   def documents(self, split: str) -> list[str]:

@@ -16,13 +16,13 @@ import shutil
 from typing import Any, Iterable, Iterator
 
 import jax
-from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
 from transformer import metrics
+from transformer import tasks
 from transformer import train
 from transformer.data import batching
 from transformer.data import offline_mt
@@ -142,24 +142,25 @@ class TextClassificationTask:
   def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
     """The pretrained workdir's SentencePiece model when fine-tuning, else
     one trained on this training text."""
-    path = os.path.join(self.workdir, 'vocab', 'spm.model')
-    if self.source_config:
-      if self.source_config.data.tokenizer != 'sentencepiece':
-        raise ValueError(
-            f'{self.config.train.init_from} uses a '
-            f'{self.source_config.data.tokenizer!r} tokenizer; text '
-            f'classification fine-tunes SentencePiece models.')
-      if not os.path.exists(path) and jax.process_index() == 0:
+    if self.source_config and (self.source_config.data.tokenizer !=
+                               'sentencepiece'):
+      raise ValueError(
+          f'{self.config.train.init_from} uses a '
+          f'{self.source_config.data.tokenizer!r} tokenizer; text '
+          f'classification fine-tunes SentencePiece models.')
+
+    def build(path: str) -> None:
+      if not self.source_config:
+        tokenizers.load_or_train(
+            path, lambda: [t for t, _ in self.pairs(
+                self.config.data.train_split)], self.config.data.vocab_size)
+      elif not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         shutil.copy(os.path.join(self.config.train.init_from, 'vocab',
                                  'spm.model'), path)
-    elif jax.process_index() == 0:
-      tokenizers.load_or_train(
-          path, lambda: [t for t, _ in self.pairs(
-              self.config.data.train_split)], self.config.data.vocab_size)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices('vocabulary written')
-    return tokenizers.SentencePieceTokenizer(path)
+
+    return tokenizers.SentencePieceTokenizer(
+        tasks.workdir_vocabulary(self.workdir, 'spm.model', build))
 
   @functools.cache
   def pairs(self, split: str) -> list[tuple[str, int]]:

@@ -20,10 +20,10 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
-from transformer import checkpoints
 from transformer import decoding
 from transformer import metrics
 from transformer import plots
+from transformer import tasks
 from transformer import train
 from transformer.data import batching
 from transformer.data import tokenizers
@@ -172,22 +172,13 @@ class TranslationTask:
   def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
     """The workdir's SentencePiece model, trained on the training text the
     first time (by process 0; the others wait for it)."""
-    path = os.path.join(self.workdir, 'vocab', 'spm.model')
     data = self.config.data
-    if not os.path.exists(path) and checkpoints.exist(self.workdir):
-      raise FileNotFoundError(
-          f'{path} is missing but {self.workdir} has checkpoints: a new '
-          f'vocabulary would not match them. Restore the file or use a new '
-          f'workdir.')
-    if jax.process_index() == 0:
-      tokenizers.load_or_train(
-          path, lambda: [s for pair in self.pairs(data.train_split)
-                         for s in pair], data.vocab_size,
-          model_type=data.tokenizer_model_type,
-          character_coverage=data.character_coverage)
-    if jax.process_count() > 1:
-      multihost_utils.sync_global_devices('sentencepiece model written')
-    return tokenizers.SentencePieceTokenizer(path)
+    return tokenizers.SentencePieceTokenizer(tasks.workdir_vocabulary(
+        self.workdir, 'spm.model', lambda path: tokenizers.load_or_train(
+            path, lambda: [s for pair in self.pairs(data.train_split)
+                           for s in pair], data.vocab_size,
+            model_type=data.tokenizer_model_type,
+            character_coverage=data.character_coverage)))
 
   @functools.cache
   def pairs(self, split: str) -> Pairs:
