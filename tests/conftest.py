@@ -1,5 +1,6 @@
 """Shared test helpers."""
 
+import gzip
 import importlib.util
 import os
 
@@ -7,6 +8,7 @@ import os
 # optimisation passes (also in the subprocesses tests start).
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
 
+import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -24,3 +26,21 @@ def load_experiment(name: str, arg: str = ''):
 @pytest.fixture
 def experiment():
   return load_experiment
+
+
+def write_idx(path, array):
+  """An MNIST-style idx file (gzipped) of unsigned bytes."""
+  header = bytes([0, 0, 8, array.ndim]) + b''.join(
+      int(n).to_bytes(4, 'big') for n in array.shape)
+  with gzip.open(path, 'wb') as f:
+    f.write(header + array.astype(np.uint8).tobytes())
+
+
+def write_mnist(folder, train: int, test: int, side: int = 28, seed: int = 0):
+  """Random digits in MNIST's four idx files: labels 0..9 in turn."""
+  rng = np.random.default_rng(seed)
+  for prefix, count in (('train', train), ('t10k', test)):
+    write_idx(os.path.join(folder, f'{prefix}-images-idx3-ubyte.gz'),
+              rng.integers(0, 256, (count, side, side)))
+    write_idx(os.path.join(folder, f'{prefix}-labels-idx1-ubyte.gz'),
+              np.arange(count) % 10)

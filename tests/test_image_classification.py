@@ -1,7 +1,6 @@
 """The image-classification task end to end: batches, sources, training,
 resume, and the experiments."""
 
-import gzip
 import os
 
 import jax
@@ -9,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import load_experiment
+from conftest import write_mnist
 from transformer import checkpoints
 from transformer import train
 from transformer.tasks import image_classification as ic
@@ -86,20 +86,8 @@ def test_the_default_vit_experiment_learns_the_shapes(tmp_path):
   assert result['accuracy'] > 0.6
 
 
-def write_idx(path, array):
-  header = bytes([0, 0, 8, array.ndim]) + b''.join(
-      int(n).to_bytes(4, 'big') for n in array.shape)
-  with gzip.open(path, 'wb') as f:
-    f.write(header + array.astype(np.uint8).tobytes())
-
-
 def test_mnist_experiment_on_idx_files(tmp_path):
-  rng = np.random.default_rng(0)
-  for prefix, count in (('train', 24), ('t10k', 10)):
-    write_idx(tmp_path / f'{prefix}-images-idx3-ubyte.gz',
-              rng.integers(0, 256, (count, 28, 28)))
-    write_idx(tmp_path / f'{prefix}-labels-idx1-ubyte.gz',
-              np.arange(count) % 10)
+  write_mnist(tmp_path, train=24, test=10)
   config = load_experiment('vit_mnist', f'path={tmp_path},runlocal')
   task = ic.ImageClassificationTask(config, str(tmp_path / 'work'))
   assert task.num_channels == 1 and len(task.class_names) == 10
@@ -246,12 +234,8 @@ def test_fine_tuning_on_other_classes_restarts_the_classifier(trained,
 
 def test_fine_tuning_rgb_to_grey_sums_the_patch_kernels(trained, tmp_path):
   _, source, _ = trained
+  write_mnist(tmp_path, train=8, test=4, side=16)
   rng = np.random.default_rng(0)
-  for prefix, count in (('train', 8), ('t10k', 4)):
-    write_idx(tmp_path / f'{prefix}-images-idx3-ubyte.gz',
-              rng.integers(0, 256, (count, 16, 16)))
-    write_idx(tmp_path / f'{prefix}-labels-idx1-ubyte.gz',
-              np.arange(count) % 10)
   finetune = load_experiment(
       'vit_finetune', f'init_from={source},source=mnist,path={tmp_path},'
       f'image_size=16,runlocal')

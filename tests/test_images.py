@@ -1,6 +1,5 @@
 """Image data: the offline shapes, MNIST idx files, folders, augmentation."""
 
-import gzip
 import os
 
 import jax
@@ -8,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import write_idx
 from transformer.data import augment
 from transformer.data import images
 
@@ -37,13 +37,6 @@ def test_offline_shape_classes_are_not_separable_by_pixel_statistics():
   means = np.stack([flat(x[y == c]).mean(0) for c in range(10)])
   predicted = ((flat(xt)[:, None] - means[None])**2).sum(-1).argmin(1)
   assert (predicted == yt).mean() < 0.35
-
-
-def write_idx(path, array):
-  header = bytes([0, 0, 8, array.ndim]) + b''.join(
-      int(n).to_bytes(4, 'big') for n in array.shape)
-  with gzip.open(path, 'wb') as f:
-    f.write(header + array.astype(np.uint8).tobytes())
 
 
 def test_read_mnist_idx_files(tmp_path):
