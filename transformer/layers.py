@@ -90,6 +90,18 @@ class TransformerConfig:
     return self.d_ff or 4 * self.d_model
 
 
+def count_parameters(init: Callable[..., Any], *inputs: Any) -> int:
+  """Parameters that `init(key, *inputs)` creates, from shapes alone
+  (`jax.eval_shape`: nothing is allocated, whatever the model's size).
+
+  Args:
+    init: e.g. `lambda key, x: model.init(key, x, deterministic=True)`.
+    *inputs: `jax.ShapeDtypeStruct`s of the example inputs.
+  """
+  shapes = jax.eval_shape(init, jax.random.key(0), *inputs)
+  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+
+
 def _partitioned(init: Callable[..., Array], names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(init, names)
 

@@ -114,8 +114,7 @@ def build(config: Config, *, decode: bool = False) -> Decoder:
 
 def param_count(config: Config) -> int:
   """Parameters of a configuration, from shapes alone (nothing allocated)."""
-  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-  shapes = jax.eval_shape(lambda t: Decoder(config).init(
-      jax.random.key(0), t, deterministic=True), tokens)
-  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+  return layers.count_parameters(
+      lambda key, t: Decoder(config).init(key, t, deterministic=True),
+      jax.ShapeDtypeStruct((1, 8), jnp.int32))
 

@@ -117,10 +117,10 @@ class Bert(nn.Module):
 def param_count(config: Config, method: str = 'encode') -> int:
   """Parameters used by `method` ('encode': the reference count with the
   pooler; 'mlm_logits'; 'classify'), from shapes alone."""
-  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-  shapes = jax.eval_shape(lambda t: Bert(config).init(
-      jax.random.key(0), t, deterministic=True, method=method), tokens)
-  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+  return layers.count_parameters(
+      lambda key, t: Bert(config).init(key, t, deterministic=True,
+                                       method=method),
+      jax.ShapeDtypeStruct((1, 8), jnp.int32))
 
 
 def mask_tokens(tokens: Array, key: Array, *, vocab_size: int, mask_id: int,

@@ -228,6 +228,7 @@ def attention_maps(intermediates: dict[str, Any]
 def param_count(config: Config) -> int:
   """Parameters of a configuration, from shapes alone (nothing allocated)."""
   tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-  shapes = jax.eval_shape(lambda t: Transformer(config).init(
-      jax.random.key(0), t, t, deterministic=True), tokens)
-  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+  return layers.count_parameters(
+      lambda key, s, t: Transformer(config).init(key, s, t,
+                                                 deterministic=True),
+      tokens, tokens)

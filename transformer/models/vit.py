@@ -247,12 +247,11 @@ def build(config: Config) -> VisionTransformer:
 
 def param_count(config: Config) -> int:
   """Parameters of a configuration, from shapes alone (nothing allocated)."""
-  images = jax.ShapeDtypeStruct(
-      (1, config.image_size, config.image_size, config.num_channels),
-      jnp.float32)
-  shapes = jax.eval_shape(lambda x: VisionTransformer(config).init(
-      jax.random.key(0), x, deterministic=True), images)
-  return sum(int(x.size) for x in jax.tree.leaves(nn.unbox(shapes)))
+  return layers.count_parameters(
+      lambda key, x: VisionTransformer(config).init(key, x,
+                                                    deterministic=True),
+      jax.ShapeDtypeStruct((1, config.image_size, config.image_size,
+                            config.num_channels), jnp.float32))
 
 
 def attention_weights(model: VisionTransformer, params: Any, images: Array
