@@ -26,9 +26,7 @@ def get_config(arg: str = ''):
                             per=args.get('per', 'line')))
   config.model.update(dict(size='tiny', num_layers=4, d_model=128,
                            num_heads=4, dropout_rate=0.1))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
-                               warmup_steps=200, b2=0.999, eps=1e-6,
-                               weight_decay=0.01, grad_clip_norm=1.0))
+  config.optimizer.warmup_steps = 200
   config.train.update(dict(num_steps=3_000, log_every=100, eval_every=1_000,
                            checkpoint_every=500, keep_checkpoints=3))
   if 'runlocal' in args:

@@ -24,9 +24,8 @@ def get_config(arg: str = ''):
                           max_length=128, tokens_per_batch=65_536,
                           eval_rows=256))
   config.model.update(dict(size='gpt2', dropout_rate=0.1))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=6e-4,
-                               warmup_steps=2_000, b2=0.95, eps=1e-8,
-                               weight_decay=0.1, grad_clip_norm=1.0))
+  config.optimizer.update(dict(learning_rate=6e-4, warmup_steps=2_000,
+                               b2=0.95))
   config.train.update(dict(num_steps=100_000, log_every=100,
                            eval_every=5_000, checkpoint_every=2_000,
                            keep_checkpoints=3))

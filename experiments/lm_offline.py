@@ -17,9 +17,7 @@ def get_config(arg: str = ''):
                           max_length=128, tokens_per_batch=4_096))
   config.model.update(dict(size='tiny', num_layers=4, d_model=128,
                            num_heads=4, dropout_rate=0.1))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
-                               warmup_steps=100, b2=0.99, eps=1e-8,
-                               weight_decay=0.1, grad_clip_norm=1.0))
+  config.optimizer.warmup_steps = 100
   config.train.update(dict(num_steps=2_000, log_every=100, eval_every=1_000,
                            checkpoint_every=500, keep_checkpoints=3))
   config.eval.update(dict(prompts=('The red ', 'Three '), max_new_tokens=60))

@@ -32,9 +32,7 @@ def get_config(arg: str = ''):
       tokenizer='char', max_length=256, tokens_per_batch=64 * 256,
       eval_rows=64))
   config.model.update(dict(size='shakespeare'))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
-                               warmup_steps=100, b1=0.9, b2=0.99, eps=1e-8,
-                               weight_decay=0.1, grad_clip_norm=1.0,
+  config.optimizer.update(dict(warmup_steps=100,
                                end_learning_rate_ratio=0.1))
   config.train.update(dict(num_steps=5_000, log_every=50, eval_every=250,
                            checkpoint_every=250, keep_checkpoints=3))

@@ -28,9 +28,7 @@ def get_config(arg: str = ''):
   # From scratch; with init_from the sizes are the pretrained workdir's.
   config.model.update(dict(size='tiny', num_layers=4, d_model=128,
                            num_heads=4, dropout_rate=0.1))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-4,
-                               warmup_steps=100, b2=0.999, eps=1e-6,
-                               weight_decay=0.01, grad_clip_norm=1.0))
+  config.optimizer.update(dict(learning_rate=1e-4, warmup_steps=100))
   config.train.update(dict(num_steps=1_000, log_every=50, eval_every=250,
                            checkpoint_every=250, keep_checkpoints=2))
   if 'runlocal' in args:

@@ -33,10 +33,9 @@ def get_config(arg: str = ''):
                            num_heads=4, d_ff=512, dropout_rate=0.1))
   config.train.label_smoothing = 0.1
   steps_per_epoch = 50_000 // 128
-  config.optimizer.update(dict(
-      schedule='cosine', learning_rate=5e-4, warmup_steps=10 * steps_per_epoch,
-      b1=0.9, b2=0.999, eps=1e-8, weight_decay=0.03, grad_clip_norm=1.0,
-      end_learning_rate_ratio=0.01))
+  config.optimizer.update(dict(learning_rate=5e-4,
+                               warmup_steps=10 * steps_per_epoch,
+                               weight_decay=0.03))
   config.train.update(dict(num_steps=300 * steps_per_epoch, log_every=200,
                            eval_every=10 * steps_per_epoch,
                            checkpoint_every=5 * steps_per_epoch,

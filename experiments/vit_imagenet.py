@@ -44,10 +44,8 @@ def get_config(arg: str = 'S/16'):
       randaugment_layers=2, randaugment_magnitude=10, mixup_alpha=0.2))
   config.model.update(dict(size=size, dropout_rate=0.0, pooling='gap',
                            positional_encoding='sincos2d'))
-  config.optimizer.update(dict(
-      schedule='cosine', learning_rate=1e-3, warmup_steps=10_000, b1=0.9,
-      b2=0.999, eps=1e-8, weight_decay=0.1, grad_clip_norm=1.0,
-      end_learning_rate_ratio=0.0))
+  config.optimizer.update(dict(warmup_steps=10_000, weight_decay=0.1,
+                               end_learning_rate_ratio=0.0))
   epochs = 90
   if size.startswith('B/'):
     epochs = 300

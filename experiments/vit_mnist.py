@@ -27,10 +27,7 @@ def get_config(arg: str = ''):
                           crop_padding=2, flip=False))
   config.model.update(dict(size='mu/4', num_layers=6, d_model=64,
                            num_heads=4, d_ff=128, dropout_rate=0.0))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
-                               warmup_steps=500, b1=0.9, b2=0.999, eps=1e-8,
-                               weight_decay=0.05, grad_clip_norm=1.0,
-                               end_learning_rate_ratio=0.01))
+  config.optimizer.warmup_steps = 500
   config.train.update(dict(num_steps=9_400, log_every=200, eval_every=2_000,
                            checkpoint_every=1_000, keep_checkpoints=3))
   if 'runlocal' in args:

@@ -24,10 +24,7 @@ def get_config(arg: str = ''):
                           crop_padding=4, flip=True))
   config.model.update(dict(size='mu/4', num_layers=4, d_model=128,
                            num_heads=4, d_ff=256, dropout_rate=0.0))
-  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
-                               warmup_steps=200, b1=0.9, b2=0.999, eps=1e-8,
-                               weight_decay=0.05, grad_clip_norm=1.0,
-                               end_learning_rate_ratio=0.01))
+  config.optimizer.warmup_steps = 200
   config.train.update(dict(num_steps=1_500, log_every=100, eval_every=500,
                            checkpoint_every=500, keep_checkpoints=3))
   if 'runlocal' in args:

@@ -50,6 +50,12 @@ def default_config() -> ml_collections.ConfigDict:
   config.task = 'image_classification'
   config.train.label_smoothing = 0.0
   config.train.loss = 'softmax'  # or 'sigmoid' (per-class binary, big_vision)
+  # AdamW (0.9, 0.999, 1e-8), cosine decay to 1% after warmup, gradients
+  # clipped at 1, as the small-ViT recipes.
+  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
+                               b2=0.999, eps=1e-8, weight_decay=0.05,
+                               grad_clip_norm=1.0,
+                               end_learning_rate_ratio=0.01))
   config.data = ml_collections.ConfigDict(dict(
       source='offline',  # 'offline' | 'mnist' | 'folder' | 'tfds'
       train_split='train', eval_split='test',

@@ -44,6 +44,11 @@ def default_config() -> ml_collections.ConfigDict:
   config = train.default_config()
   config.task = 'language_modeling'
   config.train.label_smoothing = 0.0
+  # nanoGPT's optimiser: AdamW (0.9, 0.99, 1e-8), weight decay 0.1, cosine
+  # decay after warmup, gradients clipped at 1.
+  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
+                               b2=0.99, eps=1e-8, weight_decay=0.1,
+                               grad_clip_norm=1.0))
   config.data = ml_collections.ConfigDict(dict(
       source='offline',  # 'offline' | 'local' | 'tfds'
       train_split='train', eval_split='validation',

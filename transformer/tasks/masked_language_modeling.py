@@ -30,6 +30,11 @@ MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
 def default_config() -> ml_collections.ConfigDict:
   config = language_modeling.default_config()
   config.task = 'masked_language_modeling'
+  # BERT's optimiser (Devlin et al.): AdamW (0.9, 0.999, 1e-6), weight decay
+  # 0.01, warmup then decay; gradients clipped at 1.
+  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
+                               b2=0.999, eps=1e-6, weight_decay=0.01,
+                               grad_clip_norm=1.0))
   config.data.update(dict(max_length=128, mask_rate=0.15))
   config.model = ml_collections.ConfigDict(dict(
       size='tiny', dtype='float32',

@@ -42,6 +42,11 @@ def default_config() -> ml_collections.ConfigDict:
   config = train.default_config()
   config.task = 'text_classification'
   config.train.label_smoothing = 0.0
+  # BERT's optimiser (Devlin et al.): AdamW (0.9, 0.999, 1e-6), weight decay
+  # 0.01, warmup then decay; gradients clipped at 1.
+  config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
+                               b2=0.999, eps=1e-6, weight_decay=0.01,
+                               grad_clip_norm=1.0))
   config.data = ml_collections.ConfigDict(dict(
       source='offline',  # 'offline' | 'tsv' | 'tfds'
       train_split='train', eval_split='validation',
