@@ -17,9 +17,8 @@ validation set. B/16: the same at DeiT-B's length (300 epochs, batch 1,024,
 lr 1e-3 after 5 warmup epochs, weight decay 0.05 as AdamW's decay) with
 mixup 0.8 and label smoothing 0.1; DeiT-B reports 81.8% with CutMix,
 stochastic depth, repeated augmentation and random erasing, which this
-codebase does not have. A run needs the prepared dataset (about 150 GB) and
-accelerators: on 8 current GPUs or a TPU v3-8 an S/16 run takes on the
-order of a day. Fine-tune the result at 384 with
+codebase does not have. A run needs the prepared dataset and accelerators;
+none was run here. Fine-tune the result at 384 with
 `experiments/vit_finetune.py:init_from=WORKDIR,image_size=384`.
 Arguments: S/16 or B/16 (any ViT size), data_dir=DIR, runlocal.
 """
