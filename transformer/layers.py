@@ -28,6 +28,19 @@ NORM_POSITIONS = ('post', 'pre')
 # and keys instead (`attention.rotary_embedding`).
 POSITIONAL_ENCODINGS = ('sinusoidal', 'learned', 'rotary')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
+# Rematerialisation: what a block keeps from its forward pass for the
+# backward pass. 'none' keeps everything; 'full' keeps only the block inputs
+# (least memory, one more forward pass); 'dots' keeps matmul outputs without
+# batch dimensions (the weight products) and recomputes the rest.
+REMAT_POLICIES = {
+    'none': None, 'full': jax.checkpoint_policies.nothing_saveable,
+    'dots': jax.checkpoint_policies.dots_with_no_batch_dims_saveable}
+# The name of a scanned stack's layers (parameters stacked on a leading
+# 'layers' axis); an unscanned stack names them layer_0, layer_1, ...
+SCANNED = 'layers'
+# Memory and compile-time options every Transformer family's experiments may
+# set under config.model (with their types).
+MEMORY_FIELDS = dict(remat=str, scan_layers=bool)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,6 +66,10 @@ class TransformerConfig:
   decode: bool = False
   dtype: Dtype = jnp.float32  # computation
   param_dtype: Dtype = jnp.float32
+  remat: str = 'none'  # see REMAT_POLICIES
+  # One block body under `nn.scan`: compile time independent of depth.
+  # Decoding (`decode=True`) runs the unscanned stack on `unstack_layers`.
+  scan_layers: bool = False
 
   # The position schemes a model family accepts (a subclass may narrow or
   # change them, e.g. the ViT's 2-D ones).
@@ -73,6 +90,9 @@ class TransformerConfig:
       raise ValueError(
           f'attention_implementation={self.attention_implementation!r}; '
           f'choose one of {attention.IMPLEMENTATIONS}.')
+    if self.remat not in REMAT_POLICIES:
+      raise ValueError(f'remat={self.remat!r}; choose one of '
+                       f'{tuple(REMAT_POLICIES)}.')
     if self.head_dim is None and self.d_model % self.num_heads:
       raise ValueError(
           f'd_model={self.d_model} is not divisible by num_heads='
@@ -84,6 +104,11 @@ class TransformerConfig:
 
   def replace(self, **changes) -> TransformerConfig:
     return dataclasses.replace(self, **changes)
+
+  def for_decoding(self) -> TransformerConfig:
+    """The decode variant: KV caches, one layer after another (a scanned
+    model's parameters go through `unstack_layers`)."""
+    return self.replace(decode=True, scan_layers=False)
 
   @property
   def mlp_dim(self) -> int:
@@ -289,16 +314,20 @@ class EncoderBlock(nn.Module):
 
     `positions` [B, T] reach the attention (rotary positions only).
     """
-    x = nn.with_logical_constraint(x, ACTIVATION_AXES)
-    self_attention = _attention(self.config, 'self_attention')
-    x = Sublayer(self.config, name='attention_sublayer')(
-        x, lambda h: self_attention(h, mask=mask, causal=causal,
-                                    positions=positions,
-                                    deterministic=deterministic),
-        deterministic=deterministic)
-    x = Sublayer(self.config, name='mlp_sublayer')(
-        x, _feed_forward(self.config), deterministic=deterministic)
-    return nn.with_logical_constraint(x, ACTIVATION_AXES)
+    def forward(block, x, mask, positions):
+      del block  # the submodules below attach to it
+      x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+      self_attention = _attention(self.config, 'self_attention')
+      x = Sublayer(self.config, name='attention_sublayer')(
+          x, lambda h: self_attention(h, mask=mask, causal=causal,
+                                      positions=positions,
+                                      deterministic=deterministic),
+          deterministic=deterministic)
+      x = Sublayer(self.config, name='mlp_sublayer')(
+          x, _feed_forward(self.config), deterministic=deterministic)
+      return nn.with_logical_constraint(x, ACTIVATION_AXES)
+
+    return _rematerialised(forward, self.config)(self, x, mask, positions)
 
 
 class DecoderBlock(nn.Module):
@@ -325,21 +354,26 @@ class DecoderBlock(nn.Module):
     Returns:
       [B, T, D].
     """
-    y = nn.with_logical_constraint(y, ACTIVATION_AXES)
-    self_attention = _attention(self.config, 'self_attention')
-    cross_attention = _attention(self.config, 'cross_attention')
-    y = Sublayer(self.config, name='attention_sublayer')(
-        y, lambda h: self_attention(h, mask=self_mask, causal=True,
-                                    positions=positions,
-                                    deterministic=deterministic),
-        deterministic=deterministic)
-    y = Sublayer(self.config, name='cross_attention_sublayer')(
-        y, lambda h: cross_attention(h, encoded, mask=cross_mask,
-                                     deterministic=deterministic),
-        deterministic=deterministic)
-    y = Sublayer(self.config, name='mlp_sublayer')(
-        y, _feed_forward(self.config), deterministic=deterministic)
-    return nn.with_logical_constraint(y, ACTIVATION_AXES)
+    def forward(block, y, encoded, self_mask, cross_mask, positions):
+      del block  # the submodules below attach to it
+      y = nn.with_logical_constraint(y, ACTIVATION_AXES)
+      self_attention = _attention(self.config, 'self_attention')
+      cross_attention = _attention(self.config, 'cross_attention')
+      y = Sublayer(self.config, name='attention_sublayer')(
+          y, lambda h: self_attention(h, mask=self_mask, causal=True,
+                                      positions=positions,
+                                      deterministic=deterministic),
+          deterministic=deterministic)
+      y = Sublayer(self.config, name='cross_attention_sublayer')(
+          y, lambda h: cross_attention(h, encoded, mask=cross_mask,
+                                       deterministic=deterministic),
+          deterministic=deterministic)
+      y = Sublayer(self.config, name='mlp_sublayer')(
+          y, _feed_forward(self.config), deterministic=deterministic)
+      return nn.with_logical_constraint(y, ACTIVATION_AXES)
+
+    return _rematerialised(forward, self.config)(
+        self, y, encoded, self_mask, cross_mask, positions)
 
 
 class EncoderStack(nn.Module):
@@ -351,7 +385,11 @@ class EncoderStack(nn.Module):
                causal: bool = False, positions: Array | None = None,
                deterministic: bool) -> Array:
     """x: [B, T, D] embedded inputs -> [B, T, D]."""
-    for i in range(self.config.num_layers):
+    if self.config.scan_layers:
+      x, _ = _scanned(_ScannedEncoderBlock, self.config)(
+          self.config, causal, deterministic, name=SCANNED)(
+              x, mask, positions)
+    for i in range(0 if self.config.scan_layers else self.config.num_layers):
       x = EncoderBlock(self.config, name=f'layer_{i}')(
           x, mask=mask, causal=causal, positions=positions,
           deterministic=deterministic)
@@ -371,10 +409,84 @@ class DecoderStack(nn.Module):
                positions: Array | None = None,
                deterministic: bool) -> Array:
     """y: [B, T, D] embedded targets, encoded: [B, S, D] -> [B, T, D]."""
-    for i in range(self.config.num_layers):
+    if self.config.scan_layers:
+      y, _ = _scanned(_ScannedDecoderBlock, self.config)(
+          self.config, deterministic, name=SCANNED)(
+              y, encoded, self_mask, cross_mask, positions)
+    for i in range(0 if self.config.scan_layers else self.config.num_layers):
       y = DecoderBlock(self.config, name=f'layer_{i}')(
           y, encoded, self_mask=self_mask, cross_mask=cross_mask,
           positions=positions, deterministic=deterministic)
     if self.config.norm_position == 'pre':
       y = layer_norm(self.config, name='final_norm')(y)
     return y
+
+
+def _rematerialised(forward: Callable[..., Array],
+                    config: TransformerConfig) -> Callable[..., Array]:
+  """`forward(module, *arrays)` under the config's remat policy. Static
+  options (causal, deterministic) stay closed over, never traced."""
+  if config.remat == 'none':
+    return forward
+  # Inside a scan, XLA cannot merge the recomputation away (no CSE across
+  # loop iterations), so the barrier that prevents it is not needed.
+  return nn.remat(forward, policy=REMAT_POLICIES[config.remat],
+                  prevent_cse=not config.scan_layers)
+
+
+class _ScannedEncoderBlock(nn.Module):
+  """An `EncoderBlock` as a scan body: static options as attributes, the
+  activations as carry, the per-layer output unused."""
+  config: TransformerConfig
+  causal: bool
+  deterministic: bool
+
+  @nn.compact
+  def __call__(self, x, mask, positions):
+    return EncoderBlock(self.config, name='block')(
+        x, mask=mask, causal=self.causal, positions=positions,
+        deterministic=self.deterministic), None
+
+
+class _ScannedDecoderBlock(nn.Module):
+  """A `DecoderBlock` as a scan body (see `_ScannedEncoderBlock`)."""
+  config: TransformerConfig
+  deterministic: bool
+
+  @nn.compact
+  def __call__(self, y, encoded, self_mask, cross_mask, positions):
+    return DecoderBlock(self.config, name='block')(
+        y, encoded, self_mask=self_mask, cross_mask=cross_mask,
+        positions=positions, deterministic=self.deterministic), None
+
+
+def _scanned(body: type[nn.Module], config: TransformerConfig):
+  """`body` scanned over config.num_layers layers: parameters (and sown
+  attention weights) stacked on a leading axis named 'layers', dropout keys
+  split per layer, the non-carry inputs broadcast to every layer."""
+  if config.decode:
+    raise ValueError('Decoding runs the unscanned stack: build the decode '
+                     'model from config.for_decoding().')
+  return nn.scan(
+      body, variable_axes={'params': 0, 'intermediates': 0},
+      split_rngs={'params': True, 'dropout': True}, in_axes=nn.broadcast,
+      length=config.num_layers,
+      metadata_params={nn.PARTITION_NAME: 'layers'})
+
+
+def unstack_layers(tree: Any) -> Any:
+  """A scanned model's parameters (or sown intermediates) in the layout of
+  the unscanned model: each 'layers' entry, stacked on a leading axis,
+  becomes layer_0, layer_1, ... The identity on an unscanned tree."""
+  if not isinstance(tree, dict) and not hasattr(tree, 'items'):
+    return tree
+  result = {}
+  for key, value in tree.items():
+    if key == SCANNED:
+      stacked = value['block']
+      count = jax.tree.leaves(stacked)[0].shape[0]
+      for i in range(count):
+        result[f'layer_{i}'] = jax.tree.map(lambda x, i=i: x[i], stacked)
+    else:
+      result[key] = unstack_layers(value)
+  return result

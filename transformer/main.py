@@ -40,6 +40,11 @@ def _multi_process() -> bool:
               or ',' in os.environ.get('TPU_WORKER_HOSTNAMES', ''))
 
 
+def _env_int(name: str) -> int | None:
+  value = os.environ.get(name)
+  return int(value) if value else None
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -51,7 +56,13 @@ def main(argv):
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
           f'{os.path.abspath(workdir)}', flush=True)
   if _multi_process():
-    jax.distributed.initialize()
+    # CPU processes (tests, laptops) exchange data over gloo; GPUs and TPUs
+    # use their own collectives and ignore this.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    # SLURM and TPU pods are detected by jax; an explicit launch (e.g.
+    # launch/local.sh --processes=N) names the count and id.
+    jax.distributed.initialize(num_processes=_env_int('JAX_NUM_PROCESSES'),
+                               process_id=_env_int('JAX_PROCESS_ID'))
   logging.info('JAX devices: %s', jax.devices())
   try:
     result = train.train_and_evaluate(_CONFIG.value, workdir)

@@ -80,6 +80,30 @@ def logical_shardings(boxed_tree: Any, mesh: Mesh,
   return nn.logical_to_mesh_sharding(specs, mesh, rules)
 
 
+def check_divisible(shapes: Any, shardings: Any) -> None:
+  """Refuses, before compiling, arrays whose sharded dimensions the mesh
+  does not divide, naming each array, its shape and the axes."""
+  problems = []
+
+  def check(path, shape, sharding):
+    if not isinstance(sharding, NamedSharding):
+      return
+    for size, axes in zip(shape.shape, sharding.spec):
+      axes = () if axes is None else (axes,) if isinstance(axes, str) \
+          else axes
+      parts = math.prod(sharding.mesh.shape[a] for a in axes)
+      if size % parts:
+        problems.append(f'{jax.tree_util.keystr(path)} {shape.shape} '
+                        f'dimension {size} over {axes} ({parts} shards)')
+
+  jax.tree_util.tree_map_with_path(check, shapes, shardings)
+  if problems:
+    raise ValueError(
+        'The mesh does not divide these arrays: ' + '; '.join(problems) +
+        '. Change config.mesh, the model size, or map the logical axis to '
+        'None in config.axis_rules.')
+
+
 def batch_sharding(mesh: Mesh) -> NamedSharding:
   """Leading (batch) axis split over the data-parallel mesh axes."""
   return NamedSharding(mesh, PartitionSpec(BATCH_AXES))
@@ -90,16 +114,55 @@ def batch_divisor(mesh: Mesh) -> int:
   return int(np.prod([mesh.shape[axis] for axis in BATCH_AXES]))
 
 
-def global_batch(batch: dict[str, np.ndarray], mesh: Mesh) -> dict[str,
-                                                                     jax.Array]:
-  """Global arrays from a batch that every process holds whole.
+class HostRows(dict):
+  """A batch holding only this process's rows of a global batch of
+  `global_rows` rows (an input pipeline that reads per host yields these;
+  plain dicts are whole global batches)."""
 
-  Each process contributes the rows of its own devices. (Pipelines that
-  read only a host's share of the data pass per-host arrays instead.)
+  def __init__(self, arrays: dict[str, np.ndarray], global_rows: int):
+    super().__init__(arrays)
+    self.global_rows = global_rows
+
+
+def host_rows(mesh: Mesh, global_rows: int) -> slice:
+  """The rows of a global batch that this process's devices hold.
+
+  Batches are split over the data-parallel axes; with the device order of
+  `make_mesh` (processes major, tensor axis fastest) each process holds one
+  contiguous block, the same for processes that share a data shard.
+  """
+  indices = batch_sharding(mesh).addressable_devices_indices_map(
+      (global_rows,))
+  starts = {index[0].indices(global_rows)[:2] for index in indices.values()}
+  start = min(a for a, _ in starts)
+  stop = max(b for _, b in starts)
+  if sum(b - a for a, b in starts) != stop - start:
+    raise ValueError(
+        f'This process holds non-contiguous rows {sorted(starts)} of the '
+        f'batch under mesh {dict(mesh.shape)}: lay the mesh out so that '
+        f'each host holds whole data shards (tensor axis within a host).')
+  return slice(start, stop)
+
+
+def global_batch(batch: dict[str, np.ndarray], mesh: Mesh
+                 ) -> dict[str, jax.Array]:
+  """Global arrays, batch axis split over the data-parallel axes.
+
+  Args:
+    batch: a whole global batch (every process passes the same one; each
+      keeps only the rows of its devices), or `HostRows` (each process
+      passes its own rows, `host_rows(mesh, batch.global_rows)`).
+    mesh: the device mesh.
   """
   sharding = batch_sharding(mesh)
+  if isinstance(batch, HostRows):
+    rows, local = batch.global_rows, batch
+  else:
+    rows = len(next(iter(batch.values())))
+    block = host_rows(mesh, rows)
+    local = {key: value[block] for key, value in batch.items()}
   return {
-      key: jax.make_array_from_process_local_data(sharding, value,
-                                                  value.shape)
-      for key, value in batch.items()
+      key: jax.make_array_from_process_local_data(
+          sharding, value, (rows, *value.shape[1:]))
+      for key, value in local.items()
   }

@@ -16,7 +16,7 @@ import math
 import os
 import re
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from absl import logging
 import flax
@@ -40,7 +40,11 @@ def default_config() -> ml_collections.ConfigDict:
   config.train = ml_collections.ConfigDict(dict(
       num_steps=100_000, log_every=100, eval_every=5_000,
       checkpoint_every=1_000, keep_checkpoints=20, label_smoothing=0.1,
-      init_from=''))  # a workdir whose parameters start a new run
+      init_from='',  # a workdir whose parameters start a new run
+      # Gradient accumulation: each step's batch is split into this many
+      # micro-batches whose gradients are summed before one update (the
+      # same update as the whole batch, in less activation memory).
+      microbatches=1))
   # Vaswani et al. 5.3: Adam(0.9, 0.98, 1e-9), D^-0.5 * rsqrt schedule.
   config.optimizer = ml_collections.ConfigDict(dict(
       name='adam',  # or 'sgd': SGD with momentum b1 (ViT fine-tuning)
@@ -49,15 +53,22 @@ def default_config() -> ml_collections.ConfigDict:
       # Parameters whose path matches one of these regular expressions are
       # never decayed (e.g. a ViT's class token and position embeddings).
       weight_decay_skip=(),
-      end_learning_rate_ratio=0.1))  # end of the cosine schedule
+      end_learning_rate_ratio=0.1,  # end of the cosine schedule
+      # Adam's first moment in this dtype ('bfloat16' halves its memory;
+      # the second moment stays float32, as in optax and big_vision).
+      mu_dtype='float32'))
   config.eval = ml_collections.ConfigDict(dict(average_checkpoints=1))
-  # -1: all remaining devices. Pure data parallelism by default.
+  # -1: all remaining devices. Pure data parallelism by default; fsdp > 1
+  # shards parameters and optimizer state, tensor > 1 splits heads and mlp.
   config.mesh = ml_collections.ConfigDict(dict(data=-1, fsdp=1, tensor=1))
-  # Logical axis -> mesh axes. Activations use 'embed' too, so it cannot also
-  # take an axis that 'batch' uses; tensor parallelism splits heads and mlp.
+  # Logical axis -> mesh axes, applied in order; a mesh axis is used once per
+  # array, so activations [batch, length, embed] give fsdp to 'batch' and
+  # keep 'embed' whole, while parameters shard 'embed' over fsdp (FSDP).
+  # Axes of size 1 shard nothing: the same rules serve every mesh.
   config.axis_rules = [('batch', ('data', 'fsdp')), ('length', None),
-                       ('embed', None), ('mlp', 'tensor'),
-                       ('heads', 'tensor'), ('kv', None), ('vocab', 'tensor')]
+                       ('embed', 'fsdp'), ('mlp', 'tensor'),
+                       ('heads', 'tensor'), ('kv', None), ('vocab', 'tensor'),
+                       ('layers', None)]
   return config
 
 
@@ -114,6 +125,9 @@ def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
   else:
     raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt', "
                      f"'constant' or 'cosine'.")
+  if config.mu_dtype not in ('float32', 'bfloat16'):
+    raise ValueError(f"optimizer.mu_dtype={config.mu_dtype!r}; choose "
+                     f"'float32' or 'bfloat16'.")
   if config.name == 'sgd':
     if config.weight_decay:
       raise ValueError('optimizer.weight_decay applies to Adam only; SGD '
@@ -124,27 +138,71 @@ def make_optimizer(config: ml_collections.ConfigDict, num_steps: int
                      f"'sgd'.")
   elif config.weight_decay:
     optimizer = optax.adamw(schedule, b1=config.b1, b2=config.b2,
-                            eps=config.eps, weight_decay=config.weight_decay,
+                            eps=config.eps, mu_dtype=config.mu_dtype,
+                            weight_decay=config.weight_decay,
                             mask=functools.partial(
                                 _decayed, skip=config.weight_decay_skip))
   else:
     optimizer = optax.adam(schedule, b1=config.b1, b2=config.b2,
-                           eps=config.eps)
+                           eps=config.eps, mu_dtype=config.mu_dtype)
   if config.grad_clip_norm:
     return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
                        optimizer), schedule
   return optimizer, schedule
 
 
+def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
+               loss_fn: Callable[..., Any], microbatches: int
+               ) -> tuple[Any, metrics.Sums]:
+  """Gradients of the batch loss and its metric sums, over `microbatches`
+  micro-batches in turn.
+
+  A task's loss is sums['loss'] sum / count, so the whole batch's gradient is
+  the count-weighted sum of the micro-batch gradients over the total count.
+  Micro-batch i takes rows i, i + k, ... (k = microbatches), which every
+  data-parallel shard holds equally.
+  """
+  def grad_fn(batch, rng):
+    (_, sums), grads = jax.value_and_grad(
+        lambda p: loss_fn(p, batch, rng, deterministic=False),
+        has_aux=True)(params)
+    return grads, sums
+
+  if microbatches == 1:
+    return grad_fn(batch, rng)
+  micro = jax.tree.map(
+      lambda x: x.reshape(x.shape[0] // microbatches, microbatches,
+                          *x.shape[1:]).swapaxes(0, 1), batch)
+
+  def accumulate(carry, inputs):
+    index, micro_batch = inputs
+    grads, sums = grad_fn(micro_batch, jax.random.fold_in(rng, index))
+    weight = sums['loss'][1]
+    total_grads, total_sums = carry
+    total_grads = jax.tree.map(lambda t, g: t + g * weight, total_grads,
+                               grads)
+    return (total_grads, metrics.add(total_sums, sums)), None
+
+  first = jax.tree.map(lambda x: x[0], micro)
+  grads_shape, sums_shape = jax.eval_shape(grad_fn, first, rng)
+  zeros = lambda tree: jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                                    tree)
+  (grads, sums), _ = jax.lax.scan(
+      accumulate, (zeros(grads_shape), zeros(sums_shape)),
+      (jnp.arange(microbatches), micro))
+  count = jnp.maximum(sums['loss'][1], 1.0)
+  return jax.tree.map(lambda g: g / count, grads), sums
+
+
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                loss_fn: Callable[..., Any], tx: optax.GradientTransformation,
-               seed: int) -> tuple[TrainState, metrics.Sums]:
+               seed: int, microbatches: int = 1
+               ) -> tuple[TrainState, metrics.Sums]:
   """One optimizer step. Dropout keys are fold_in(seed, step), so a resumed
   run draws the same numbers as an uninterrupted one."""
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
-  grad_fn = jax.value_and_grad(
-      lambda p: loss_fn(p, batch, rng, deterministic=False), has_aux=True)
-  (_, sums), grads = grad_fn(state.params)
+  grads, sums = _gradients(state.params, batch, rng, loss_fn=loss_fn,
+                           microbatches=microbatches)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   sums = {**sums, 'grad_norm': (optax.tree.norm(grads), 1.0)}
@@ -182,6 +240,7 @@ def create_state(task: tasks.Task, tx: optax.GradientTransformation,
       lambda x: x.unbox(apply_constraint=False)
       if isinstance(x, nn.LogicallyPartitioned) else x, boxed,
       is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  sharding.check_divisible(unboxed, shardings)
   abstract = jax.tree.map(
       lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
       unboxed, shardings)
@@ -227,7 +286,7 @@ def _validate(config: ml_collections.ConfigDict) -> None:
   """Checks across config sections, before anything is built or compiled."""
   train_cfg = config.train
   for name in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every',
-               'keep_checkpoints'):
+               'keep_checkpoints', 'microbatches'):
     if train_cfg[name] < 1:
       raise ValueError(f'config.train.{name}={train_cfg[name]} must be >= 1.')
   if config.eval.average_checkpoints > train_cfg.keep_checkpoints:
@@ -240,13 +299,17 @@ def _validate(config: ml_collections.ConfigDict) -> None:
 class Trainer:
   """Mesh, task, optimizer and jitted steps for one config and workdir."""
 
-  def __init__(self, config: ml_collections.ConfigDict, workdir: str):
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               devices: Sequence[jax.Device] | None = None):
+    """`devices`: the mesh's (default all of every process)."""
     self.config, self.workdir = config, workdir
     _validate(config)
-    self.mesh = sharding.make_mesh(config.mesh.to_dict())
+    self.mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
     self.rules = sharding.rules_from_config(config.axis_rules)
-    self.task = tasks.build(config, workdir,
-                            batch_divisor=sharding.batch_divisor(self.mesh))
+    # Every micro-batch is split evenly over the data-parallel shards.
+    self.task = tasks.build(
+        config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *
+        config.train.microbatches)
     self.tx, self.schedule = make_optimizer(config.optimizer,
                                             config.train.num_steps)
     with sharding.active(self.mesh, self.rules):
@@ -256,7 +319,8 @@ class Trainer:
     batch_sharding = sharding.batch_sharding(self.mesh)
     self.train_step = jax.jit(
         functools.partial(train_step, loss_fn=self.task.loss, tx=self.tx,
-                          seed=config.seed),
+                          seed=config.seed,
+                          microbatches=config.train.microbatches),
         in_shardings=(state_shardings, batch_sharding),
         out_shardings=(state_shardings, None), donate_argnums=0)
     self.eval_step = jax.jit(
@@ -344,7 +408,7 @@ class _TrainLog:
     self.workdir, self.writer, self.unit = workdir, writer, unit
     self.start, self.num_steps, self.schedule = start, num_steps, schedule
     self.run_start = self.window_start = time.time()
-    self.sums = None
+    self.sums, self.steps = None, 0
     self.progress = collections.defaultdict(float)
     path = os.path.join(workdir, 'progress.json')
     if start and os.path.exists(path):
@@ -354,7 +418,9 @@ class _TrainLog:
         self.progress.update(saved)
 
   def add(self, sums: metrics.Sums) -> None:
+    """Adds on device: nothing waits for the step to finish."""
     self.sums = metrics.add(self.sums, sums)
+    self.steps += 1
 
   def exclude(self, seconds: float) -> None:
     """Keeps time spent outside training (evaluation) out of throughput."""
@@ -373,6 +439,7 @@ class _TrainLog:
     rate = f'{self.unit}_per_second'
     summary['learning_rate'] = float(self.schedule(step - 1))
     summary[rate] = count / (now - self.window_start)
+    summary['step_seconds'] = (now - self.window_start) / self.steps
     self.progress['train_seconds'] += now - self.window_start
     self.progress[self.unit] += count
     eta = (now - self.run_start) / (step - self.start) * (self.num_steps -
@@ -380,10 +447,11 @@ class _TrainLog:
     self.writer.write_scalars(step, {f'train/{k}': v
                                      for k, v in summary.items()})
     print(f'step {step}/{self.num_steps}  loss {summary["loss"]:.4f}  '
-          f'{self.unit}/s {summary[rate]:,.0f}  elapsed '
+          f'{self.unit}/s {summary[rate]:,.0f}  '
+          f'{summary["step_seconds"] * 1e3:,.0f} ms/step  elapsed '
           f'{_format_time(now - self.run_start)}  remaining '
           f'{_format_time(eta)}', flush=True)
-    self.sums, self.window_start = None, now
+    self.sums, self.steps, self.window_start = None, 0, now
 
   def save_progress(self, step: int) -> None:
     if jax.process_index() == 0:
@@ -429,6 +497,14 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     for step in range(start + 1, train_cfg.num_steps + 1):
       batch = sharding.global_batch(next(batches), trainer.mesh)
       state, step_sums = trainer.train_step(state, batch)
+      if step == start + 1:  # the only wait outside logging and evaluation
+        compile_seconds = time.time() - log.window_start
+        jax.block_until_ready(step_sums)
+        writer.write_scalars(step, {'train/first_step_seconds':
+                                    time.time() - log.window_start})
+        print(f'Traced and compiled the train step in {compile_seconds:.1f} s (first '
+              f'step done after {time.time() - log.window_start:.1f} s).',
+              flush=True)
       log.add(step_sums)
       last = step == train_cfg.num_steps
       if step % train_cfg.log_every == 0 or last:

@@ -109,7 +109,7 @@ class Decoder(nn.Module):
 
 
 def build(config: Config, *, decode: bool = False) -> Decoder:
-  return Decoder(config.replace(decode=decode))
+  return Decoder(config.for_decoding() if decode else config)
 
 
 def param_count(config: Config) -> int:

@@ -175,7 +175,7 @@ class Transformer(nn.Module):
 
 
 def build(config: Config, *, decode: bool = False) -> Transformer:
-  return Transformer(config.replace(decode=decode))
+  return Transformer(config.for_decoding() if decode else config)
 
 
 def init_decoding(model: Transformer, params: Any, inputs: Array,
@@ -187,6 +187,7 @@ def init_decoding(model: Transformer, params: Any, inputs: Array,
   real encoder outputs, whose projected keys and values every layer's
   cross-attention stores.
   """
+  params = layers.unstack_layers(params)
   encoded = model.apply({'params': params}, inputs, deterministic=True,
                         method='encode')
   _, cache = model.apply(
@@ -204,7 +205,8 @@ def decoding_step(model: Transformer, params: Any, tokens: Array,
   placeholder = jnp.zeros((tokens.shape[0], 1, model.config.d_model),
                           model.config.dtype)
   logits, cache = model.apply(
-      {'params': params, 'cache': state['cache']}, placeholder,
+      {'params': layers.unstack_layers(params), 'cache': state['cache']},
+      placeholder,
       state['inputs'], tokens, deterministic=True, method='decode',
       mutable=['cache'])
   return logits[:, -1], {'cache': cache['cache'], 'inputs': state['inputs']}
@@ -214,7 +216,7 @@ def attention_maps(intermediates: dict[str, Any]
                   ) -> dict[str, tuple[Array, list[str]]]:
   """{layer: ([N + 1, T, S], titles)}: every cross-attention head of example
   0 and their mean, for plots."""
-  decoder = intermediates['decoder']
+  decoder = layers.unstack_layers(intermediates)['decoder']
   maps = {}
   for layer in sorted(decoder, key=lambda name: int(name.split('_')[-1])):
     weights = decoder[layer]['cross_attention']['attention_weights'][0][0]

@@ -266,7 +266,7 @@ def attention_weights(model: VisionTransformer, params: Any, images: Array
 def attention_weights_from(state: dict[str, Any], config: Config
                            ) -> list[Array]:
   """The per-layer weights in the 'intermediates' of an apply."""
-  encoder = state['intermediates']['encoder']
+  encoder = layers.unstack_layers(state['intermediates'])['encoder']
   return [encoder[f'layer_{i}']['self_attention']['attention_weights'][0]
           for i in range(config.num_layers)]
 

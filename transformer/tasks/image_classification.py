@@ -26,6 +26,7 @@ from ml_collections import config_dict
 import numpy as np
 import optax
 
+from transformer import layers
 from transformer import plots
 from transformer import train
 from transformer.data import augment
@@ -36,7 +37,7 @@ MODEL_FIELDS = dict(
     num_layers=int, d_model=int, num_heads=int, d_ff=int,
     dropout_rate=float, attention_dropout_rate=float, pooling=str,
     positional_encoding=str, patch_embedding=str,
-    attention_implementation=str)
+    attention_implementation=str, **layers.MEMORY_FIELDS)
 CROPS = ('none', 'pad', 'resized')
 # Class names and channels of the training data, kept in the workdir so that
 # predictions need neither the dataset nor the time to read it.

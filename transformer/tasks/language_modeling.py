@@ -24,6 +24,7 @@ from ml_collections import config_dict
 import numpy as np
 
 from transformer import decoding
+from transformer import layers
 from transformer import metrics
 from transformer import tasks
 from transformer import train
@@ -36,7 +37,7 @@ MODEL_FIELDS = dict(
     num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
     head_dim=int, d_ff=int, dropout_rate=float, attention_dropout_rate=float,
     activation=str, norm_position=str, positional_encoding=str,
-    attention_implementation=str)
+    attention_implementation=str, **layers.MEMORY_FIELDS)
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -190,6 +191,7 @@ def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
   """
   batch, prompt_length = tokens.shape
   capacity = prompt_length + max_new_tokens
+  params = layers.unstack_layers(params)  # a scanned model's
   _, cache = model.apply({'params': params},
                          jnp.zeros((batch, capacity), jnp.int32),
                          deterministic=True, mutable=['cache'])

@@ -18,13 +18,15 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
+from transformer import layers
 from transformer import metrics
 from transformer.data import batching
 from transformer.models import encoder
 from transformer.tasks import language_modeling
 
 MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
-                    dropout_rate=float, attention_implementation=str)
+                    dropout_rate=float, attention_implementation=str,
+                    **layers.MEMORY_FIELDS)
 
 
 def default_config() -> ml_collections.ConfigDict:

@@ -21,6 +21,7 @@ import ml_collections
 from ml_collections import config_dict
 import numpy as np
 
+from transformer import layers
 from transformer import metrics
 from transformer import tasks
 from transformer import train
@@ -30,7 +31,8 @@ from transformer.data import tokenizers
 from transformer.models import encoder
 
 MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
-                    dropout_rate=float, attention_implementation=str)
+                    dropout_rate=float, attention_implementation=str,
+                    **layers.MEMORY_FIELDS)
 # Adjectives of the offline grammar with a polarity; the rest are neutral.
 PLEASANT = frozenset('beautiful happy rich famous clean sweet bright brave '
                      'clever funny strong'.split())

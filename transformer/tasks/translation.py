@@ -21,6 +21,7 @@ from ml_collections import config_dict
 import numpy as np
 
 from transformer import decoding
+from transformer import layers
 from transformer import metrics
 from transformer import plots
 from transformer import tasks
@@ -41,7 +42,7 @@ FAMILIES = {
         head_dim=int, d_ff=int, dropout_rate=float,
         attention_dropout_rate=float, activation=str, norm_position=str,
         positional_encoding=str, tie_embeddings=bool,
-        attention_implementation=str)),
+        attention_implementation=str, **layers.MEMORY_FIELDS)),
     'rnn': (rnn, dict(
         num_layers=int, embed_dim=int, hidden_dim=int, bidirectional=bool,
         attention=str, attention_dim=int, dropout_rate=float)),
