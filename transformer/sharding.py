@@ -157,6 +157,14 @@ def global_batch(batch: dict[str, np.ndarray], mesh: Mesh
   sharding = batch_sharding(mesh)
   if isinstance(batch, HostRows):
     rows, local = batch.global_rows, batch
+    block, fed = host_rows(mesh, rows), len(next(iter(batch.values())))
+    if block.stop - block.start != fed:
+      raise ValueError(
+          f'This process feeds {fed} rows but its devices hold rows '
+          f'{block.start}:{block.stop} of the global batch of {rows} under '
+          f'mesh {dict(mesh.shape)}. Per-host input splits every batch '
+          f'evenly over the processes: keep the fsdp and tensor axes within '
+          f'a host so that each process holds rows of its own.')
   else:
     rows = len(next(iter(batch.values())))
     block = host_rows(mesh, rows)

@@ -222,9 +222,15 @@ def load_images(name: str, split: str, data_dir: str | None, *,
 def stream_images(name: str, split: str, data_dir: str | None, *,
                   image_size: int, training: bool, seed: int = 0,
                   start: int = 0, min_scale: float = 0.08,
-                  max_examples: int | None = None):
+                  max_examples: int | None = None,
+                  shard: tuple[int, int] = (0, 1)):
   """Yields (image uint8 [S, S, 3], label) of a prepared TFDS split decoded
   on the fly, for datasets too large to hold in memory (imagenet2012).
+
+  `shard` = (index, count) reads only part `index` of `count` near-equal
+  parts of the split (`tfds.even_splits`), so that each host of a training
+  run reads and decodes only its own examples; positions, crops and
+  shuffles then belong to that part's stream.
 
   Training: endless epochs, each a fresh order (files and a 10,000-example
   buffer shuffled with seeds from (seed, epoch)); every image gets an
@@ -239,6 +245,12 @@ def stream_images(name: str, split: str, data_dir: str | None, *,
   tfds = _import_tfds()
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   builder = _builder(tfds, name, data_dir, example='imagenet2012')
+  part, parts = shard
+  split = _SPLIT_ALIASES.get(split, split)
+  if parts > 1:
+    split = tfds.even_splits(split, n=parts)[part]
+  # Different parts draw different shuffles and crops.
+  seed = seed * 4_096 + part
 
   def epoch_examples(epoch: int):
     epoch_seed = seed * 1_000 + epoch
@@ -248,7 +260,7 @@ def stream_images(name: str, split: str, data_dir: str | None, *,
     return dataset.shuffle(10_000, seed=epoch_seed) if training else dataset
 
   try:
-    size = builder.info.splits[_SPLIT_ALIASES.get(split, split)].num_examples
+    size = builder.info.splits[split].num_examples
   except KeyError:  # split sizes unknown (e.g. under tfds.testing.mock_data)
     size = None
   if max_examples is not None:

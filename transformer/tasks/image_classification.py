@@ -28,6 +28,7 @@ import optax
 
 from transformer import layers
 from transformer import plots
+from transformer import sharding
 from transformer import train
 from transformer.data import augment
 from transformer.data import images as image_data
@@ -180,9 +181,10 @@ class ImageClassificationTask:
       if data.crop != 'none':
         raise ValueError("Streamed images are Inception-cropped on the host; "
                          "set config.data.crop='none'.")
-      if jax.process_count() > 1:
-        raise ValueError('Streamed input reads one host\'s data only so far; '
-                         'run on one host or use an in-memory source.')
+      if data.batch_size % jax.process_count():
+        raise ValueError(
+            f'config.data.batch_size={data.batch_size} is not a multiple of '
+            f'the {jax.process_count()} processes, each streaming its part.')
     if data.load_size and data.load_size < data.image_size:
       raise ValueError(f'config.data.load_size={data.load_size} is below '
                        f'image_size={data.image_size}; images are cropped, '
@@ -306,25 +308,32 @@ class ImageClassificationTask:
     return self.model.init({'params': rng}, images,
                            deterministic=True)['params']
 
-  def _stream(self, split: str, *, training: bool, start: int = 0):
+  def _stream(self, split: str, *, training: bool, start: int = 0,
+              shard: tuple[int, int] = (0, 1)):
     from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
     data = self.config.data
     return tfds_source.stream_images(
         data.tfds_name, split, data.tfds_data_dir or None,
         image_size=data.image_size, training=training, seed=self.config.seed,
         start=start, min_scale=data.crop_min_scale,
-        max_examples=data.max_examples_per_split or None)
+        max_examples=data.max_examples_per_split or None, shard=shard)
 
   def _streamed_train_batches(self, start_step: int
                               ) -> Iterator[dict[str, np.ndarray]]:
+    """This process's rows of each batch, from its own part of the split
+    (evaluation reads the whole split on every host: its batches must be
+    the same in number everywhere)."""
     size = self.config.data.batch_size
+    local = size // jax.process_count()
     stream = self._stream(self.config.data.train_split, training=True,
-                          start=start_step * size)
+                          start=start_step * local,
+                          shard=(jax.process_index(), jax.process_count()))
     while True:
-      examples = [next(stream) for _ in range(size)]
-      yield {'images': np.stack([image for image, _ in examples]),
-             'labels': np.asarray([label for _, label in examples],
-                                  np.int32)}
+      examples = [next(stream) for _ in range(local)]
+      yield sharding.HostRows({
+          'images': np.stack([image for image, _ in examples]),
+          'labels': np.asarray([label for _, label in examples], np.int32)},
+                              global_rows=size)
 
   def _streamed_eval_batches(self) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
