@@ -217,12 +217,23 @@ setup() {
 }
 
 run_training() {
-  local main
+  local main mount=() local_workdir="$workdir"
+  if [[ "$workdir" == gs://* ]]; then
+    # The trainer writes through the filesystem: mount the bucket with
+    # gcsfuse at the same path on every worker (orbax, config, events and
+    # reports then all land in the bucket).
+    local bucket="${workdir#gs://}"
+    bucket="${bucket%%/*}"
+    local_workdir="/gcs/$bucket${workdir#gs://"$bucket"}"
+    mount=("command -v gcsfuse >/dev/null || { echo \"deb https://packages.cloud.google.com/apt gcsfuse-\$(lsb_release -c -s) main\" | sudo tee /etc/apt/sources.list.d/gcsfuse.list && curl -s https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo apt-key add - && sudo apt-get update -qq && sudo apt-get install -y -qq gcsfuse; }"
+           "sudo mkdir -p /gcs/$bucket && sudo chown \$USER /gcs/$bucket"
+           "mountpoint -q /gcs/$bucket || gcsfuse --implicit-dirs $bucket /gcs/$bucket")
+  fi
   main="\$HOME/$REMOTE_VENV/bin/python -m transformer.main $(quote_line \
-        "--config=$config" "--workdir=$workdir" ${extra[@]+"${extra[@]}"})"
+        "--config=$config" "--workdir=$local_workdir" ${extra[@]+"${extra[@]}"})"
   # nohup with every stream redirected so that ssh returns and the run
   # outlives the session; the pid file is what `kill` stops.
-  on_workers all "cd \$HOME/$REMOTE_REPO || exit 1" \
+  on_workers all "cd \$HOME/$REMOTE_REPO || exit 1" ${mount[@]+"${mount[@]}"} \
     "if [ -f \$HOME/$REMOTE_PID ] && kill -0 \"\$(cat \$HOME/$REMOTE_PID)\" 2>/dev/null; then echo \"A run is already going on \$(hostname); stop it first: launch/tpu_vm.sh kill\" >&2; exit 1; fi" \
     "nohup $main > \$HOME/$REMOTE_LOG 2>&1 < /dev/null & echo \$! > \$HOME/$REMOTE_PID"
   ((dry_run)) || echo "Started on all workers of $name. Follow it with:" \

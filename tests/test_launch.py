@@ -177,10 +177,12 @@ def test_tpu_up_commands(bin_dir):
   setup, train = (c[-1] for c in gcloud[3:])
   assert 'pip install -q -e "$HOME/transformer[tpu]"' in setup
   assert train.startswith('--command=')
+  # The bucket is mounted on every worker and the run writes through it.
+  assert 'gcsfuse --implicit-dirs bucket /gcs/bucket' in train
   main = ('transformer.main --config=experiments/lm1b.py '
-          '--workdir=gs://bucket/lm1b --config.train.num_steps=10')
+          '--workdir=/gcs/bucket/lm1b --config.train.num_steps=10')
   assert main in train
-  assert 'nohup' in train
+  assert train.index('gcsfuse --implicit') < train.index('nohup')
 
 
 @pytest.mark.parametrize('command, expected', [

@@ -55,6 +55,12 @@ def main(argv):
     workdir = DEFAULT_WORKDIR
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
           f'{os.path.abspath(workdir)}', flush=True)
+  if '://' in workdir:
+    raise app.UsageError(
+        f'--workdir={workdir} is a URL, but the trainer writes through the '
+        f'filesystem: mount the bucket on every host (gcsfuse --implicit-dirs '
+        f'BUCKET /gcs/BUCKET; launch/tpu_vm.sh does this) and pass '
+        f'--workdir=/gcs/BUCKET/...')
   if _multi_process():
     # CPU processes (tests, laptops) exchange data over gloo; GPUs and TPUs
     # use their own collectives and ignore this.
