@@ -408,6 +408,7 @@ class ImageClassificationTask:
         {'params': params}, augment.normalize(images),
         deterministic=deterministic,
         rngs=None if dropout_key is None else {'dropout': dropout_key})
+    logits = logits.astype(jnp.float32)  # the loss in float32 under bf16
     smoothing = self.config.train.label_smoothing
     targets = targets * (1.0 - smoothing) + smoothing / num_classes
     if self.config.train.loss == 'softmax':
