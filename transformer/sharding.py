@@ -11,6 +11,7 @@ import contextlib
 import math
 from typing import Any, Iterator, Sequence
 
+from absl import logging
 import flax.linen as nn
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
@@ -51,9 +52,19 @@ def make_mesh(shape: dict[str, int],
         f'config.mesh {dict(zip(MESH_AXES, sizes))} needs '
         f'{math.prod(sizes)} devices but {len(devices)} are available; '
         f'set one axis to -1 to use all devices.')
-  return jax.make_mesh(tuple(sizes), MESH_AXES,
+  # jax.make_mesh orders devices by process and, on TPUs, by the physical
+  # torus, with the last axis (tensor) fastest: tensor groups are neighbours.
+  mesh = jax.make_mesh(tuple(sizes), MESH_AXES,
                        axis_types=(AxisType.Auto,) * len(MESH_AXES),
                        devices=devices)
+  groups = mesh.devices.reshape(-1, mesh.shape['tensor'])
+  if any(len({d.process_index for d in group}) > 1 for group in groups):
+    logging.warning(
+        'config.mesh tensor=%d spans hosts: every layer then exchanges '
+        'activations over the slower inter-host network. Use at most %d '
+        '(the devices of one host) and fsdp or data for the rest.',
+        mesh.shape['tensor'], jax.local_device_count())
+  return mesh
 
 
 def rules_from_config(rules: Any) -> tuple[tuple[str, Any], ...]:
