@@ -24,3 +24,22 @@ def matmul_flops_per_second(n: int, dtype, repeats: int) -> float:
   a = jnp.ones((n, n), dtype)
   return 2 * n**3 / median_seconds(jax.jit(jnp.matmul), a, a,
                                    repeats=repeats)
+
+
+def matvec_bytes_per_second(nbytes: int, dtype, repeats: int) -> float:
+  """Bytes/s read by a matrix-vector product over an `nbytes` matrix.
+
+  What batch-1 decoding does with each weight matrix, so it is the measured
+  reference for memory-bound figures (beside the datasheet bandwidth).
+  """
+  itemsize = jnp.dtype(dtype).itemsize
+  columns = 4096
+  matrix = jnp.ones((nbytes // itemsize // columns, columns), dtype)
+  vector = jnp.ones((columns,), dtype)
+  return matrix.nbytes / median_seconds(jax.jit(jnp.matmul), matrix, vector,
+                                        repeats=repeats)
+
+
+def percent(value: float, reference: float | None) -> str:
+  """'42.0%' of a reference, or 'n/a' without one (e.g. no datasheet)."""
+  return 'n/a' if reference is None else f'{100 * value / reference:.1f}%'

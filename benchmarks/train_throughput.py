@@ -4,19 +4,27 @@
     python benchmarks/train_throughput.py --rows=64 --length=256 \
         --sizes=base,big,gpt2,gpt2-medium,gpt2-large,gpt2-xl   # on a GPU
     python benchmarks/train_throughput.py --rows=256 --sizes=S/16,B/16  # GPU
+    python benchmarks/train_throughput.py --rows=8 --length=2048 \
+        --sizes=gpt2-large,gpt2-xl                        # GPU: ~1B GPTs
 
 Times the real jitted `train.train_step` (Adam, dropout) on synthetic
 batches: translation models of `encoder_decoder` (label-smoothed loss) and
 GPT models of `decoder` (next-token loss) on fully packed rows of L tokens,
 and ViTs ('B/16': `vit` names) on `--rows` images of `--image_size`
 (1,000-way softmax; the on-device augmentation is not timed), chosen by
-size name. Model FLOPs per step = 6 x parameters x tokens (for translation
-each side's tokens pass through its half of the model, the tied embedding
-acting as the softmax layer; a ViT's tokens are its patches and class
-token, its classifier sees one vector per image) plus attention, 12 x rows x L^2 x D per attention layer (QK^T and
-AV, forward and backward). XLA's own count of the compiled step
-is printed beside it. MFU is set against a square matmul timed in the same
-run at the same dtype.
+size name.
+
+Model FLOPs per step come from `flops.model_flops`, one formula for every
+model: 6 x parameters x tokens plus 12 x layers x length x d_model per
+token for each attention, halved for causal self-attention (GPT's, the
+translation decoder's); translation counts the encoder's and the decoder's
+self-attention and the cross-attention, each side's tokens passing through
+its half of the model; a ViT's tokens are its patches and class token, its
+classifier sees one vector per image. XLA's own count of the compiled step
+is printed beside it. Model FLOP utilisation (MFU) is given twice: against
+the device's datasheet peak at the computation dtype (`devices`; "n/a"
+where none is listed, e.g. on a CPU) and against a square matmul timed in
+the same run at the same dtype.
 """
 
 import functools
@@ -30,6 +38,8 @@ import ml_collections
 import numpy as np
 import optax
 
+import devices
+import flops
 import timing
 from transformer import train
 from transformer.models import decoder
@@ -50,14 +60,6 @@ _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'ViT input side.')
 
 
-def model_flops(params, attention_layers: int, d_model: int, rows: int,
-                length: int) -> float:
-  count = lambda tree: sum(x.size for x in jax.tree.leaves(tree))
-  tokens = rows * length  # per side for translation
-  attention = 12 * rows * length**2 * d_model * attention_layers
-  return 6 * tokens * count(params) + attention
-
-
 def vit_loss(model, params, batch, rng, *, deterministic):
   logits = model.apply({'params': params}, batch['images'],
                        deterministic=deterministic,
@@ -67,9 +69,13 @@ def vit_loss(model, params, batch, rng, *, deterministic):
   return loss, {'loss': (loss, 1.0)}
 
 
+def count(tree) -> int:
+  return sum(x.size for x in jax.tree.leaves(tree))
+
+
 def setup(size: str, rows: int, length: int, dtype):
-  """(model config, loss function, batch, init, attention layers, tokens
-  per row) of a size."""
+  """(loss function, batch, init, tokens per row, FLOPs per step given the
+  parameters) of a size."""
   if '/' in size:
     config = vit.config_for(size, image_size=_IMAGE_SIZE.value, dtype=dtype)
     model = vit.VisionTransformer(config)
@@ -79,8 +85,12 @@ def setup(size: str, rows: int, length: int, dtype):
                                                np.float32),
              'labels': rng.integers(0, 1000, rows).astype(np.int32)}
     init = lambda r: model.init(r, batch['images'][:1], deterministic=True)
-    return (config, functools.partial(vit_loss, model), batch, init,
-            config.num_layers, config.num_tokens)
+    step_flops = lambda params: flops.vit_flops(
+        count(params), count(params['head']), images=rows,
+        tokens=config.num_tokens, num_layers=config.num_layers,
+        d_model=config.d_model)
+    return (functools.partial(vit_loss, model), batch, init,
+            config.num_tokens, step_flops)
   if size in decoder.SIZES:
     config = decoder.config_for(size, max_length=max(
         length, decoder.SIZES[size].get('max_length', 0)), dtype=dtype)
@@ -91,7 +101,10 @@ def setup(size: str, rows: int, length: int, dtype):
     batch = {k: batch[k] for k in ('inputs', 'targets',
                                    'inputs_segmentation', 'inputs_position')}
     init = lambda r: model.init(r, batch['inputs'][:1], deterministic=True)
-    return config, loss_fn, batch, init, config.num_layers, length
+    step_flops = lambda params: flops.decoder_flops(
+        count(params), rows=rows, length=length,
+        num_layers=config.num_layers, d_model=config.d_model)
+    return loss_fn, batch, init, length, step_flops
   config = encoder_decoder.config_for(size, vocab_size=_VOCAB.value,
                                       max_length=length, dtype=dtype)
   model = encoder_decoder.Transformer(config)
@@ -100,8 +113,10 @@ def setup(size: str, rows: int, length: int, dtype):
   batch = synthetic_batch(rows, length, _VOCAB.value)
   init = lambda r: model.init(r, batch['inputs'][:1], batch['targets'][:1],
                               deterministic=True)
-  # Encoder self-, decoder self- and cross-attention in every layer.
-  return config, loss_fn, batch, init, 3 * config.num_layers, length
+  step_flops = lambda params: flops.translation_flops(
+      count(params), rows=rows, length=length, num_layers=config.num_layers,
+      d_model=config.d_model)
+  return loss_fn, batch, init, length, step_flops
 
 
 def synthetic_batch(rows: int, length: int, vocab: int) -> dict:
@@ -121,23 +136,27 @@ def main(argv):
   rows = _ROWS.value or (96 if gpu else 4)
   length = _LENGTH.value
   dtype = jnp.dtype(_DTYPE.value or ('bfloat16' if gpu else 'float32'))
-  peak = timing.matmul_flops_per_second(4096 if gpu else 2048, dtype,
-                                        _STEPS.value)
-  print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}, '
+  kind = jax.devices()[0].device_kind
+  datasheet = devices.peak_flops(kind, dtype)
+  matmul = timing.matmul_flops_per_second(4096 if gpu else 2048, dtype,
+                                          _STEPS.value)
+  sheet = ('n/a (not in benchmarks/devices.py)' if datasheet is None
+           else f'{datasheet / 1e12:.1f} TFLOP/s')
+  print(f'device: {kind}, jax {jax.__version__}, '
         f'{dtype.name}, {rows} rows x {length} tokens per side (ViT: {rows} '
-        f'images of {_IMAGE_SIZE.value}); square matmul '
-        f'{peak / 1e12:.3f} TFLOP/s')
+        f'images of {_IMAGE_SIZE.value}); datasheet peak {sheet}; square '
+        f'matmul measured {matmul / 1e12:.3f} TFLOP/s')
   header = (f'{"size":>12} {"params":>14} {"step ms":>9} {"tokens/s":>10} '
             f'{"images/s":>9} {"model TFLOP/s":>14} {"XLA TFLOP/s":>12} '
-            f'{"MFU":>6}')
+            f'{"MFU datasheet":>14} {"MFU matmul":>11}')
   print(header)
   print('-' * len(header))
   optimizer = train.default_config().optimizer
   tx, _ = train.make_optimizer(ml_collections.ConfigDict(optimizer),
                                num_steps=100_000)
   for size in _SIZES.value:
-    config, loss_fn, batch, init, attention_layers, tokens = setup(
-        size, rows, length, dtype)
+    loss_fn, batch, init, tokens, step_flops = setup(size, rows, length,
+                                                     dtype)
     params = jax.jit(lambda r: nn.unbox(init(r)['params']))(
         jax.random.key(0))
     state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
@@ -150,17 +169,14 @@ def main(argv):
     xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
     seconds = timing.median_seconds(compiled, state, batch,
                                     repeats=_STEPS.value)
-    flops = model_flops(params, attention_layers, config.d_model, rows,
-                        tokens)
-    if '/' in size:  # the classifier sees one vector per image, not T
-      head = sum(x.size for x in jax.tree.leaves(params['head']))
-      flops -= 6 * head * rows * (tokens - 1)
+    achieved = step_flops(params) / seconds
     images = f'{rows / seconds:>9,.1f}' if '/' in size else f'{"":>9}'
-    print(f'{size:>12} {sum(x.size for x in jax.tree.leaves(params)):>14,} '
+    print(f'{size:>12} {count(params):>14,} '
           f'{seconds * 1e3:>9.1f} {rows * tokens / seconds:>10,.0f} '
-          f'{images} {flops / seconds / 1e12:>14.3f} '
+          f'{images} {achieved / 1e12:>14.3f} '
           f'{xla_flops / seconds / 1e12:>12.3f} '
-          f'{100 * flops / seconds / peak:>5.1f}%')
+          f'{timing.percent(achieved, datasheet):>14} '
+          f'{timing.percent(achieved, matmul):>11}')
 
 
 if __name__ == '__main__':
