@@ -35,26 +35,9 @@ Every other flag (e.g. --config.train.num_steps=100, --config.mesh.fsdp=2)
 goes to transformer.main unchanged. Flags take the --name=value form.
 Environment: PYTHON (default python), DRY_RUN."
 
-# The command line, shell-quoted only where a word needs it, so a printed
-# line can be pasted back into a shell.
-quote_line() {
-  local word out=()
-  for word in "$@"; do
-    if [[ "$word" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
-      out+=("$word")
-    else
-      out+=("'${word//\'/\'\\\'\'}'")
-    fi
-  done
-  echo "${out[*]}"
-}
-
-usage_error() {
-  echo "launch/local.sh: $1" >&2
-  echo "${USAGE%%$'\n'*}" >&2
-  echo "Run launch/local.sh --help for all options." >&2
-  exit 2
-}
+readonly SCRIPT=launch/local.sh
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 positive_int() {  # name value
   [[ "$2" =~ ^[1-9][0-9]*$ ]] || usage_error "$1 must be a positive integer, got '$2'."

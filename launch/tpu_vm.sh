@@ -56,26 +56,9 @@ readonly REMOTE_VENV=transformer_venv
 readonly REMOTE_LOG=transformer_run.log
 readonly REMOTE_PID=transformer_run.pid
 
-# The command line, shell-quoted only where a word needs it, so a printed
-# line can be pasted back into a shell.
-quote_line() {
-  local word out=()
-  for word in "$@"; do
-    if [[ "$word" =~ ^[A-Za-z0-9_./:=,@%+-]+$ ]]; then
-      out+=("$word")
-    else
-      out+=("'${word//\'/\'\\\'\'}'")
-    fi
-  done
-  echo "${out[*]}"
-}
-
-usage_error() {
-  echo "launch/tpu_vm.sh: $1" >&2
-  echo "${USAGE%%$'\n'*}" >&2
-  echo "Run launch/tpu_vm.sh --help for all options." >&2
-  exit 2
-}
+readonly SCRIPT=launch/tpu_vm.sh
+# shellcheck source=SCRIPTDIR/common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
 command='' name='' zone='' project='' accelerator_type='' version=''
 config='' workdir='' git_url='' git_ref='' python=python3.11 worker=0
