@@ -16,8 +16,6 @@ compile the step, XLA's memory analysis of the compiled step per device
 kept for the backward pass and workspace), and the median step time.
 """
 
-import ast
-import functools
 import tempfile
 import time
 
@@ -27,6 +25,7 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
+from transformer import config_args
 from transformer import sharding
 from transformer import train
 
@@ -35,21 +34,6 @@ _VARIANTS = flags.DEFINE_string(
     'variants', 'base', "';'-separated variants, each 'base' or "
     "comma-separated field=value config overrides.")
 _STEPS = flags.DEFINE_integer('steps', 3, 'Timed steps (median taken).')
-
-
-def apply_overrides(config, variant: str):
-  config = config.copy_and_resolve_references()
-  if variant == 'base':
-    return config
-  for assignment in variant.split(','):
-    field, value = assignment.split('=', 1)
-    *parents, name = field.strip().split('.')
-    node = functools.reduce(lambda c, key: c[key], parents, config)
-    try:
-      node[name] = ast.literal_eval(value)
-    except (ValueError, SyntaxError):
-      node[name] = value  # a plain string
-  return config
 
 
 def measure(config, workdir: str) -> dict:
@@ -91,7 +75,8 @@ def main(argv):
   print('-' * len(header))
   for variant in _VARIANTS.value.split(';'):
     with tempfile.TemporaryDirectory() as workdir:
-      row = measure(apply_overrides(_CONFIG.value, variant), workdir)
+      row = measure(config_args.override(_CONFIG.value, variant),
+                    workdir)
     print(f'{variant:>48} {row["mesh"]:>10} {row["compile_s"]:>10.1f} '
           f'{row["arguments_mib"]:>9.1f} {row["temp_mib"]:>9.1f} '
           f'{row["step_ms"]:>9.1f}', flush=True)

@@ -104,14 +104,3 @@ def test_cache_bytes_per_position():
   assert generation.cache_bytes_per_position(model, params) == (
       2 * 2 * 2 * (32 // 4) * 2)
 
-
-def test_train_options_variants_override_config_fields():
-  import train_options  # pylint: disable=g-import-not-at-top
-  from conftest import load_experiment  # pylint: disable=g-import-not-at-top
-  config = load_experiment('lm_offline', 'runlocal')
-  changed = train_options.apply_overrides(
-      config, 'model.scan_layers=True,mesh.data=2,optimizer.mu_dtype=bfloat16')
-  assert changed.model.scan_layers is True and changed.mesh.data == 2
-  assert changed.optimizer.mu_dtype == 'bfloat16'
-  assert config.mesh.data == -1  # the original is untouched
-  assert train_options.apply_overrides(config, 'base') == config

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import load_experiment
 from conftest import REPO
+from transformer import config_args
 from transformer.models import encoder_decoder
 
 # transformer.main's default; not imported, since its flags would clash with
@@ -65,3 +66,15 @@ def test_wmt14_experiments_have_the_paper_settings(variant, size, vocab,
   model = encoder_decoder.config_for(size)
   assert model.norm_position == 'post' and model.tie_embeddings
   assert model.positional_encoding == 'sinusoidal'
+
+
+def test_config_overrides_as_on_the_command_line():
+  config = load_experiment('lm_offline', 'runlocal')
+  changed = config_args.override(
+      config, 'model.scan_layers=True,mesh.data=2,optimizer.mu_dtype=bfloat16')
+  assert changed.model.scan_layers is True and changed.mesh.data == 2
+  assert changed.optimizer.mu_dtype == 'bfloat16'
+  assert config.mesh.data == -1  # the original is untouched
+  assert config_args.override(config, 'base') == config
+  with pytest.raises(KeyError, match='model.scan_layer'):
+    config_args.override(config, 'model.scan_layer=True')

@@ -1,8 +1,13 @@
-"""The argument string of experiment files: `--config=file.py:a=1,b=x,flag`."""
+"""Argument strings: of experiment files (`--config=file.py:a=1,b=x,flag`)
+and of config overrides (`model.remat=full,mesh.data=2`)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 from typing import Sequence
+
+import ml_collections
 
 
 def parse(arg: str, *, name: str, known: Sequence[str],
@@ -28,3 +33,24 @@ def parse(arg: str, *, name: str, known: Sequence[str],
                      f'--config={name}:' + ','.join(f'{k}=...'
                                                     for k in required))
   return args
+
+
+def override(config: ml_collections.ConfigDict, overrides: str
+             ) -> ml_collections.ConfigDict:
+  """A copy of `config` with 'a.b=value,c=value' applied (values as python
+  literals, else strings), as --config.a.b=value flags would; '' or 'base'
+  changes nothing. Unknown fields are refused, as on the command line."""
+  config = config.copy_and_resolve_references()
+  for assignment in filter(None, overrides.split(',')):
+    if assignment == 'base':
+      continue
+    field, value = assignment.split('=', 1)
+    *parents, name = field.strip().split('.')
+    node = functools.reduce(lambda c, key: c[key], parents, config)
+    if name not in node:
+      raise KeyError(f'Unknown config field {field!r} in {overrides!r}.')
+    try:
+      node[name] = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+      node[name] = value  # a plain string
+  return config
