@@ -74,7 +74,7 @@ def run(model: str, workdir: str) -> dict:
       trainer = train.Trainer(config, workdir)
     with sharding.active(trainer.mesh, trainer.rules):
       state = trainer.initialise()
-      new_state, sums = trainer.train_step(
+      new_state, sums, _ = trainer.train_step(
           state, sharding.global_batch(batch, trainer.mesh))
     params = jax.device_get(new_state.params)
     if mesh is None:

@@ -34,7 +34,7 @@ def test_accumulated_micro_batches_give_the_whole_batch_update(name, tmp_path):
   results = []
   for trainer in (whole, accumulated):
     with sharding.active(trainer.mesh, trainer.rules):
-      state, sums = trainer.train_step(
+      state, sums, _ = trainer.train_step(
           trainer.initialise(), sharding.global_batch(batch, trainer.mesh))
     results.append((state.params, jax.device_get(sums)))
   (params, sums), (params_4, sums_4) = results

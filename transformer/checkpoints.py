@@ -7,11 +7,14 @@ input pipelines are deterministic functions of (seed, step).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Sequence
+import shutil
+from typing import Any, Iterator, Sequence
 
 from absl import logging
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
@@ -35,8 +38,47 @@ def manager(workdir: str, *, max_to_keep: int | None = None,
   options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, create=not read_only, read_only=read_only,
       enable_async_checkpointing=not read_only)
-  return ocp.CheckpointManager(directory(workdir), options=options,
-                               item_names=ITEMS)
+  # Orbax writes each checkpoint into a temporary folder and renames it
+  # when every process has finished: an interrupted write is never listed.
+  return ocp.CheckpointManager(
+      directory(workdir), options=options,
+      item_handlers={name: ocp.StandardCheckpointHandler()
+                     for name in ITEMS})
+
+
+@contextlib.contextmanager
+def finish_writes_on_error(mngr: ocp.CheckpointManager) -> Iterator[None]:
+  """If training stops with an error, the asynchronous writes of the
+  checkpoints already saved (all of good states) still complete."""
+  try:
+    yield
+  except BaseException:
+    mngr.wait_until_finished()
+    raise
+
+
+def param_shapes(mngr: ocp.CheckpointManager, step: int
+                 ) -> dict[str, tuple[int, ...]]:
+  """{parameter path: shape} of a checkpoint, from its metadata."""
+  params = mngr.item_metadata(step)['params']
+  return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in
+          jax.tree_util.tree_flatten_with_path(
+              params, is_leaf=lambda x: hasattr(x, 'shape'))[0]}
+
+
+def set_aside(workdir: str, step: int) -> str:
+  """Moves checkpoint `step` to workdir/unreadable_checkpoints/ (process 0;
+  the others wait), so that training past that step can save it again."""
+  target = os.path.join(os.path.abspath(workdir), 'unreadable_checkpoints',
+                        str(step))
+  if jax.process_index() == 0:
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    if os.path.exists(target):
+      shutil.rmtree(target)
+    os.rename(os.path.join(directory(workdir), str(step)), target)
+  if jax.process_count() > 1:
+    multihost_utils.sync_global_devices(f'set aside checkpoint {step}')
+  return target
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params: Any,

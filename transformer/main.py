@@ -18,6 +18,7 @@ import jax
 from ml_collections import config_flags
 
 from transformer import checkpoints
+from transformer import faults
 from transformer import train
 from transformer.data import tfds_source
 
@@ -72,8 +73,13 @@ def main(argv):
   logging.info('JAX devices: %s', jax.devices())
   try:
     result = train.train_and_evaluate(_CONFIG.value, workdir)
-  except (tfds_source.DatasetNotFoundError, FileNotFoundError) as e:
+  except faults.Preempted as e:
+    print(e, flush=True)
+    sys.exit(faults.PREEMPTED_EXIT_CODE)
+  except (tfds_source.DatasetNotFoundError, OSError, FloatingPointError,
+          ValueError) as e:
     # These messages say what to fix; a traceback would only bury them.
+    logging.info('Stopped by', exc_info=True)
     sys.exit(f'Error: {e}')
   print('Final evaluation: ' + '  '.join(
       f'{k} {v:.4g}' for k, v in sorted(result.items())))

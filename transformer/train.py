@@ -27,7 +27,9 @@ import ml_collections
 import optax
 
 from transformer import checkpoints
+from transformer import faults
 from transformer import metrics
+from transformer import resume
 from transformer import sharding
 from transformer import tasks
 
@@ -44,7 +46,11 @@ def default_config() -> ml_collections.ConfigDict:
       # Gradient accumulation: each step's batch is split into this many
       # micro-batches whose gradients are summed before one update (the
       # same update as the whole batch, in less activation memory).
-      microbatches=1))
+      microbatches=1,
+      # A step with a non-finite loss, gradient or update is never applied;
+      # then 'stop' ends the run with a report, 'skip' goes on (and stops
+      # after max_consecutive_skips such steps in a row). See faults.py.
+      nonfinite='stop', max_consecutive_skips=10))
   # Vaswani et al. 5.3: Adam(0.9, 0.98, 1e-9), D^-0.5 * rsqrt schedule.
   config.optimizer = ml_collections.ConfigDict(dict(
       name='adam',  # or 'sgd': SGD with momentum b1 (ViT fine-tuning)
@@ -197,17 +203,34 @@ def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                loss_fn: Callable[..., Any], tx: optax.GradientTransformation,
                seed: int, microbatches: int = 1
-               ) -> tuple[TrainState, metrics.Sums]:
+               ) -> tuple[TrainState, metrics.Sums, dict[str, Any]]:
   """One optimizer step. Dropout keys are fold_in(seed, step), so a resumed
-  run draws the same numbers as an uninterrupted one."""
+  run draws the same numbers as an uninterrupted one. A step whose loss,
+  gradient norm or update norm is not finite leaves parameters and
+  optimizer state unchanged (the step counter still advances) and adds
+  nothing to the metrics but 'skipped'.
+
+  Returns:
+    The new state, metric sums, and `faults.health` of the step.
+  """
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
   grads, sums = _gradients(state.params, batch, rng, loss_fn=loss_fn,
                            microbatches=microbatches)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  sums = {**sums, 'grad_norm': (optax.tree.norm(grads), 1.0)}
-  return state.replace(step=state.step + 1, params=params,
-                       opt_state=opt_state), sums
+  grad_norm = optax.tree.norm(grads)
+  step_health = faults.health(sums['loss'][0], grads,
+                              optax.tree.norm(updates), grad_norm)
+  finite = step_health['finite']
+  keep = lambda new, old: jax.tree.map(
+      lambda n, o: jnp.where(finite, n, o), new, old)
+  sums = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
+                      {**sums, 'grad_norm': (grad_norm, 1.0)})
+  sums['skipped'] = (1.0 - finite.astype(jnp.float32), 1.0)
+  return state.replace(step=state.step + 1,
+                       params=keep(params, state.params),
+                       opt_state=keep(opt_state, state.opt_state)
+                       ), sums, step_health
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *,
@@ -289,6 +312,9 @@ def _validate(config: ml_collections.ConfigDict) -> None:
                'keep_checkpoints', 'microbatches'):
     if train_cfg[name] < 1:
       raise ValueError(f'config.train.{name}={train_cfg[name]} must be >= 1.')
+  if train_cfg.nonfinite not in faults.POLICIES:
+    raise ValueError(f'config.train.nonfinite={train_cfg.nonfinite!r}; '
+                     f'choose one of {faults.POLICIES}.')
   if config.eval.average_checkpoints > train_cfg.keep_checkpoints:
     raise ValueError(
         f'config.eval.average_checkpoints={config.eval.average_checkpoints} '
@@ -322,7 +348,7 @@ class Trainer:
                           seed=config.seed,
                           microbatches=config.train.microbatches),
         in_shardings=(state_shardings, batch_sharding),
-        out_shardings=(state_shardings, None), donate_argnums=0)
+        out_shardings=(state_shardings, None, None), donate_argnums=0)
     self.eval_step = jax.jit(
         functools.partial(eval_step, loss_fn=self.task.loss),
         in_shardings=(state_shardings.params, batch_sharding))
@@ -459,31 +485,56 @@ class _TrainLog:
         json.dump({'step': step, **self.progress}, f)
 
 
+def _save(mngr, step: int, state: TrainState, workdir: str) -> None:
+  try:
+    checkpoints.save(mngr, step, state.params, state.opt_state)
+  except OSError as e:
+    raise OSError(
+        f'Writing checkpoint {step} into {checkpoints.directory(workdir)} '
+        f'failed: {e.strerror or e}. The last complete checkpoint '
+        f'({mngr.latest_step()}) is intact; free space or fix the storage '
+        f'and rerun to resume from it.') from e
+
+
+def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
+                           ) -> tuple[TrainState, int]:
+  config = trainer.config
+  changes = resume.config_changes(workdir, config)
+  if mngr.all_steps():
+    resume.check_config_change(changes)
+  restored, start = resume.restore_latest(
+      workdir, mngr, {'params': trainer.abstract.params,
+                      'opt_state': trainer.abstract.opt_state}, changes)
+  _save_config(config, workdir)
+  if start:
+    logging.info('Resumed from %s at step %d.', mngr.directory, start)
+    return TrainState(step=jnp.asarray(start, jnp.int32), **restored), start
+  state = trainer.initialise()
+  if config.train.init_from:
+    state = state.replace(params=warm_start(
+        state.params, config.train.init_from,
+        getattr(trainer.task, 'adapt_pretrained', None)))
+  return state, 0
+
+
 def train_and_evaluate(config: ml_collections.ConfigDict,
                        workdir: str) -> dict[str, float]:
-  """Trains (resuming from the workdir's latest checkpoint) and evaluates.
+  """Trains (resuming from the workdir's latest good checkpoint) and
+  evaluates.
 
   Returns:
     The final evaluation metrics.
+
+  Raises:
+    faults.Preempted: after SIGTERM/SIGINT, once the checkpoint is written.
+    faults.NonFiniteError: on non-finite steps, as config.train.nonfinite
+      says.
   """
-  os.makedirs(workdir, exist_ok=True)
-  _save_config(config, workdir)
+  resume.check_writable(workdir)
   trainer = Trainer(config, workdir)
   task, train_cfg = trainer.task, config.train
   mngr = checkpoints.manager(workdir, max_to_keep=train_cfg.keep_checkpoints)
-  start = mngr.latest_step() or 0
-  if start:
-    restored = checkpoints.restore(mngr, start, {
-        'params': trainer.abstract.params,
-        'opt_state': trainer.abstract.opt_state})
-    state = TrainState(step=jnp.asarray(start, jnp.int32), **restored)
-    logging.info('Resumed from %s at step %d.', mngr.directory, start)
-  else:
-    state = trainer.initialise()
-    if train_cfg.init_from:
-      state = state.replace(params=warm_start(
-          state.params, train_cfg.init_from,
-          getattr(trainer.task, 'adapt_pretrained', None)))
+  state, start = _restore_or_initialise(trainer, mngr, workdir)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'Model: {num_params:,} parameters; mesh {dict(trainer.mesh.shape)}; '
         f'workdir {workdir}', flush=True)
@@ -491,27 +542,40 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
   writer = metrics.MetricWriter(workdir)
   log = _TrainLog(workdir, writer, task.unit, start, train_cfg.num_steps,
                   trainer.schedule)
+  monitor = faults.NonFiniteMonitor(train_cfg.nonfinite,
+                                    train_cfg.max_consecutive_skips, workdir)
   batches = task.train_iter(start)
   result = {}
-  with sharding.active(trainer.mesh, trainer.rules):
+  with sharding.active(trainer.mesh, trainer.rules), \
+      faults.PreemptionSignals() as signals, \
+      checkpoints.finish_writes_on_error(mngr):
     for step in range(start + 1, train_cfg.num_steps + 1):
-      batch = sharding.global_batch(next(batches), trainer.mesh)
-      state, step_sums = trainer.train_step(state, batch)
+      host_batch = next(batches)
+      state, step_sums, step_health = trainer.train_step(
+          state, sharding.global_batch(host_batch, trainer.mesh))
       if step == start + 1:  # the only wait outside logging and evaluation
         compile_seconds = time.time() - log.window_start
         jax.block_until_ready(step_sums)
         writer.write_scalars(step, {'train/first_step_seconds':
                                     time.time() - log.window_start})
-        print(f'Traced and compiled the train step in {compile_seconds:.1f} s (first '
-              f'step done after {time.time() - log.window_start:.1f} s).',
-              flush=True)
+        print(f'Traced and compiled the train step in {compile_seconds:.1f} '
+              f's (first step done after '
+              f'{time.time() - log.window_start:.1f} s).', flush=True)
+      monitor.check(step, step_health, host_batch, step_sums['loss'])
       log.add(step_sums)
       last = step == train_cfg.num_steps
-      if step % train_cfg.log_every == 0 or last:
+      preempted = signals.stop_requested(mngr, step)
+      if step % train_cfg.log_every == 0 or last or preempted:
         log.write(step)
-      if step % train_cfg.checkpoint_every == 0 or last:
-        checkpoints.save(mngr, step, state.params, state.opt_state)
+      if step % train_cfg.checkpoint_every == 0 or last or preempted:
+        monitor.flush()  # never checkpoint past an unjudged step
+        _save(mngr, step, state, workdir)
         log.save_progress(step)
+      if preempted:
+        mngr.wait_until_finished()
+        mngr.close()
+        writer.close()
+        raise faults.Preempted(step)
       if step % train_cfg.eval_every == 0 or last:
         eval_start = time.time()
         result = trainer.evaluate(state.params, f'step{step}')

@@ -1,0 +1,292 @@
+"""Reliability: preemption and exact resume, damaged checkpoints, config
+changes on resume, unwritable workdirs, non-finite steps."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from conftest import REPO
+from transformer import checkpoints
+from transformer import faults
+from transformer import resume
+from transformer import train
+from transformer.tasks import translation
+
+STEPS = 12
+FLAGS = ['--config=' + os.path.join(REPO, 'experiments',
+                                    'mt_offline.py:runlocal'),
+         f'--config.train.num_steps={STEPS}', '--config.train.log_every=1',
+         '--config.train.checkpoint_every=4', '--config.train.eval_every=100',
+         '--config.eval.num_bleu_examples=4']
+
+
+def start_training(workdir):
+  return subprocess.Popen(
+      [sys.executable, '-m', 'transformer.main', f'--workdir={workdir}',
+       *FLAGS], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+      text=True, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def run_until(process, line_start: str) -> str:
+  """Reads the output until a line starting with `line_start`."""
+  seen = []
+  for line in process.stdout:
+    seen.append(line)
+    if line.startswith(line_start):
+      return ''.join(seen)
+  raise AssertionError('training ended before ' + line_start +
+                       ''.join(seen[-30:]))
+
+
+def final_params(workdir):
+  mngr = checkpoints.manager(str(workdir), read_only=True)
+  step = mngr.latest_step()
+  params = mngr.restore(step)['params']
+  mngr.close()
+  return step, params
+
+
+@pytest.fixture(scope='module')
+def uninterrupted(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('uninterrupted')
+  process = start_training(workdir)
+  output = process.communicate(timeout=600)[0]
+  assert process.returncode == 0, output[-3000:]
+  return final_params(workdir)
+
+
+def assert_bitwise_equal(a, b):
+  (step_a, params_a), (step_b, params_b) = a, b
+  assert step_a == step_b == STEPS
+  leaves_a, leaves_b = jax.tree.leaves(params_a), jax.tree.leaves(params_b)
+  assert len(leaves_a) == len(leaves_b)
+  for x, y in zip(leaves_a, leaves_b):
+    np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+def test_sigterm_checkpoints_exits_and_resumes_bitwise(uninterrupted,
+                                                       tmp_path):
+  process = start_training(tmp_path)
+  run_until(process, 'step 6/')  # a step that is not a checkpoint step
+  process.send_signal(signal.SIGTERM)
+  output = process.communicate(timeout=300)[0]
+  assert process.returncode == faults.PREEMPTED_EXIT_CODE, output[-3000:]
+  assert 'SIGTERM received' in output and 'Preempted at step' in output
+  stopped = int(output.split('Preempted at step ')[1].split(':')[0])
+  assert 6 <= stopped < STEPS
+  assert stopped in checkpoints.manager(str(tmp_path),
+                                        read_only=True).all_steps()
+  resumed = start_training(tmp_path)
+  output = resumed.communicate(timeout=600)[0]
+  assert resumed.returncode == 0, output[-3000:]
+  assert f'step {stopped + 1}/{STEPS}' in output
+  assert f'step {stopped}/{STEPS}' not in output
+  assert_bitwise_equal(final_params(tmp_path), uninterrupted)
+
+
+def test_sigkill_resumes_from_the_last_periodic_checkpoint_bitwise(
+    uninterrupted, tmp_path):
+  process = start_training(tmp_path)
+  run_until(process, 'step 7/')
+  process.kill()
+  process.communicate(timeout=60)
+  # Checkpoint 4 if its asynchronous write had finished, else none (then
+  # 8 if the process ran ahead): never a half-written one.
+  mngr = checkpoints.manager(str(tmp_path), read_only=True)
+  latest = mngr.latest_step() or 0
+  mngr.close()
+  assert latest in (0, 4, 8)
+  resumed = start_training(tmp_path)
+  output = resumed.communicate(timeout=600)[0]
+  assert resumed.returncode == 0, output[-3000:]
+  assert f'step {latest + 1}/' in output and f'step {latest}/' not in output
+  assert_bitwise_equal(final_params(tmp_path), uninterrupted)
+
+
+def tiny_config(steps=4):
+  config = load_experiment('mt_offline', 'runlocal')
+  config.train.update(dict(num_steps=steps, checkpoint_every=2,
+                           eval_every=100, log_every=2))
+  config.eval.num_bleu_examples = 2
+  return config
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """A finished 4-step run with checkpoints 2 and 4 (copied by tests)."""
+  workdir = tmp_path_factory.mktemp('trained')
+  train.train_and_evaluate(tiny_config(), str(workdir))
+  return workdir
+
+
+def copy_of(trained, tmp_path):
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained, workdir)
+  return workdir
+
+
+@pytest.mark.parametrize('damage', ['truncate', 'delete'])
+def test_damaged_latest_checkpoint_falls_back_to_the_previous(
+    trained, tmp_path, capsys, damage):
+  workdir = copy_of(trained, tmp_path)
+  data = workdir / 'checkpoints' / '4' / 'params'
+  files = [p for p in data.rglob('*') if p.is_file() and p.parent.name == 'd']
+  assert files
+  for path in files:
+    if damage == 'truncate':
+      with open(path, 'r+b') as f:
+        f.truncate(8)
+    else:
+      path.unlink()
+  config = tiny_config(steps=6)
+  train.train_and_evaluate(config, str(workdir))
+  out = capsys.readouterr().out
+  assert 'Checkpoint 4 cannot be restored' in out
+  assert 'resuming from checkpoint 2' in out
+  assert (workdir / 'unreadable_checkpoints' / '4').is_dir()
+  assert 'step 4/6' in out  # training went on from step 2
+  mngr = checkpoints.manager(str(workdir), read_only=True)
+  assert max(mngr.all_steps()) == 6
+
+
+def test_interrupted_write_is_never_the_latest(trained, tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  # What orbax leaves when a process dies while writing step 6.
+  shutil.copytree(workdir / 'checkpoints' / '4',
+                  workdir / 'checkpoints' / '6.orbax-checkpoint-tmp-123')
+  mngr = checkpoints.manager(str(workdir), read_only=True)
+  assert mngr.latest_step() == 4
+
+
+def test_unreadable_checkpoints_everywhere_are_reported_not_moved(
+    trained, tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  for step in ('2', '4'):
+    for path in (workdir / 'checkpoints' / step / 'params').rglob('*'):
+      if path.is_file() and path.parent.name == 'd':
+        path.unlink()
+  with pytest.raises(RuntimeError, match=r'No checkpoint .* could be '
+                     r'restored \(steps \[4, 2\]\)'):
+    train.train_and_evaluate(tiny_config(steps=6), str(workdir))
+  assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']
+
+
+def test_model_change_on_resume_is_refused_with_the_fields(trained,
+                                                           tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  config = tiny_config(steps=6)
+  config.model.d_model = 48
+  with pytest.raises(resume.IncompatibleCheckpoint) as error:
+    train.train_and_evaluate(config, str(workdir))
+  message = str(error.value)
+  assert 'model.d_model: None -> 48' in message
+  assert "['decoder']['layer_0']" in message and '(32,) -> (48,)' in message
+  assert '--workdir' in message
+
+
+def test_vocabulary_change_on_resume_is_refused(trained, tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  config = tiny_config(steps=6)
+  config.data.vocab_size = 257
+  with pytest.raises(resume.IncompatibleCheckpoint, match='data.vocab_size'):
+    train.train_and_evaluate(config, str(workdir))
+
+
+def test_allowed_changes_apply_on_resume(trained, tmp_path, capsys):
+  workdir = copy_of(trained, tmp_path)
+  config = tiny_config(steps=6)
+  config.optimizer.learning_rate = 0.5
+  config.train.log_every = 1
+  train.train_and_evaluate(config, str(workdir))
+  out = capsys.readouterr().out
+  assert 'Resuming with config changes' in out
+  assert 'optimizer.learning_rate' in out and 'train.num_steps 4 -> 6' in out
+  assert 'step 5/6' in out  # log_every=1 applied
+  assert train.load_config(str(workdir)).optimizer.learning_rate == 0.5
+
+
+def test_unwritable_workdir_is_refused_before_building(tmp_path):
+  blocker = tmp_path / 'a_file'
+  blocker.write_text('not a folder')
+  with pytest.raises(OSError, match='Cannot write to the workdir'):
+    train.train_and_evaluate(tiny_config(), str(blocker / 'run'))
+
+
+def poisoned_loss(step_batches, bad_steps):
+  """translation_loss that is NaN on the batches of `bad_steps`."""
+  sums = jnp.asarray([int(step_batches[s]['inputs'].sum())
+                      for s in bad_steps])
+  original = translation.translation_loss
+
+  def loss(model, params, batch, rng, **kwargs):
+    value, metric_sums = original(model, params, batch, rng, **kwargs)
+    bad = jnp.isin(batch['inputs'].sum(), sums)
+    nan = jnp.where(bad, jnp.nan, 1.0)
+    return value * nan, {**metric_sums,
+                         'loss': (metric_sums['loss'][0] * nan,
+                                  metric_sums['loss'][1])}
+  return loss
+
+
+def batches_by_step(config, workdir):
+  trainer = train.Trainer(config, workdir)
+  iterator = trainer.task.train_iter(0)
+  return {step: next(iterator) for step in range(1, config.train.num_steps
+                                                 + 1)}
+
+
+def test_nonfinite_step_stops_with_a_report(tmp_path, monkeypatch):
+  config = tiny_config(steps=6)
+  workdir = str(tmp_path)
+  batches = batches_by_step(config, workdir)
+  monkeypatch.setattr(translation, 'translation_loss',
+                      poisoned_loss(batches, [5]))
+  with pytest.raises(faults.NonFiniteError) as error:
+    train.train_and_evaluate(config, workdir)
+  message = str(error.value)
+  assert message.startswith('Step 5 produced non-finite values')
+  assert "['decoder']" in message and 'inputs (' in message
+  # Checkpoints 2 and 4 are kept; nothing was saved after the fault.
+  assert checkpoints.manager(workdir, read_only=True).all_steps() == [2, 4]
+
+
+def test_nonfinite_steps_are_skipped_and_counted(tmp_path, monkeypatch,
+                                                 capfd):
+  config = tiny_config(steps=6)
+  config.train.update(dict(nonfinite='skip', log_every=6))
+  workdir = str(tmp_path)
+  batches = batches_by_step(config, workdir)
+  monkeypatch.setattr(translation, 'translation_loss',
+                      poisoned_loss(batches, [3, 4]))
+  result = train.train_and_evaluate(config, workdir)
+  out = capfd.readouterr().out
+  assert 'Step 3: non-finite loss or gradients; update skipped' in out
+  assert '2 skipped so far, 2 in a row' in out
+  assert np.isfinite(result['loss'])
+
+
+def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch):
+  config = tiny_config(steps=6)
+  config.train.update(dict(nonfinite='skip', max_consecutive_skips=1))
+  workdir = str(tmp_path)
+  batches = batches_by_step(config, workdir)
+  monkeypatch.setattr(translation, 'translation_loss',
+                      poisoned_loss(batches, [3, 4]))
+  with pytest.raises(faults.NonFiniteError, match='Step 4 .*2 steps in a '
+                     'row'):
+    train.train_and_evaluate(config, workdir)
+
+
+def test_unknown_nonfinite_policy_is_refused(tmp_path):
+  config = tiny_config()
+  config.train.nonfinite = 'ignore'
+  with pytest.raises(ValueError, match="'stop', 'skip'"):
+    train.train_and_evaluate(config, str(tmp_path))

@@ -1,0 +1,161 @@
+"""Faults during training: preemption signals and non-finite values.
+
+Preemption: SIGTERM or SIGINT asks the loop to finish its step, write a
+checkpoint, wait for it, and exit with PREEMPTED_EXIT_CODE; a second signal
+exits at once. Several processes agree on the step through orbax's
+preemption sync point (the JAX coordination service sees the signal), so
+they all save the same step.
+
+Non-finite values: every step checks loss, gradient norm and update norm on
+device and never applies a non-finite update. The host reads that flag one
+step late (it never waits for the step it just dispatched) and applies
+`config.train.nonfinite`: 'stop' ends the run with a report, the last
+checkpoint untouched; 'skip' counts skipped steps and stops after
+`config.train.max_consecutive_skips` in a row.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from typing import Any
+
+import jax
+import numpy as np
+
+PREEMPTED_EXIT_CODE = 75  # sysexits' EX_TEMPFAIL: rerun to resume
+POLICIES = ('stop', 'skip')
+
+
+class Preempted(Exception):
+  """Training stopped on a signal after checkpointing `step`."""
+
+  def __init__(self, step: int):
+    super().__init__(f'Preempted at step {step}: the checkpoint is written; '
+                     f'rerun the same command to resume.')
+    self.step = step
+
+
+class PreemptionSignals:
+  """While active, SIGTERM and SIGINT request a checkpoint-and-exit.
+
+  In a multi-process run the handlers are left to the JAX coordination
+  service, whose preemption notice `stop_requested` reads.
+  """
+
+  def __init__(self):
+    self.signal = None
+    self._previous = {}
+
+  def __enter__(self) -> PreemptionSignals:
+    if (jax.process_count() == 1
+        and threading.current_thread() is threading.main_thread()):
+      for sig in (signal.SIGTERM, signal.SIGINT):
+        self._previous[sig] = signal.signal(sig, self._handle)
+    return self
+
+  def __exit__(self, *exc) -> None:
+    for sig, handler in self._previous.items():
+      signal.signal(sig, handler)
+    self._previous = {}
+
+  def _handle(self, signum, frame) -> None:
+    del frame
+    name = signal.Signals(signum).name
+    if self.signal is not None:
+      print(f'Second signal ({name}): exiting now, without a checkpoint.',
+            flush=True)
+      os._exit(128 + signum)  # pylint: disable=protected-access
+    self.signal = signum
+    print(f'{name} received: finishing this step and writing a checkpoint '
+          f'(send it again to exit at once).', flush=True)
+
+  def stop_requested(self, mngr, step: int) -> bool:
+    if jax.process_count() > 1:
+      return mngr.reached_preemption(step)
+    return self.signal is not None
+
+
+class NonFiniteError(FloatingPointError):
+  """A step produced a non-finite loss, gradient or update."""
+
+
+def health(loss: jax.Array, grads: Any, update_norm: jax.Array,
+           grad_norm: jax.Array) -> dict[str, Any]:
+  """On device: whether the step is finite, and which gradients are not."""
+  return {'finite': (jax.numpy.isfinite(loss) & jax.numpy.isfinite(grad_norm)
+                     & jax.numpy.isfinite(update_norm)),
+          'nonfinite_grads': jax.tree.map(
+              lambda g: ~jax.numpy.isfinite(g).all(), grads)}
+
+
+def _batch_statistics(batch: dict[str, np.ndarray]) -> str:
+  parts = []
+  for key, value in sorted(batch.items()):
+    value = np.asarray(value)
+    if value.dtype.kind in 'iub':
+      parts.append(f'{key} {value.shape} nonzero {int(np.count_nonzero(value))}'
+                   f' range [{value.min()}, {value.max()}]')
+    else:
+      finite = np.isfinite(value)
+      parts.append(f'{key} {value.shape} range [{np.nanmin(value):.4g}, '
+                   f'{np.nanmax(value):.4g}] non-finite '
+                   f'{int(value.size - finite.sum())}')
+  return '; '.join(parts)
+
+
+class NonFiniteMonitor:
+  """The host side of the check, one step behind the device."""
+
+  def __init__(self, policy: str, max_consecutive: int, workdir: str):
+    if policy not in POLICIES:
+      raise ValueError(f'config.train.nonfinite={policy!r}; choose one of '
+                       f'{POLICIES}.')
+    self.policy, self.max_consecutive = policy, max_consecutive
+    self.workdir = workdir
+    self.consecutive = self.skipped = 0
+    self._pending = None
+
+  def check(self, step: int, step_health: dict[str, Any],
+            batch: dict[str, Any], loss_sums: Any) -> None:
+    """Records this step's health and judges the previous step's."""
+    pending, self._pending = self._pending, (step, step_health, batch,
+                                             loss_sums)
+    if pending is not None:
+      self._judge(*pending)
+
+  def flush(self) -> None:
+    """Judges the last step (at checkpoints and at the end)."""
+    pending, self._pending = self._pending, None
+    if pending is not None:
+      self._judge(*pending)
+
+  def _judge(self, step, step_health, batch, loss_sums) -> None:
+    if bool(jax.device_get(step_health['finite'])):
+      self.consecutive = 0
+      return
+    self.skipped += 1
+    self.consecutive += 1
+    if self.policy == 'skip' and self.consecutive <= self.max_consecutive:
+      print(f'Step {step}: non-finite loss or gradients; update skipped '
+            f'({self.skipped} skipped so far, {self.consecutive} in a row).',
+            flush=True)
+      return
+    flags = jax.device_get(step_health['nonfinite_grads'])
+    names = [jax.tree_util.keystr(path) for path, bad in
+             jax.tree_util.tree_flatten_with_path(flags)[0] if bad]
+    loss_sum, count = (float(x) for x in jax.device_get(loss_sums))
+    why = (f'{self.consecutive} steps in a row' if self.policy == 'skip'
+           else 'config.train.nonfinite=\'stop\'')
+    raise NonFiniteError(
+        f'Step {step} produced non-finite values ({why}); the update was not '
+        f'applied and the last checkpoint in {self.workdir}/checkpoints is '
+        f'untouched. Loss sum {loss_sum} over {count:g} targets. Parameters '
+        f'with non-finite gradients ({len(names)}): '
+        f'{", ".join(names[:10]) or "none (the loss itself)"}'
+        f'{" ..." if len(names) > 10 else ""}. Batch: '
+        f'{_batch_statistics(jax.device_get(batch))}. Lower '
+        f'config.optimizer.learning_rate, set config.optimizer.grad_clip_norm,'
+        f' or check the data of this step; config.train.nonfinite=\'skip\' '
+        f'skips such steps.')
