@@ -159,24 +159,6 @@ def test_wmt_experiment_with_mock_tfds(tmp_path, monkeypatch):
   assert 0.0 <= result['bleu'] <= 100.0
 
 
-def test_eight_simulated_devices(tmp_path):
-  code = (
-      'import sys; sys.path.insert(0, "tests");'
-      'from conftest import load_experiment; from transformer import train;'
-      'c = load_experiment("mt_offline", "runlocal");'
-      'c.train.num_steps = 4; c.train.log_every = 2;'
-      'c.train.checkpoint_every = 4; c.train.eval_every = 4;'
-      f'r = train.train_and_evaluate(c, "{tmp_path}");'
-      'import jax; print("DEVICES", jax.device_count(), r["loss"])')
-  env = dict(os.environ,
-             XLA_FLAGS='--xla_force_host_platform_device_count=8')
-  out = subprocess.run([sys.executable, '-c', code], cwd=REPO, env=env,
-                       capture_output=True, text=True)
-  assert out.returncode == 0, out.stderr[-3000:]
-  assert "mesh {'data': 8, 'fsdp': 1, 'tensor': 1}" in out.stdout
-  assert 'DEVICES 8' in out.stdout
-
-
 def test_local_corpus_experiment_with_averaging(tmp_path):
   from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
   import gzip  # pylint: disable=g-import-not-at-top

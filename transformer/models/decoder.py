@@ -113,8 +113,10 @@ def build(config: Config, *, decode: bool = False) -> Decoder:
 
 
 def param_count(config: Config) -> int:
-  """Parameters of a configuration, from shapes alone (nothing allocated)."""
+  """Parameters of a configuration, from shapes alone (nothing allocated;
+  layers scanned, so that tracing does not grow with depth)."""
   return layers.count_parameters(
-      lambda key, t: Decoder(config).init(key, t, deterministic=True),
+      lambda key, t: Decoder(config.replace(scan_layers=True)).init(
+          key, t, deterministic=True),
       jax.ShapeDtypeStruct((1, 8), jnp.int32))
 

@@ -116,10 +116,11 @@ class Bert(nn.Module):
 
 def param_count(config: Config, method: str = 'encode') -> int:
   """Parameters used by `method` ('encode': the reference count with the
-  pooler; 'mlm_logits'; 'classify'), from shapes alone."""
+  pooler; 'mlm_logits'; 'classify'), from shapes alone (layers scanned, so
+  that tracing does not grow with depth)."""
   return layers.count_parameters(
-      lambda key, t: Bert(config).init(key, t, deterministic=True,
-                                       method=method),
+      lambda key, t: Bert(config.replace(scan_layers=True)).init(
+          key, t, deterministic=True, method=method),
       jax.ShapeDtypeStruct((1, 8), jnp.int32))
 
 

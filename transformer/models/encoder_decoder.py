@@ -228,9 +228,10 @@ def attention_maps(intermediates: dict[str, Any]
 
 
 def param_count(config: Config) -> int:
-  """Parameters of a configuration, from shapes alone (nothing allocated)."""
+  """Parameters of a configuration, from shapes alone (nothing allocated;
+  layers scanned, so that tracing does not grow with depth)."""
   tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
   return layers.count_parameters(
-      lambda key, s, t: Transformer(config).init(key, s, t,
-                                                 deterministic=True),
+      lambda key, s, t: Transformer(config.replace(scan_layers=True)).init(
+          key, s, t, deterministic=True),
       tokens, tokens)

@@ -246,10 +246,11 @@ def build(config: Config) -> VisionTransformer:
 
 
 def param_count(config: Config) -> int:
-  """Parameters of a configuration, from shapes alone (nothing allocated)."""
+  """Parameters of a configuration, from shapes alone (nothing allocated;
+  layers scanned, so that tracing does not grow with depth)."""
   return layers.count_parameters(
-      lambda key, x: VisionTransformer(config).init(key, x,
-                                                    deterministic=True),
+      lambda key, x: VisionTransformer(config.replace(scan_layers=True)).init(
+          key, x, deterministic=True),
       jax.ShapeDtypeStruct((1, config.image_size, config.image_size,
                             config.num_channels), jnp.float32))
 
