@@ -531,3 +531,15 @@ def test_padded_batches_allow_empty_targets():
   (batch,) = batching.padded_batches(examples, batch_size=4)
   assert batch['inputs'].shape == (3, 8) and not batch['targets'].any()
   np.testing.assert_array_equal(sorted(batch['index']), [0, 1, 2])
+
+
+def test_filter_long_can_truncate_keeping_eos(caplog):
+  examples = [(np.arange(1, 31), np.array([5, 6, 2])),
+              (np.array([3, 2]), np.array([4, 2]))]
+  kept, changed = batching.filter_long(examples, 25, too_long='truncate')
+  assert changed == 1 and len(kept) == 2
+  assert len(kept[0][0]) == 25 and kept[0][0][-1] == 30
+  np.testing.assert_array_equal(kept[0][0][:24], np.arange(1, 25))
+  assert 'Truncated 1 of 2 examples' in caplog.text
+  with pytest.raises(ValueError, match="'drop', 'truncate'"):
+    batching.filter_long(examples, 25, too_long='cut')

@@ -23,6 +23,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
+from transformer import commands
 from transformer import metrics
 from transformer import sharding
 from transformer import train
@@ -129,6 +130,7 @@ def plot_by_length(results: dict, path: str) -> None:
   figure.savefig(path, dpi=120)
 
 
+@commands.user_errors_exit
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')

@@ -15,8 +15,10 @@ import sys
 from absl import app
 from absl import flags
 
+from transformer import commands
 from transformer import sharding
 from transformer import train
+from transformer.data import text
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A language-model workdir.',
                                required=True)
@@ -37,13 +39,13 @@ _AVERAGE = flags.DEFINE_integer('average', 1,
                                 'Average the last N checkpoints.')
 
 
+@commands.user_errors_exit
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
   prompts = list(_PROMPT.value)
   if _PROMPTS_FILE.value:
-    with open(_PROMPTS_FILE.value, encoding='utf-8') as f:
-      prompts += [line.rstrip('\n') for line in f]
+    prompts += text.utf8_lines(_PROMPTS_FILE.value)
   if not prompts:
     raise app.UsageError('Give --prompt (repeatable) or --prompts_file; '
                          '--prompt="" generates from nothing.')

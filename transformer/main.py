@@ -18,6 +18,7 @@ import jax
 from ml_collections import config_flags
 
 from transformer import checkpoints
+from transformer import commands
 from transformer import faults
 from transformer import train
 from transformer.data import tfds_source
@@ -46,6 +47,7 @@ def _env_int(name: str) -> int | None:
   return int(value) if value else None
 
 
+@commands.user_errors_exit
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -76,10 +78,7 @@ def main(argv):
   except faults.Preempted as e:
     print(e, flush=True)
     sys.exit(faults.PREEMPTED_EXIT_CODE)
-  except (tfds_source.DatasetNotFoundError, OSError, FloatingPointError,
-          ValueError) as e:
-    # These messages say what to fix; a traceback would only bury them.
-    logging.info('Stopped by', exc_info=True)
+  except tfds_source.DatasetNotFoundError as e:
     sys.exit(f'Error: {e}')
   print('Final evaluation: ' + '  '.join(
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
@@ -90,4 +89,4 @@ def main(argv):
 
 
 if __name__ == '__main__':
-  app.run(main)
+  app.run(main, flags_parser=commands.parse_flags)

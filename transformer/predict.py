@@ -18,6 +18,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from transformer import commands
 from transformer import sharding
 from transformer import train
 from transformer.data import images as image_data
@@ -32,6 +33,7 @@ _AVERAGE = flags.DEFINE_integer('average', 1,
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
 
 
+@commands.user_errors_exit
 def main(argv):
   paths = argv[1:]
   if not paths:

@@ -14,8 +14,10 @@ import sys
 from absl import app
 from absl import flags
 
+from transformer import commands
 from transformer import sharding
 from transformer import train
+from transformer.data import text
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.',
                                required=True)
@@ -36,6 +38,7 @@ def _pick(flag, default):
   return default if flag.value is None else flag.value
 
 
+@commands.user_errors_exit
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
@@ -43,10 +46,14 @@ def main(argv):
   trainer = train.Trainer(config, _WORKDIR.value)
   params, step = trainer.restore_params(
       _pick(_AVERAGE, config.eval.average_checkpoints))
-  source = sys.stdin if _INPUT.value == '-' else open(_INPUT.value,
-                                                      encoding='utf-8')
-  with source:
-    sentences = [line.rstrip('\n') for line in source]
+  if _INPUT.value == '-':
+    sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
+                                                  'standard input'))
+  else:
+    sentences = text.utf8_lines(_INPUT.value)
+  if not sentences:
+    raise app.UsageError('No sentences to translate: pass them one per line '
+                         'on standard input or in --input=FILE.')
   beam_size = _pick(_BEAM_SIZE, config.eval.beam_size)
   if beam_size < 1:
     raise app.UsageError(f'--beam_size={beam_size} must be >= 1.')
@@ -56,12 +63,12 @@ def main(argv):
         length_penalty=_pick(_LENGTH_PENALTY, config.eval.length_penalty),
         max_length_offset=_pick(_MAX_LENGTH_OFFSET,
                                 config.eval.max_length_offset))
-  text = ''.join(t + '\n' for t in translations)
+  output = ''.join(t + '\n' for t in translations)
   if _OUTPUT.value == '-':
-    sys.stdout.write(text)
+    sys.stdout.write(output)
   else:
     with open(_OUTPUT.value, 'w', encoding='utf-8') as f:
-      f.write(text)
+      f.write(output)
   print(f'Translated {len(sentences)} sentences with the checkpoint of step '
         f'{step}.', file=sys.stderr)
 

@@ -39,23 +39,36 @@ def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
-def filter_long(examples: Sequence[Example],
-                max_length: int) -> tuple[list[Example], int]:
-  """Drops the pairs whose source or target is longer than `max_length`.
+TOO_LONG = ('drop', 'truncate')
+
+
+def filter_long(examples: Sequence[Example], max_length: int,
+                too_long: str = 'drop') -> tuple[list[Example], int]:
+  """Drops, or truncates, the pairs whose source or target is longer than
+  `max_length` (truncation keeps each side's last token, the EOS).
 
   Returns:
-    The kept examples, in order, and how many were dropped (also logged, so
-    that data never disappears unnoticed).
+    The examples, in order, and how many were dropped or truncated (also
+    logged, so that data never changes unnoticed).
   """
-  kept = [ex for ex in examples
-          if len(ex[0]) <= max_length and len(ex[1]) <= max_length]
-  dropped = len(examples) - len(kept)
-  if dropped:
+  if too_long not in TOO_LONG:
+    raise ValueError(f'config.data.too_long={too_long!r}; choose one of '
+                     f'{TOO_LONG}.')
+  fits = lambda ex: len(ex[0]) <= max_length and len(ex[1]) <= max_length
+  cut = lambda ids: ids if len(ids) <= max_length else np.concatenate(
+      [ids[:max_length - 1], ids[-1:]])
+  if too_long == 'drop':
+    kept = [ex for ex in examples if fits(ex)]
+  else:
+    kept = [ex if fits(ex) else (cut(ex[0]), cut(ex[1])) for ex in examples]
+  changed = sum(not fits(ex) for ex in examples)
+  if changed:
     logging.warning(
-        'Dropped %d of %d examples whose source or target is longer than '
-        'max_length=%d tokens; raise max_length in the config to keep them.',
-        dropped, len(examples), max_length)
-  return kept, dropped
+        '%s %d of %d examples whose source or target is longer than '
+        'max_length=%d tokens; raise max_length in the config to keep them '
+        'whole.', 'Dropped' if too_long == 'drop' else 'Truncated', changed,
+        len(examples), max_length)
+  return kept, changed
 
 
 class _Side:

@@ -168,19 +168,31 @@ def square(image: np.ndarray, size: int) -> np.ndarray:
   return array[top:top + size, left:left + size]
 
 
+class BadImageError(ValueError):
+  """An image file that does not decode (truncated, corrupt, not an image)."""
+
+
+BAD_IMAGES = ('error', 'skip')
+
+
 def read_image(path: str, image_size: int | None = None,
                channels: int = 3) -> np.ndarray:
   """One image file as uint8 [H, W, C], optionally `square`d to a size."""
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  with Image.open(path) as image:
-    array = np.asarray(image.convert('RGB' if channels == 3 else 'L'),
-                       np.uint8)
+  from PIL import UnidentifiedImageError  # pylint: disable=g-import-not-at-top
+  try:
+    with Image.open(path) as image:
+      array = np.asarray(image.convert('RGB' if channels == 3 else 'L'),
+                         np.uint8)
+  except (UnidentifiedImageError, OSError) as e:
+    raise BadImageError(f'{path} cannot be decoded as an image: {e}') from e
   array = array if array.ndim == 3 else array[..., None]
   return array if image_size is None else square(array, image_size)
 
 
 def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
-                class_names: tuple[str, ...] | None = None
+                class_names: tuple[str, ...] | None = None,
+                bad_images: str = 'error'
                 ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   """Images in `root/split/class_name/*.png|jpg`, resized to a square.
 
@@ -192,6 +204,8 @@ def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
     channels: 3 (RGB) or 1 (grey).
     class_names: the label order; default the sorted subfolders of the
       split (pass the training split's names for the other splits).
+    bad_images: a file that does not decode is an 'error' (naming it), or
+      is skipped and counted ('skip').
 
   Returns:
     images [N, S, S, C] uint8, labels [N] int32, class names.
@@ -208,7 +222,10 @@ def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
   if unknown:
     raise ValueError(f'{folder} has classes {unknown} that the training '
                      f'split does not have.')
-  images, labels, skipped = [], [], 0
+  if bad_images not in BAD_IMAGES:
+    raise ValueError(f'config.data.bad_images={bad_images!r}; choose one of '
+                     f'{BAD_IMAGES}.')
+  images, labels, skipped, undecodable = [], [], 0, []
   for label, name in enumerate(class_names):
     directory = os.path.join(folder, name)
     if not os.path.isdir(directory):
@@ -217,12 +234,23 @@ def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
       if not filename.lower().endswith(IMAGE_EXTENSIONS):
         skipped += 1
         continue
-      images.append(read_image(os.path.join(directory, filename), image_size,
-                               channels))
+      try:
+        images.append(read_image(os.path.join(directory, filename),
+                                 image_size, channels))
+      except BadImageError as e:
+        if bad_images != 'skip':
+          raise BadImageError(f'{e}. Remove it, or skip such files with '
+                              f'--config.data.bad_images=skip.') from e
+        undecodable.append(filename)
+        continue
       labels.append(label)
   if skipped:
     logging.warning('%s: skipped %d files that are not images (%s).', folder,
                     skipped, ', '.join(IMAGE_EXTENSIONS))
+  if undecodable:
+    logging.warning('%s: skipped %d image files that do not decode: %s%s',
+                    folder, len(undecodable), ', '.join(undecodable[:5]),
+                    ' ...' if len(undecodable) > 5 else '')
   if not images:
     raise ValueError(f'No images under {folder}/CLASS_NAME/.')
   return (np.stack(images), np.asarray(labels, np.int32), class_names)

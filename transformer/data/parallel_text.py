@@ -9,10 +9,11 @@ whose lines correspond across languages, the layout of Multi30k:
 
 from __future__ import annotations
 
-import gzip
 import os
 
 from absl import logging
+
+from transformer.data import text
 
 _GZ = '.gz'
 
@@ -60,15 +61,6 @@ def _find_file(folder: str, split: str, lang: str) -> str:
   return found[0]
 
 
-def _read_lines(path: str) -> list[str]:
-  opener = gzip.open if path.endswith(_GZ) else open
-  # newline='\n' splits lines on '\n' only, as `wc -l` counts them: universal
-  # newlines would also split on a stray '\r' inside a sentence and shift
-  # every later line against the other language.
-  with opener(path, 'rt', encoding='utf-8', newline='\n') as f:
-    return [line.rstrip() for line in f]
-
-
 def read_parallel(folder: str, split: str, source_lang: str,
                   target_lang: str) -> list[tuple[str, str]]:
   """Returns the (source, target) sentence pairs of a split.
@@ -83,8 +75,10 @@ def read_parallel(folder: str, split: str, source_lang: str,
   _check_folder(folder)
   source_path = _find_file(folder, split, source_lang)
   target_path = _find_file(folder, split, target_lang)
-  sources = _read_lines(source_path)
-  targets = _read_lines(target_path)
+  sources = [line.rstrip() for line in text.utf8_lines(source_path)]
+  targets = [line.rstrip() for line in text.utf8_lines(target_path)]
+  if not sources and not targets:
+    raise ValueError(f'{source_path} and {target_path} are empty.')
   if len(sources) != len(targets):
     raise ValueError(
         f'Line counts differ: {len(sources)} in {source_path} and '
@@ -95,4 +89,7 @@ def read_parallel(folder: str, split: str, source_lang: str,
     logging.warning('Dropped %d of %d pairs of %s/%s.{%s,%s} with an empty '
                     'side.', dropped, len(sources), folder, split,
                     source_lang, target_lang)
+  if not pairs:
+    raise ValueError(f'{source_path} and {target_path} have no line pair '
+                     f'with both sides non-empty.')
   return pairs

@@ -18,6 +18,7 @@ that `batching.pack` and `batching.PackedTrainBatches` pack into rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
+import gzip
 import os
 import random
 
@@ -28,6 +29,40 @@ from transformer.data import offline_mt
 from transformer.data import tokenizers
 
 _PER = ('file', 'line')
+
+
+def decode_utf8(raw: bytes, name: str) -> str:
+  """`raw` as UTF-8 text; invalid UTF-8 is refused with the line and byte
+  (`name` says where the bytes came from)."""
+  try:
+    return raw.decode('utf-8')
+  except UnicodeDecodeError as e:
+    line = raw.count(b'\n', 0, e.start) + 1
+    raise ValueError(
+        f'{name} is not valid UTF-8: byte {raw[e.start]:#04x} at line {line} '
+        f'(offset {e.start}). Convert it, e.g. iconv -f latin1 -t utf-8 '
+        f'FILE > FILE.utf8') from None
+
+
+def split_lines(text: str) -> list[str]:
+  """Lines split on '\\n' only, as `wc -l` counts them (a stray '\\r' inside
+  a sentence must not shift the lines); a final newline ends the last."""
+  lines = text.split('\n')
+  if lines and not lines[-1]:
+    lines.pop()
+  return lines
+
+
+def read_utf8(path: str) -> str:
+  """The text of a UTF-8 file (gzipped if it ends in .gz), as on disk
+  ('\\r\\n' kept)."""
+  opener = gzip.open if path.endswith('.gz') else open
+  with opener(path, 'rb') as f:
+    return decode_utf8(f.read(), path)
+
+
+def utf8_lines(path: str) -> list[str]:
+  return split_lines(read_utf8(path))
 
 
 def _sample_document(rng: random.Random, max_sentences: int) -> str:
@@ -115,14 +150,11 @@ def read_documents(path: str, *, per: str = 'file') -> list[str]:
                      f'(a document per line), got {per!r}.')
   documents = []
   for file in _text_files(path):
-    # newline='\n' keeps the text as it is on disk ('\r\n' stays two
-    # characters, so byte counts are the file's) and splits lines on '\n'
-    # only, as `wc -l` counts them.
-    with open(file, encoding='utf-8', newline='\n') as f:
-      if per == 'file':
-        documents.append(f.read())
-      else:
-        documents += [line.strip() for line in f]
+    # The text as it is on disk: byte counts are the file's.
+    if per == 'file':
+      documents.append(read_utf8(file))
+    else:
+      documents += [line.strip() for line in utf8_lines(file)]
   kept = [document for document in documents if document]
   if dropped := len(documents) - len(kept):
     logging.info('Dropped %d empty of %d %ss in %s.', dropped,

@@ -92,6 +92,11 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str,
       deterministically, from `seed`) down to it, bounding memory and time.
     seed: seed of that sample.
   """
+  if vocab_size <= _FIRST_ID:
+    raise ValueError(
+        f'config.data.vocab_size={vocab_size} leaves no room for text: '
+        f'{_FIRST_ID} ids are special (padding, end of sequence, unknown); '
+        f'use at least {_FIRST_ID + 1}, in practice hundreds or more.')
   sample = _sample(sentences, max_sentences, seed)
   if not sample:
     raise ValueError(f'No text to train the SentencePiece model {model_path} '

@@ -64,6 +64,7 @@ def default_config() -> ml_collections.ConfigDict:
       num_train=20_000, num_eval=2_000, seed=0,  # offline
       path='', tfds_name='cifar10', tfds_data_dir='',
       max_examples_per_split=0,
+      bad_images='error',  # folder: undecodable files refused, or 'skip'
       # tfds only: decode on the fly (Inception crop on the host) instead of
       # holding the split in memory; for imagenet2012.
       stream=False,
@@ -100,7 +101,8 @@ def read_split(data: ml_collections.ConfigDict, split: str, *,
     result = image_data.read_mnist(data.path, split)
   elif data.source == 'folder':
     result = image_data.read_folder(data.path, split, image_size=size,
-                                    class_names=class_names)
+                                    class_names=class_names,
+                                    bad_images=data.bad_images)
   elif data.source == 'tfds':
     from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
     result = tfds_source.load_images(
@@ -192,8 +194,9 @@ class ImageClassificationTask:
     for name in ('batch_size', 'eval_batch_size'):
       if data[name] % batch_divisor:
         raise ValueError(
-            f'config.data.{name}={data[name]} is not a multiple of the '
-            f'{batch_divisor} data-parallel devices; choose a multiple.')
+            f'config.data.{name}={data[name]} is not a multiple of '
+            f'{batch_divisor} (data-parallel shards x train.microbatches); '
+            f'choose a multiple.')
     self.class_names, self.num_channels = self._dataset_info()
     overrides = {k: config.model[k] for k in MODEL_FIELDS
                  if config.model.get(k) is not None}

@@ -66,6 +66,7 @@ def default_config() -> ml_collections.ConfigDict:
       tfds_name='', tfds_data_dir='', max_examples_per_split=0,  # tfds
       vocab_size=37_000, tokenizer_model_type='unigram',
       character_coverage=1.0, max_length=256,
+      too_long='drop',  # or 'truncate': pairs longer than max_length
       tokens_per_batch=25_000,  # per side, as in the paper
       packing=True,  # False: length-bucketed rows of one example (RNNs)
       eval_batch_size=64))
@@ -193,8 +194,9 @@ class TranslationTask:
                             for t in self.tokenizer.encode_batch(texts)]
     examples = list(zip(encode([s for s, _ in pairs]),
                         encode([t for _, t in pairs])))
-    # filter_long counts and reports what it drops.
-    return batching.filter_long(examples, self.config.data.max_length)[0]
+    # filter_long counts and reports what it drops or truncates.
+    return batching.filter_long(examples, self.config.data.max_length,
+                                self.config.data.too_long)[0]
 
   # -- Task interface -------------------------------------------------------
 

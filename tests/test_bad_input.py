@@ -1,0 +1,254 @@
+"""Bad input across config, data and commands: each is refused (or counted)
+with a message that names the problem, before anything compiles."""
+
+import gzip
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from conftest import REPO
+from conftest import write_idx
+from transformer import config_args
+from transformer import train
+from transformer.data import images
+from transformer.data import parallel_text
+from transformer.data import text
+
+
+def mt(**changes):
+  config = load_experiment('mt_offline', 'runlocal')
+  return config_args.override(config, ','.join(
+      f'{k}={v!r}' if isinstance(v, str) else f'{k}={v}'
+      for k, v in changes.items()))
+
+
+def vit(**changes):
+  config = load_experiment('vit_offline', 'runlocal')
+  return config_args.override(config, ','.join(
+      f'{k}={v!r}' if isinstance(v, str) else f'{k}={v}'
+      for k, v in changes.items()))
+
+
+CONFIG_CASES = {
+    'zero steps': (mt(**{'train.num_steps': 0}), 'train.num_steps=0'),
+    'unknown schedule': (mt(**{'optimizer.schedule': 'linear'}),
+                         "choose 'rsqrt', 'constant' or 'cosine'"),
+    'unknown optimizer': (mt(**{'optimizer.name': 'lamb'}),
+                          "optimizer.name='lamb'"),
+    'warmup past the end': (
+        mt(**{'optimizer.schedule': 'cosine',
+              'optimizer.warmup_steps': 100}),
+        'warmup_steps=100 must be below'),
+    'averaging more than kept': (
+        mt(**{'eval.average_checkpoints': 30}),
+        'average_checkpoints=30 exceeds'),
+    'mesh larger than the devices': (mt(**{'mesh.data': 3}),
+                                     'needs 3 devices but 1 are available'),
+    'two open mesh axes': (mt(**{'mesh.fsdp': -1}),
+                           'Only one mesh axis may be -1'),
+    'width not divisible by heads': (
+        mt(**{'model.d_model': 30, 'model.num_heads': 4}),
+        'd_model=30 is not divisible by num_heads=4'),
+    'query heads not a multiple of kv heads': (
+        mt(**{'model.num_kv_heads': 3}),
+        'num_heads=4 is not a multiple of num_kv_heads=3'),
+    'unknown positions': (mt(**{'model.positional_encoding': 'relative'}),
+                          "positional_encoding='relative'"),
+    'unknown activation': (mt(**{'model.activation': 'tanh'}),
+                           "activation='tanh'"),
+    'unknown remat policy': (mt(**{'model.remat': 'some'}), "remat='some'"),
+    'unknown attention kernel': (
+        mt(**{'model.attention_implementation': 'flash'}),
+        "attention_implementation='flash'"),
+    'unknown task': (mt(task='summarization'),
+                     "Unknown config.task 'summarization'"),
+    'vocabulary smaller than the special tokens': (
+        mt(**{'data.vocab_size': 2}), 'vocab_size=2 leaves no room'),
+    'unknown non-finite policy': (mt(**{'train.nonfinite': 'ignore'}),
+                                  "nonfinite='ignore'"),
+    'zero micro-batches': (mt(**{'train.microbatches': 0}),
+                           'microbatches=0 must be >= 1'),
+    'unknown optimizer-state dtype': (mt(**{'optimizer.mu_dtype': 'float16'}),
+                                      "mu_dtype='float16'"),
+    'unknown image crop': (vit(**{'data.crop': 'random'}),
+                           "config.data.crop='random'"),
+    'batch not divisible into micro-batches': (
+        vit(**{'train.microbatches': 3}),
+        'batch_size=8 is not a multiple of 3'),
+    'stored images smaller than the model input': (
+        vit(**{'data.load_size': 8}), 'load_size=8 is below image_size'),
+    'unknown RNN attention': (
+        mt(**{'model.family': 'rnn', 'model.size': 'tiny',
+              'model.attention': 'cosine'}), 'cosine'),
+}
+
+
+@pytest.mark.parametrize('name', sorted(CONFIG_CASES))
+def test_bad_config_is_refused_before_compiling(name, tmp_path):
+  config, message = CONFIG_CASES[name]
+  with pytest.raises(ValueError) as error:
+    trainer = train.Trainer(config, str(tmp_path))
+    next(trainer.task.train_iter(0))  # data settings are read here
+  assert message in str(error.value)
+
+
+def test_unknown_config_field_is_refused():
+  with pytest.raises(KeyError, match='train.num_step'):
+    config_args.override(load_experiment('mt_offline', 'runlocal'),
+                         'train.num_step=3')
+
+
+def test_too_long_policy_is_checked(tmp_path):
+  trainer = train.Trainer(mt(**{'data.too_long': 'cut'}), str(tmp_path))
+  with pytest.raises(ValueError, match="too_long='cut'"):
+    next(trainer.task.train_iter(0))
+
+
+def write_lines(path, lines, encoding='utf-8'):
+  opener = gzip.open if str(path).endswith('.gz') else open
+  with opener(path, 'wb') as f:
+    f.write(''.join(line + '\n' for line in lines).encode(encoding))
+
+
+def test_parallel_corpus_with_different_line_counts(tmp_path):
+  write_lines(tmp_path / 'train.en', ['a', 'b', 'c'])
+  write_lines(tmp_path / 'train.de.gz', ['x', 'y'])
+  with pytest.raises(ValueError, match=r'Line counts differ: 3 in .*train.en'
+                     r' and 2 in .*train.de.gz'):
+    parallel_text.read_parallel(str(tmp_path), 'train', 'en', 'de')
+
+
+def test_parallel_corpus_empty_files(tmp_path):
+  write_lines(tmp_path / 'train.en', [])
+  write_lines(tmp_path / 'train.de', [])
+  with pytest.raises(ValueError, match='are empty'):
+    parallel_text.read_parallel(str(tmp_path), 'train', 'en', 'de')
+
+
+def test_parallel_corpus_empty_lines_are_dropped_and_counted(tmp_path,
+                                                             caplog):
+  write_lines(tmp_path / 'train.en', ['a', '', 'c'])
+  write_lines(tmp_path / 'train.de', ['x', 'y', ''])
+  pairs = parallel_text.read_parallel(str(tmp_path), 'train', 'en', 'de')
+  assert pairs == [('a', 'x')]
+  assert 'Dropped 2 of 3 pairs' in caplog.text
+
+
+def test_invalid_utf8_names_file_line_and_byte(tmp_path):
+  write_lines(tmp_path / 'train.en', ['fine', 'caf\xe9'], encoding='latin-1')
+  write_lines(tmp_path / 'train.de', ['gut', 'Kaffee'])
+  with pytest.raises(ValueError, match=r'train.en is not valid UTF-8: byte '
+                     r'0xe9 at line 2'):
+    parallel_text.read_parallel(str(tmp_path), 'train', 'en', 'de')
+  with pytest.raises(ValueError, match='not valid UTF-8'):
+    text.read_documents(str(tmp_path / 'train.en'), per='line')
+
+
+def test_missing_corpus_folder(tmp_path):
+  with pytest.raises(FileNotFoundError, match='does not exist'):
+    parallel_text.read_parallel(str(tmp_path / 'nowhere'), 'train', 'en',
+                                'de')
+
+
+def test_text_path_without_text_files(tmp_path):
+  with pytest.raises(FileNotFoundError):
+    text.read_documents(str(tmp_path), per='file')
+
+
+def test_undecodable_images_are_refused_or_skipped_and_counted(tmp_path,
+                                                               caplog):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  folder = tmp_path / 'train' / 'cat'
+  folder.mkdir(parents=True)
+  Image.fromarray(np.zeros((8, 8, 3), np.uint8)).save(folder / 'good.png')
+  (folder / 'broken.png').write_bytes(b'\x89PNG not really')
+  with pytest.raises(images.BadImageError, match=r'broken.png cannot be '
+                     r'decoded.*bad_images=skip'):
+    images.read_folder(str(tmp_path), 'train', image_size=8)
+  pictures, labels, _ = images.read_folder(str(tmp_path), 'train',
+                                           image_size=8, bad_images='skip')
+  assert len(pictures) == len(labels) == 1
+  assert 'skipped 1 image files that do not decode: broken.png' in caplog.text
+  with pytest.raises(ValueError, match="bad_images='ignore'"):
+    images.read_folder(str(tmp_path), 'train', image_size=8,
+                       bad_images='ignore')
+
+
+def test_truncated_mnist_file_is_reported(tmp_path):
+  write_idx(tmp_path / 'train-images-idx3-ubyte.gz',
+            np.zeros((4, 28, 28)))
+  path = tmp_path / 'train-images-idx3-ubyte.gz'
+  data = gzip.decompress(path.read_bytes())[:-100]
+  path.write_bytes(gzip.compress(data))
+  write_idx(tmp_path / 'train-labels-idx1-ubyte.gz', np.zeros(4))
+  with pytest.raises(ValueError, match='train-images-idx3-ubyte'):
+    images.read_mnist(str(tmp_path), 'train')
+
+
+# -- Commands: a clean message and exit status 1 or 2, no traceback. --------
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  workdir = tmp_path_factory.mktemp('mt')
+  config = load_experiment('mt_offline', 'runlocal')
+  config.train.update(dict(num_steps=2, eval_every=100, checkpoint_every=2))
+  config.eval.num_bleu_examples = 2
+  train.train_and_evaluate(config, str(workdir))
+  return workdir
+
+
+def command(module, *args, stdin=b''):
+  return subprocess.run([sys.executable, '-m', f'transformer.{module}',
+                         *args], cwd=REPO, input=stdin, capture_output=True,
+                        check=False, env={**os.environ,
+                                          'JAX_PLATFORMS': 'cpu'})
+
+
+@pytest.mark.parametrize('case', [
+    'no checkpoint', 'empty input', 'invalid UTF-8 input', 'url workdir',
+    'generate without prompts', 'predict a non-image', 'unknown flag field'])
+def test_commands_refuse_bad_input_without_a_traceback(case, trained,
+                                                        tmp_path):
+  if case == 'no checkpoint':
+    run = command('translate', f'--workdir={tmp_path}', stdin=b'a house\n')
+    message = 'is not a training workdir'
+  elif case == 'empty input':
+    run = command('translate', f'--workdir={trained}', stdin=b'')
+    message = 'No sentences to translate'
+  elif case == 'invalid UTF-8 input':
+    run = command('translate', f'--workdir={trained}', stdin=b'caf\xe9\n')
+    message = 'standard input is not valid UTF-8: byte 0xe9 at line 1'
+  elif case == 'url workdir':
+    run = command('main', '--workdir=gs://bucket/run')
+    message = 'mount the bucket'
+  elif case == 'generate without prompts':
+    run = command('generate', f'--workdir={trained}')
+    message = 'Give --prompt'
+  elif case == 'predict a non-image':
+    not_image = tmp_path / 'notes.png'
+    not_image.write_text('hello')
+    run = command('predict', f'--workdir={trained}', str(not_image))
+    message = 'image classifier'  # the workdir is a translation model
+  else:
+    run = command('main', '--config=' + os.path.join(
+        REPO, 'experiments', 'mt_offline.py:runlocal'),
+                  f'--workdir={tmp_path}', '--config.train.num_step=3')
+    message = 'Did you mean "num_steps"'
+  stderr = run.stderr.decode()
+  assert run.returncode in (1, 2), stderr[-2000:]
+  assert message in stderr, stderr[-2000:]
+  assert 'Traceback' not in stderr
+
+
+def test_long_and_unknown_input_translates(trained):
+  long_sentence = ' '.join(['the red house'] * 100)
+  run = command('translate', f'--workdir={trained}',
+                stdin=f'{long_sentence}\n☃ ∮ ★\n'.encode())
+  assert run.returncode == 0, run.stderr.decode()[-2000:]
+  assert len(run.stdout.decode().splitlines()) == 2
+  assert 'Truncated 1 of 2 source sentences' in run.stderr.decode()
