@@ -290,3 +290,22 @@ def test_unknown_nonfinite_policy_is_refused(tmp_path):
   config.train.nonfinite = 'ignore'
   with pytest.raises(ValueError, match="'stop', 'skip'"):
     train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_full_disk_while_saving_keeps_the_last_checkpoint(tmp_path,
+                                                          monkeypatch):
+  import errno  # pylint: disable=g-import-not-at-top
+  save = checkpoints.save
+
+  def failing_save(mngr, step, params, opt_state):
+    if step == 4:
+      raise OSError(errno.ENOSPC, 'No space left on device')
+    save(mngr, step, params, opt_state)
+  monkeypatch.setattr(checkpoints, 'save', failing_save)
+  with pytest.raises(OSError, match=r'Writing checkpoint 4 .* No space left '
+                     r'on device\. The last complete checkpoint \(2\) is '
+                     r'intact'):
+    train.train_and_evaluate(tiny_config(steps=6), str(tmp_path))
+  mngr = checkpoints.manager(str(tmp_path), read_only=True)
+  assert mngr.all_steps() == [2]
+  assert mngr.restore(2)['params']
