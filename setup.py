@@ -30,7 +30,7 @@ setuptools.setup(
         'pillow>=13.0',  # image files (also under matplotlib)
     ],
     extras_require={
-        'test': ['pytest>=9.0'],
+        'test': ['pytest>=9.0', 'pytest-xdist>=3.8'],
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
     },

@@ -142,7 +142,7 @@ def test_clear_errors(tmp_path):
   with pytest.raises(ValueError, match='load_size'):
     ic.ImageClassificationTask(config, str(tmp_path))
   config = load_experiment('vit_offline', 'runlocal')
-  with pytest.raises(ValueError, match='multiple of the 3'):
+  with pytest.raises(ValueError, match='not a multiple of 3'):
     ic.ImageClassificationTask(config, str(tmp_path), batch_divisor=3)
   config.data.eval_split = 'dev'
   with pytest.raises(ValueError, match='splits'):
