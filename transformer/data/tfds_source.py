@@ -219,6 +219,50 @@ def load_images(name: str, split: str, data_dir: str | None, *,
           tuple(features['label'].names))
 
 
+def load_captions(name: str, split: str, data_dir: str | None, *,
+                  image_size: int, max_examples: int | None = None):
+  """Returns (images uint8 [N, S, S, 3], per image its reference captions)
+  of a prepared TFDS captioning split (coco_captions: about 5 captions per
+  image), held in memory. Images have their shorter side resized to
+  `image_size` and the centre square kept.
+
+  Args:
+    name: a dataset with features 'image' and 'captions' ({'text': ...}),
+      e.g. 'coco_captions'.
+    split: the dataset's own split name, e.g. coco_captions' 'train', 'val',
+      'test' or 'restval' (Karpathy's splits), or a TFDS split expression
+      such as 'val[:500]'.
+    data_dir: TFDS data directory; None for the TFDS default.
+    max_examples: read only the first this many examples.
+
+  Raises:
+    DatasetNotFoundError: `name` is unknown, or not prepared in `data_dir`.
+    ValueError: the features are not a captioning dataset's, the split is
+      empty, or `max_examples` < 0.
+  """
+  _check_max_examples(max_examples)
+  tfds = _import_tfds()
+  builder = _builder(tfds, name, data_dir, example='coco_captions')
+  features = builder.info.features
+  if 'image' not in features or 'captions' not in features:
+    raise ValueError(f'{name} has features {list(features.keys())}; image '
+                     f'captioning needs "image" and "captions".')
+  # A parsed split rather than its name: coco_captions calls its validation
+  # split 'val', which `_dataset` would read as an alias of 'validation'.
+  instruction = tfds.core.ReadInstruction.from_spec(split)
+  from transformer.data import images as image_data  # pylint: disable=g-import-not-at-top
+  pictures, references = [], []
+  for example in _examples(tfds, builder, name, instruction, data_dir,
+                           max_examples):
+    pictures.append(image_data.square(example['image'], image_size))
+    references.append([text.decode('utf-8')
+                       for text in example['captions']['text']])
+  if not pictures:
+    raise ValueError(f'{name} split {split!r} has no examples.')
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  return np.stack(pictures), references
+
+
 def stream_images(name: str, split: str, data_dir: str | None, *,
                   image_size: int, training: bool, seed: int = 0,
                   start: int = 0, min_scale: float = 0.08,
