@@ -243,12 +243,19 @@ def batches_by_step(config, workdir):
                                                  + 1)}
 
 
-def test_nonfinite_step_stops_with_a_report(tmp_path, monkeypatch):
+def poisoned_run(tmp_path, monkeypatch, bad_steps, **train_changes):
+  """A 6-step config and workdir whose steps `bad_steps` have a NaN loss."""
   config = tiny_config(steps=6)
+  config.train.update(train_changes)
   workdir = str(tmp_path)
   batches = batches_by_step(config, workdir)
   monkeypatch.setattr(translation, 'translation_loss',
-                      poisoned_loss(batches, [5]))
+                      poisoned_loss(batches, bad_steps))
+  return config, workdir
+
+
+def test_nonfinite_step_stops_with_a_report(tmp_path, monkeypatch):
+  config, workdir = poisoned_run(tmp_path, monkeypatch, [5])
   with pytest.raises(faults.NonFiniteError) as error:
     train.train_and_evaluate(config, workdir)
   message = str(error.value)
@@ -260,12 +267,8 @@ def test_nonfinite_step_stops_with_a_report(tmp_path, monkeypatch):
 
 def test_nonfinite_steps_are_skipped_and_counted(tmp_path, monkeypatch,
                                                  capfd):
-  config = tiny_config(steps=6)
-  config.train.update(dict(nonfinite='skip', log_every=6))
-  workdir = str(tmp_path)
-  batches = batches_by_step(config, workdir)
-  monkeypatch.setattr(translation, 'translation_loss',
-                      poisoned_loss(batches, [3, 4]))
+  config, workdir = poisoned_run(tmp_path, monkeypatch, [3, 4],
+                                 nonfinite='skip', log_every=6)
   result = train.train_and_evaluate(config, workdir)
   out = capfd.readouterr().out
   assert 'Step 3: non-finite loss or gradients; update skipped' in out
@@ -274,12 +277,8 @@ def test_nonfinite_steps_are_skipped_and_counted(tmp_path, monkeypatch,
 
 
 def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch):
-  config = tiny_config(steps=6)
-  config.train.update(dict(nonfinite='skip', max_consecutive_skips=1))
-  workdir = str(tmp_path)
-  batches = batches_by_step(config, workdir)
-  monkeypatch.setattr(translation, 'translation_loss',
-                      poisoned_loss(batches, [3, 4]))
+  config, workdir = poisoned_run(tmp_path, monkeypatch, [3, 4],
+                                 nonfinite='skip', max_consecutive_skips=1)
   with pytest.raises(faults.NonFiniteError, match='Step 4 .*2 steps in a '
                      'row'):
     train.train_and_evaluate(config, workdir)

@@ -61,6 +61,20 @@ def bleu(hypotheses: Sequence[str], references: Sequence[str],
   return score.score, str(metric.get_signature())
 
 
+def multi_reference_bleu(hypotheses: Sequence[str],
+                         references: Sequence[Sequence[str]],
+                         orders: Sequence[int] = (1, 2, 3, 4),
+                         tokenize: str = '13a') -> dict[str, float]:
+  """BLEU-n for each order n against every reference of each hypothesis
+  (any number per hypothesis), as captioning papers report it."""
+  most = max(len(r) for r in references)
+  # sacreBLEU takes reference streams; None marks a missing reference.
+  streams = [[r[k] if k < len(r) else None for r in references]
+             for k in range(most)]
+  return {f'bleu{n}': sacrebleu.BLEU(max_ngram_order=n, tokenize=tokenize)
+          .corpus_score(list(hypotheses), streams).score for n in orders}
+
+
 class MetricWriter:
   """TensorBoard event files via tensorboardX (no TensorFlow import).
 

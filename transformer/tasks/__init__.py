@@ -20,7 +20,7 @@ from transformer import checkpoints
 Batch = dict[str, Any]
 # Each is a module of this package with `default_config()` and a class TASK.
 TASKS = ('translation', 'language_modeling', 'masked_language_modeling',
-         'text_classification', 'image_classification')
+         'text_classification', 'image_classification', 'captioning')
 
 
 class Task(Protocol):
@@ -85,6 +85,33 @@ def workdir_vocabulary(workdir: str, filename: str,
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f'{filename} written')
   return path
+
+
+def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
+                   texts: Callable[[], Iterable[str]]):
+  """The tokenizer `data.tokenizer` names ('byte', 'char', 'word' or
+  'sentencepiece' of `data.vocab_size` pieces of `data.tokenizer_model_type`),
+  its vocabulary built from `texts()` once and kept in the workdir."""
+  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
+  if data.tokenizer == 'byte':
+    return tokenizers.ByteTokenizer()
+  files = {'char': 'chars.json', 'word': 'words.json',
+           'sentencepiece': 'spm.model'}
+  if data.tokenizer not in files:
+    raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
+                     f"'byte' or one of {sorted(files)}.")
+  vocabularies = {'char': tokenizers.CharTokenizer,
+                  'word': tokenizers.WordTokenizer}
+  if data.tokenizer in vocabularies:
+    kind = vocabularies[data.tokenizer]
+    return kind(workdir_vocabulary(
+        workdir, files[data.tokenizer],
+        lambda path: kind.load_or_build(path, texts)))
+  return tokenizers.SentencePieceTokenizer(workdir_vocabulary(
+      workdir, files[data.tokenizer],
+      lambda path: tokenizers.load_or_train(
+          path, texts, data.vocab_size,
+          model_type=data.tokenizer_model_type)))
 
 
 def _module(task: str):

@@ -238,27 +238,9 @@ class LanguageModelingTask:
     self.token_lengths = _token_lengths(self.tokenizer)
 
   def _tokenizer(self):
-    data = self.config.data
-    if data.tokenizer == 'byte':
-      return tokenizers.ByteTokenizer()
-    files = {'char': 'chars.json', 'word': 'words.json',
-             'sentencepiece': 'spm.model'}
-    if data.tokenizer not in files:
-      raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
-                       f"'byte' or one of {sorted(files)}.")
-    texts = lambda: self.documents(data.train_split)
-    vocabularies = {'char': tokenizers.CharTokenizer,
-                    'word': tokenizers.WordTokenizer}
-    if data.tokenizer in vocabularies:
-      kind = vocabularies[data.tokenizer]
-      return kind(tasks.workdir_vocabulary(
-          self.workdir, files[data.tokenizer],
-          lambda path: kind.load_or_build(path, texts)))
-    return tokenizers.SentencePieceTokenizer(tasks.workdir_vocabulary(
-        self.workdir, files[data.tokenizer],
-        lambda path: tokenizers.load_or_train(
-            path, texts, data.vocab_size,
-            model_type=data.tokenizer_model_type)))
+    return tasks.text_tokenizer(
+        self.config.data, self.workdir,
+        lambda: self.documents(self.config.data.train_split))
 
   @functools.cache
   def documents(self, split: str) -> list[str]:
