@@ -131,3 +131,11 @@ def test_multi_reference_bleu():
   assert scores['bleu4'] == pytest.approx(100.0)
   wrong = metrics.multi_reference_bleu(['a blue circle'], [['a red ring']])
   assert wrong['bleu1'] < 100.0
+
+
+def test_coco_experiment_under_mock_tfds(tmp_path):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  config = load_experiment('coco_captions', 'model=transformer,runlocal')
+  with tfds.testing.mock_data(num_examples=8):
+    result = train.train_and_evaluate(config, str(tmp_path))
+  assert 'bleu4' in result and np.isfinite(result['loss'])
