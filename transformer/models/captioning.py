@@ -273,8 +273,8 @@ def decoding_step(model: nn.Module, params: Any, tokens: Array,
 def word_attention(model: nn.Module, params: Any, images: Array,
                    captions: Array) -> Array:
   """Attention over the grid for each caption position, [B, T, g, g]: the
-  LSTM's a_t, or the Transformer's cross-attention averaged over heads and
-  layers. `captions` [B, T] are the (generated) tokens, fed teacher-forced."""
+  LSTM's a_t, or the last decoder layer's cross-attention averaged over its
+  heads. `captions` [B, T] are the (generated) tokens, fed teacher-forced."""
   c = model.config
   _, state = model.apply({'params': params}, images, captions,
                          deterministic=True, mutable=['intermediates'])
@@ -283,9 +283,8 @@ def word_attention(model: nn.Module, params: Any, images: Array,
     weights = found['attention_weights'][0]  # [B, T, g*g]
   else:
     decoder = layers.unstack_layers(found)['text']['decoder']
-    weights = jnp.mean(jnp.stack([
-        decoder[f'layer_{i}']['cross_attention']['attention_weights'][0]
-        for i in range(c.num_layers)]), axis=(0, 2))  # layers, heads
+    last = decoder[f'layer_{c.num_layers - 1}']['cross_attention']
+    weights = last['attention_weights'][0].mean(axis=1)  # over heads
   return weights.reshape(*weights.shape[:2], c.grid_size, c.grid_size)
 
 
