@@ -133,6 +133,8 @@ def test_multi_reference_bleu():
   assert wrong['bleu1'] < 100.0
 
 
+# The data path is tested fast in test_captions_data (mock TFDS).
+@pytest.mark.slow
 def test_coco_experiment_under_mock_tfds(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
   from transformer.tasks import captioning as task  # pylint: disable=g-import-not-at-top

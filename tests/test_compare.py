@@ -19,6 +19,8 @@ def flag_values(tmp_path):
     flags.FLAGS[name].value = saved[name]
 
 
+# Trains two models end to end; the models are tested in test_rnn.
+@pytest.mark.slow
 def test_compare_trains_rnn_variants_and_writes_table_and_plot(
     tmp_path, flag_values):
   # Without and with attention (the dot variant trains the same way).

@@ -10,6 +10,8 @@ from transformer import demo
 from transformer import plots
 
 
+# Trains two encoders for about 15 s (the README demo).
+@pytest.mark.slow
 def test_demo_learns_the_alignment_only_with_positions(tmp_path, capsys):
   results = demo.run(str(tmp_path), steps=300)
   assert results['with positions'] > 0.9
