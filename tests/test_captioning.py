@@ -148,3 +148,27 @@ def test_coco_experiment_under_mock_tfds(tmp_path, monkeypatch):
   monkeypatch.setattr(task, 'read_split', lambda data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   assert 'bleu4' in result and np.isfinite(result['loss'])
+
+
+def test_caption_folder_source_trains(tmp_path):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  root = tmp_path / 'data'
+  rng = np.random.default_rng(0)
+  for split in ('train', 'test'):
+    (root / split).mkdir(parents=True)
+    lines = []
+    for i in range(4):
+      Image.fromarray(rng.integers(0, 255, (20, 20, 3), np.uint8)).save(
+          root / split / f'{i}.png')
+      lines += [f'{i}.png\tA Red Thing number {i}',
+                f'{i}.png\ta thing that is red']
+    (root / split / 'captions.tsv').write_text('\n'.join(lines) + '\n')
+  config = load_experiment('captioning_offline', 'model=transformer,runlocal')
+  config.data.update(dict(source='folder', path=str(root), batch_size=4,
+                          eval_batch_size=4))
+  config.train.update(dict(num_steps=3, eval_every=3, checkpoint_every=3))
+  workdir = tmp_path / 'run'
+  result = train.train_and_evaluate(config, str(workdir))
+  assert 'bleu4' in result
+  words = (workdir / 'vocab' / 'words.json').read_text()
+  assert '"red"' in words and '"Red"' not in words  # captions lower-cased
