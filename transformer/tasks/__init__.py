@@ -87,6 +87,19 @@ def workdir_vocabulary(workdir: str, filename: str,
   return path
 
 
+def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,
+                      names: Iterable[str] = ('batch_size', 'eval_batch_size')
+                      ) -> None:
+  """Refuses batch sizes (rows) that the data-parallel shards times the
+  micro-batches do not divide."""
+  for name in names:
+    if data[name] % batch_divisor:
+      raise ValueError(
+          f'config.data.{name}={data[name]} is not a multiple of '
+          f'{batch_divisor} (data-parallel shards x train.microbatches); '
+          f'choose a multiple.')
+
+
 def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
                    texts: Callable[[], Iterable[str]]):
   """The tokenizer `data.tokenizer` names ('byte', 'char', 'word' or

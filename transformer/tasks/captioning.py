@@ -109,12 +109,7 @@ class CaptioningTask:
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     data = config.data
-    for name in ('batch_size', 'eval_batch_size'):
-      if data[name] % batch_divisor:
-        raise ValueError(
-            f'config.data.{name}={data[name]} is not a multiple of '
-            f'{batch_divisor} (data-parallel shards x train.microbatches); '
-            f'choose a multiple.')
+    tasks.check_batch_sizes(data, batch_divisor)
     self.tokenizer = tasks.text_tokenizer(
         data, workdir, lambda: [caption for refs in
                                 self.split(data.train_split)[1]

@@ -29,6 +29,7 @@ import optax
 from transformer import layers
 from transformer import plots
 from transformer import sharding
+from transformer import tasks
 from transformer import train
 from transformer.data import augment
 from transformer.data import images as image_data
@@ -191,12 +192,7 @@ class ImageClassificationTask:
       raise ValueError(f'config.data.load_size={data.load_size} is below '
                        f'image_size={data.image_size}; images are cropped, '
                        f'never padded, to the model size.')
-    for name in ('batch_size', 'eval_batch_size'):
-      if data[name] % batch_divisor:
-        raise ValueError(
-            f'config.data.{name}={data[name]} is not a multiple of '
-            f'{batch_divisor} (data-parallel shards x train.microbatches); '
-            f'choose a multiple.')
+    tasks.check_batch_sizes(data, batch_divisor)
     self.class_names, self.num_channels = self._dataset_info()
     overrides = {k: config.model[k] for k in MODEL_FIELDS
                  if config.model.get(k) is not None}
