@@ -33,5 +33,8 @@ setuptools.setup(
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8'],
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
+        # Importing published checkpoints and verifying them against their
+        # reference implementations (a CPU build of torch is enough).
+        'interop': ['safetensors>=0.4', 'transformers>=4.40', 'torch>=2.2'],
     },
 )

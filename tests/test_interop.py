@@ -1,0 +1,77 @@
+"""Published checkpoints: a randomly initialised reference model saved in
+its published format, converted, computes the same logits (and greedy
+continuations). Skipped without `transformers` and `torch`
+(`pip install -e ".[interop]"`)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer.interop import gpt2
+from transformer.models import decoder
+
+torch = pytest.importorskip('torch')
+transformers = pytest.importorskip('transformers')
+
+
+@pytest.fixture(scope='module')
+def hf_gpt2(tmp_path_factory):
+  torch.manual_seed(0)
+  config = transformers.GPT2Config(vocab_size=97, n_positions=32, n_embd=48,
+                                   n_layer=2, n_head=4)
+  model = transformers.GPT2LMHeadModel(config).eval()
+  directory = tmp_path_factory.mktemp('gpt2')
+  model.save_pretrained(directory)  # safetensors
+  return model, str(directory)
+
+
+def test_gpt2_logits_match_the_reference(hf_gpt2):
+  reference, directory = hf_gpt2
+  config, params = gpt2.load(directory)
+  tokens = np.random.default_rng(0).integers(0, 97, (3, 20))
+  with torch.no_grad():
+    expected = reference(torch.tensor(tokens)).logits.numpy()
+  ours = decoder.Decoder(config).apply({'params': params},
+                                       jnp.asarray(tokens),
+                                       deterministic=True)
+  error = np.abs(np.asarray(ours) - expected).max() / np.abs(expected).max()
+  assert error < 1e-5
+
+
+def test_gpt2_greedy_generation_matches_token_for_token(hf_gpt2):
+  reference, directory = hf_gpt2
+  config, params = gpt2.load(directory)
+  prompt = np.array([[5, 17, 42, 8]])
+  with torch.no_grad():
+    expected = reference.generate(torch.tensor(prompt), max_new_tokens=12,
+                                  do_sample=False, pad_token_id=0).numpy()
+  model = decoder.Decoder(config)
+  apply = jax.jit(lambda t: model.apply({'params': params}, t,
+                                        deterministic=True))
+  tokens = prompt
+  for _ in range(12):
+    next_token = np.asarray(apply(jnp.asarray(tokens)))[:, -1].argmax(-1)
+    tokens = np.concatenate([tokens, next_token[:, None]], axis=1)
+  np.testing.assert_array_equal(tokens, expected)
+
+
+def test_mismatched_checkpoints_list_every_problem(hf_gpt2):
+  _, directory = hf_gpt2
+  config, _ = gpt2.load(directory)
+  tensors = gpt2.read_safetensors(directory)
+  del tensors['transformer.h.1.mlp.c_fc.bias']
+  tensors['transformer.h.0.ln_1.weight'] = np.zeros(7, np.float32)
+  tensors['transformer.extra.weight'] = np.zeros(2, np.float32)
+  with pytest.raises(ValueError) as error:
+    gpt2.params_from_hf(tensors, config)
+  message = str(error.value)
+  assert 'missing h.1.mlp.c_fc.bias (192,)' in message
+  assert 'h.0.ln_1.weight: expected (48,), found (7,)' in message
+  assert 'unexpected extra.weight (2,)' in message
+
+
+def test_only_safetensors_are_read(tmp_path):
+  (tmp_path / 'pytorch_model.bin').write_bytes(b'pickle')
+  with pytest.raises(FileNotFoundError, match='only safetensors'):
+    gpt2.read_safetensors(str(tmp_path))

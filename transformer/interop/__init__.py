@@ -1,0 +1,2 @@
+"""Importing published checkpoints (issue 10): safetensors only, never
+pickle; names and shapes checked, mismatches listed."""

@@ -1,0 +1,136 @@
+"""GPT-2 checkpoints in the Hugging Face layout (config.json and
+model.safetensors, or sharded safetensors with an index) into `decoder`.
+
+The mapping: wte -> the tied token embedding, wpe -> learned positions,
+h.i.ln_1/ln_2 -> the pre-LN norms of block i, attn.c_attn ([D, 3D], Conv1D
+weights are [in, out]) split into query, key and value [D, N, H], attn.c_proj
+-> out [N, H, D], mlp.c_fc/c_proj -> wi/wo, ln_f -> the final norm. GPT-2's
+'gelu_new' is the tanh approximation, which `nn.gelu` computes by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from transformer.models import decoder
+
+# The Hugging Face activations our 'gelu' (tanh approximation) computes.
+_GELU_TANH = ('gelu_new', 'gelu_pytorch_tanh')
+
+
+def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
+  """Our decoder config for a GPT-2 config.json."""
+  if hf.get('model_type') != 'gpt2':
+    raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
+                     f"this converter reads 'gpt2'.")
+  activation = hf.get('activation_function', 'gelu_new')
+  if activation not in _GELU_TANH:
+    raise ValueError(f'activation_function={activation!r} is not supported; '
+                     f'GPT-2 checkpoints use {_GELU_TANH}.')
+  d_model = hf['n_embd']
+  return decoder.Config(
+      vocab_size=hf['vocab_size'], max_length=hf['n_positions'],
+      num_layers=hf['n_layer'], d_model=d_model, num_heads=hf['n_head'],
+      d_ff=hf.get('n_inner') or 4 * d_model, activation='gelu',
+      norm_position='pre', positional_encoding='learned',
+      layer_norm_epsilon=hf.get('layer_norm_epsilon', 1e-5),
+      dropout_rate=hf.get('resid_pdrop', 0.1))
+
+
+def read_safetensors(directory: str) -> dict[str, np.ndarray]:
+  """Every tensor of model.safetensors, or of the shards its index lists."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  single = os.path.join(directory, 'model.safetensors')
+  index = os.path.join(directory, 'model.safetensors.index.json')
+  if os.path.exists(single):
+    return load_file(single)
+  if os.path.exists(index):
+    with open(index) as f:
+      shards = sorted(set(json.load(f)['weight_map'].values()))
+    tensors = {}
+    for shard in shards:
+      tensors.update(load_file(os.path.join(directory, shard)))
+    return tensors
+  raise FileNotFoundError(
+      f'No model.safetensors or model.safetensors.index.json in {directory} '
+      f'(only safetensors are read: pickled .bin checkpoints can run code).')
+
+
+def params_from_hf(tensors: dict[str, np.ndarray],
+                   config: decoder.Config) -> dict[str, Any]:
+  """Our parameter tree from GPT-2's tensors; every name and shape checked.
+
+  Raises:
+    ValueError: listing missing, unexpected and mis-shaped tensors.
+  """
+  # Checkpoints saved from GPT2LMHeadModel prefix names with 'transformer.'.
+  tensors = {name.removeprefix('transformer.'): value
+             for name, value in tensors.items()}
+  tensors.pop('lm_head.weight', None)  # tied to wte
+  d, n = config.d_model, config.num_heads
+  h, f = d // n, config.mlp_dim
+  expected = {'wte.weight': (config.vocab_size, d),
+              'wpe.weight': (config.max_length, d),
+              'ln_f.weight': (d,), 'ln_f.bias': (d,)}
+  for i in range(config.num_layers):
+    expected.update({
+        f'h.{i}.ln_1.weight': (d,), f'h.{i}.ln_1.bias': (d,),
+        f'h.{i}.ln_2.weight': (d,), f'h.{i}.ln_2.bias': (d,),
+        f'h.{i}.attn.c_attn.weight': (d, 3 * d),
+        f'h.{i}.attn.c_attn.bias': (3 * d,),
+        f'h.{i}.attn.c_proj.weight': (d, d), f'h.{i}.attn.c_proj.bias': (d,),
+        f'h.{i}.mlp.c_fc.weight': (d, f), f'h.{i}.mlp.c_fc.bias': (f,),
+        f'h.{i}.mlp.c_proj.weight': (f, d), f'h.{i}.mlp.c_proj.bias': (d,)})
+  # Causal-mask buffers of old checkpoints are not parameters.
+  found = {k: v for k, v in tensors.items()
+           if not k.endswith(('.attn.bias', '.attn.masked_bias'))
+           or k.endswith('c_attn.bias')}
+  problems = [f'missing {k} {s}' for k, s in expected.items()
+              if k not in found]
+  problems += [f'unexpected {k} {tuple(v.shape)}' for k, v in found.items()
+               if k not in expected]
+  problems += [f'{k}: expected {expected[k]}, found {tuple(v.shape)}'
+               for k, v in found.items()
+               if k in expected and tuple(v.shape) != expected[k]]
+  if problems:
+    raise ValueError('The checkpoint does not match the GPT-2 config: ' +
+                     '; '.join(problems))
+  t = {k: np.asarray(v, np.float32) for k, v in found.items()}
+
+  def norm(prefix):
+    return {'scale': t[f'{prefix}.weight'], 'bias': t[f'{prefix}.bias']}
+
+  blocks = {'final_norm': norm('ln_f')}
+  for i in range(config.num_layers):
+    p = f'h.{i}'
+    qkv_kernel = np.split(t[f'{p}.attn.c_attn.weight'], 3, axis=1)
+    qkv_bias = np.split(t[f'{p}.attn.c_attn.bias'], 3)
+    attention = {name: {'kernel': kernel.reshape(d, n, h),
+                        'bias': bias.reshape(n, h)}
+                 for name, kernel, bias in zip(('query', 'key', 'value'),
+                                               qkv_kernel, qkv_bias)}
+    attention['out'] = {'kernel': t[f'{p}.attn.c_proj.weight'].reshape(n, h,
+                                                                       d),
+                        'bias': t[f'{p}.attn.c_proj.bias']}
+    blocks[f'layer_{i}'] = {
+        'attention_sublayer': {'norm': norm(f'{p}.ln_1')},
+        'mlp_sublayer': {'norm': norm(f'{p}.ln_2')},
+        'self_attention': attention,
+        'mlp': {'wi': {'kernel': t[f'{p}.mlp.c_fc.weight'],
+                       'bias': t[f'{p}.mlp.c_fc.bias']},
+                'wo': {'kernel': t[f'{p}.mlp.c_proj.weight'],
+                       'bias': t[f'{p}.mlp.c_proj.bias']}}}
+  return {'embed': {'embed': {'embedding': t['wte.weight']}},
+          'positions': {'embedding': t['wpe.weight']},
+          'blocks': blocks}
+
+
+def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
+  """(config, parameters) of a Hugging Face GPT-2 directory."""
+  with open(os.path.join(directory, 'config.json')) as f:
+    config = config_from_hf(json.load(f))
+  return config, params_from_hf(read_safetensors(directory), config)
