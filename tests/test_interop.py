@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer.interop import files
 from transformer.interop import gpt2
 from transformer.models import decoder
 
@@ -59,7 +60,7 @@ def test_gpt2_greedy_generation_matches_token_for_token(hf_gpt2):
 def test_mismatched_checkpoints_list_every_problem(hf_gpt2):
   _, directory = hf_gpt2
   config, _ = gpt2.load(directory)
-  tensors = gpt2.read_safetensors(directory)
+  tensors = files.read_safetensors(directory)
   del tensors['transformer.h.1.mlp.c_fc.bias']
   tensors['transformer.h.0.ln_1.weight'] = np.zeros(7, np.float32)
   tensors['transformer.extra.weight'] = np.zeros(2, np.float32)
@@ -74,4 +75,25 @@ def test_mismatched_checkpoints_list_every_problem(hf_gpt2):
 def test_only_safetensors_are_read(tmp_path):
   (tmp_path / 'pytorch_model.bin').write_bytes(b'pickle')
   with pytest.raises(FileNotFoundError, match='only safetensors'):
-    gpt2.read_safetensors(str(tmp_path))
+    files.read_safetensors(str(tmp_path))
+
+
+def test_vit_logits_match_the_reference(tmp_path):
+  from transformer.interop import vit as vit_interop  # pylint: disable=g-import-not-at-top
+  from transformer.models import vit  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  config = transformers.ViTConfig(
+      image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=96, num_labels=5)
+  reference = transformers.ViTForImageClassification(config).eval()
+  reference.save_pretrained(tmp_path)
+  ours_config, params = vit_interop.load(str(tmp_path))
+  images = np.random.default_rng(0).standard_normal((2, 32, 32, 3)).astype(
+      np.float32)
+  with torch.no_grad():
+    expected = reference(torch.tensor(images.transpose(0, 3, 1, 2))
+                         ).logits.numpy()
+  ours = vit.VisionTransformer(ours_config).apply(
+      {'params': params}, jnp.asarray(images), deterministic=True)
+  error = np.abs(np.asarray(ours) - expected).max() / np.abs(expected).max()
+  assert error < 1e-5

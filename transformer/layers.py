@@ -22,7 +22,11 @@ from transformer import attention
 Array = jax.Array
 Dtype = Any
 
-ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu}
+# 'gelu' is the tanh approximation (GPT-2's 'gelu_new', flax's and the
+# original ViT's default); 'gelu_exact' the erf form (BERT, Hugging Face ViT).
+ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu,
+               'gelu_exact': lambda x: nn.gelu(x, approximate=False),
+               'swish': nn.swish}
 NORM_POSITIONS = ('post', 'pre')
 # 'rotary' adds nothing to the embeddings: self-attention rotates its queries
 # and keys instead (`attention.rotary_embedding`).
@@ -55,7 +59,7 @@ class TransformerConfig:
   num_kv_heads: int | None = None  # None: num_heads; fewer: grouped-query
   head_dim: int | None = None  # None: d_model // num_heads
   d_ff: int | None = None  # None: 4 * d_model
-  activation: str = 'relu'  # 'relu' (paper) or 'gelu'
+  activation: str = 'relu'  # 'relu' (paper); see ACTIVATIONS
   dropout_rate: float = 0.1  # on every residual branch
   attention_dropout_rate: float = 0.0
   norm_position: str = 'post'  # 'post': LN(x + f(x)) (paper); 'pre'

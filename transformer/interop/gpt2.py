@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from transformer.interop import files
 from transformer.models import decoder
 
 # The Hugging Face activations our 'gelu' (tanh approximation) computes.
@@ -39,25 +40,6 @@ def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
       norm_position='pre', positional_encoding='learned',
       layer_norm_epsilon=hf.get('layer_norm_epsilon', 1e-5),
       dropout_rate=hf.get('resid_pdrop', 0.1))
-
-
-def read_safetensors(directory: str) -> dict[str, np.ndarray]:
-  """Every tensor of model.safetensors, or of the shards its index lists."""
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-  single = os.path.join(directory, 'model.safetensors')
-  index = os.path.join(directory, 'model.safetensors.index.json')
-  if os.path.exists(single):
-    return load_file(single)
-  if os.path.exists(index):
-    with open(index) as f:
-      shards = sorted(set(json.load(f)['weight_map'].values()))
-    tensors = {}
-    for shard in shards:
-      tensors.update(load_file(os.path.join(directory, shard)))
-    return tensors
-  raise FileNotFoundError(
-      f'No model.safetensors or model.safetensors.index.json in {directory} '
-      f'(only safetensors are read: pickled .bin checkpoints can run code).')
 
 
 def params_from_hf(tensors: dict[str, np.ndarray],
@@ -89,17 +71,7 @@ def params_from_hf(tensors: dict[str, np.ndarray],
   found = {k: v for k, v in tensors.items()
            if not k.endswith(('.attn.bias', '.attn.masked_bias'))
            or k.endswith('c_attn.bias')}
-  problems = [f'missing {k} {s}' for k, s in expected.items()
-              if k not in found]
-  problems += [f'unexpected {k} {tuple(v.shape)}' for k, v in found.items()
-               if k not in expected]
-  problems += [f'{k}: expected {expected[k]}, found {tuple(v.shape)}'
-               for k, v in found.items()
-               if k in expected and tuple(v.shape) != expected[k]]
-  if problems:
-    raise ValueError('The checkpoint does not match the GPT-2 config: ' +
-                     '; '.join(problems))
-  t = {k: np.asarray(v, np.float32) for k, v in found.items()}
+  t = files.checked(found, expected, 'GPT-2')
 
   def norm(prefix):
     return {'scale': t[f'{prefix}.weight'], 'bias': t[f'{prefix}.bias']}
@@ -133,4 +105,4 @@ def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face GPT-2 directory."""
   with open(os.path.join(directory, 'config.json')) as f:
     config = config_from_hf(json.load(f))
-  return config, params_from_hf(read_safetensors(directory), config)
+  return config, params_from_hf(files.read_safetensors(directory), config)

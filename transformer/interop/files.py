@@ -1,0 +1,49 @@
+"""Reading published checkpoints: safetensors only (pickled .bin files can
+run code when loaded), every tensor name and shape checked."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+
+
+def read_safetensors(directory: str) -> dict[str, np.ndarray]:
+  """Every tensor of model.safetensors, or of the shards its index lists."""
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  single = os.path.join(directory, 'model.safetensors')
+  index = os.path.join(directory, 'model.safetensors.index.json')
+  if os.path.exists(single):
+    return load_file(single)
+  if os.path.exists(index):
+    with open(index) as f:
+      shards = sorted(set(json.load(f)['weight_map'].values()))
+    tensors = {}
+    for shard in shards:
+      tensors.update(load_file(os.path.join(directory, shard)))
+    return tensors
+  raise FileNotFoundError(
+      f'No model.safetensors or model.safetensors.index.json in {directory} '
+      f'(only safetensors are read: pickled .bin checkpoints can run code).')
+
+
+def checked(found: dict[str, np.ndarray],
+            expected: dict[str, tuple[int, ...]], model: str
+            ) -> dict[str, np.ndarray]:
+  """`found` as float32 arrays, if its names and shapes are `expected`.
+
+  Raises:
+    ValueError: listing every missing, unexpected and mis-shaped tensor.
+  """
+  problems = [f'missing {k} {s}' for k, s in expected.items()
+              if k not in found]
+  problems += [f'unexpected {k} {tuple(v.shape)}' for k, v in found.items()
+               if k not in expected]
+  problems += [f'{k}: expected {expected[k]}, found {tuple(v.shape)}'
+               for k, v in found.items()
+               if k in expected and tuple(v.shape) != expected[k]]
+  if problems:
+    raise ValueError(f'The checkpoint does not match the {model} config: ' +
+                     '; '.join(problems))
+  return {k: np.asarray(v, np.float32) for k, v in found.items()}
