@@ -122,3 +122,104 @@ def load(directory: str) -> tuple[vit.Config, dict[str, Any]]:
   with open(os.path.join(directory, 'config.json')) as f:
     config = config_from_hf(json.load(f))
   return config, params_from_hf(files.read_safetensors(directory), config)
+
+
+# -- The original google-research/vision_transformer .npz checkpoints ------
+
+_BLOCK = 'Transformer/encoderblock_{}/'
+
+
+def config_from_npz(arrays: dict[str, np.ndarray]) -> vit.Config:
+  """The ViT an original checkpoint (e.g. ViT-B_16.npz) holds, from the
+  shapes of its arrays (its names are those of the original flax model)."""
+  if 'pre_logits/kernel' in arrays:
+    raise ValueError('This checkpoint has a pre-logits layer (the '
+                     'ImageNet-21k pre-training head), which our ViT does not '
+                     'have; use a fine-tuned checkpoint or drop pre_logits/*.')
+  patch, _, channels, d = arrays['embedding/kernel'].shape
+  layers = len({name.split('/')[1] for name in arrays
+                if name.startswith('Transformer/encoderblock_')})
+  _, heads, _ = arrays[_BLOCK.format(0) +
+                       'MultiHeadDotProductAttention_1/query/kernel'].shape
+  tokens = arrays['Transformer/posembed_input/pos_embedding'].shape[1]
+  grid = int(round((tokens - 1)**0.5))
+  return vit.Config(
+      num_layers=layers, d_model=d, num_heads=heads,
+      d_ff=arrays[_BLOCK.format(0) + 'MlpBlock_3/Dense_0/kernel'].shape[1],
+      activation='gelu', layer_norm_epsilon=1e-6, dropout_rate=0.0,
+      image_size=grid * patch, patch_size=patch, num_channels=channels,
+      num_classes=arrays['head/kernel'].shape[1], pooling='token',
+      positional_encoding='learned', patch_embedding='conv')
+
+
+def params_from_npz(arrays: dict[str, np.ndarray], config: vit.Config
+                    ) -> dict[str, Any]:
+  """Our parameter tree from the original arrays (names and shapes
+  checked); the layout of every array is already ours."""
+  d, n, f = config.d_model, config.num_heads, config.mlp_dim
+  h, p, c = d // n, config.patch_size, config.num_channels
+  tokens = (config.image_size // p)**2 + 1
+  expected = {'cls': (1, 1, d), 'embedding/kernel': (p, p, c, d),
+              'embedding/bias': (d,),
+              'Transformer/posembed_input/pos_embedding': (1, tokens, d),
+              'Transformer/encoder_norm/scale': (d,),
+              'Transformer/encoder_norm/bias': (d,),
+              'head/kernel': (d, config.num_classes),
+              'head/bias': (config.num_classes,)}
+  for i in range(config.num_layers):
+    block = _BLOCK.format(i)
+    for norm in ('LayerNorm_0', 'LayerNorm_2'):
+      expected[f'{block}{norm}/scale'] = (d,)
+      expected[f'{block}{norm}/bias'] = (d,)
+    attention = block + 'MultiHeadDotProductAttention_1/'
+    for name in ('query', 'key', 'value'):
+      expected[f'{attention}{name}/kernel'] = (d, n, h)
+      expected[f'{attention}{name}/bias'] = (n, h)
+    expected.update({f'{attention}out/kernel': (n, h, d),
+                     f'{attention}out/bias': (d,),
+                     f'{block}MlpBlock_3/Dense_0/kernel': (d, f),
+                     f'{block}MlpBlock_3/Dense_0/bias': (f,),
+                     f'{block}MlpBlock_3/Dense_1/kernel': (f, d),
+                     f'{block}MlpBlock_3/Dense_1/bias': (d,)})
+  t = files.checked(arrays, expected, 'ViT')
+
+  def pair(prefix, first='kernel', second='bias', ours=('kernel', 'bias')):
+    return {ours[0]: t[f'{prefix}/{first}'], ours[1]: t[f'{prefix}/{second}']}
+
+  def norm(prefix):
+    return pair(prefix, 'scale', 'bias', ('scale', 'bias'))
+
+  encoder = {'final_norm': norm('Transformer/encoder_norm')}
+  for i in range(config.num_layers):
+    block = _BLOCK.format(i)
+    attention = block + 'MultiHeadDotProductAttention_1/'
+    encoder[f'layer_{i}'] = {
+        'attention_sublayer': {'norm': norm(block + 'LayerNorm_0')},
+        'mlp_sublayer': {'norm': norm(block + 'LayerNorm_2')},
+        'self_attention': {name: pair(attention + name)
+                           for name in ('query', 'key', 'value', 'out')},
+        'mlp': {'wi': pair(block + 'MlpBlock_3/Dense_0'),
+                'wo': pair(block + 'MlpBlock_3/Dense_1')}}
+  return {'cls': t['cls'], 'embedding': pair('embedding'),
+          'pos_embedding': t['Transformer/posembed_input/pos_embedding'],
+          'encoder': encoder, 'head': pair('head')}
+
+
+def load_npz(path: str, image_size: int | None = None
+             ) -> tuple[vit.Config, dict[str, Any]]:
+  """(config, parameters) of an original .npz checkpoint; with
+  `image_size`, the position embeddings are resampled to its patch grid
+  (fine-tuning at another resolution)."""
+  with np.load(path, allow_pickle=False) as data:  # never unpickle
+    arrays = {name: data[name] for name in data.files}
+  config = config_from_npz(arrays)
+  params = params_from_npz(arrays, config)
+  if image_size and image_size != config.image_size:
+    if image_size % config.patch_size:
+      raise ValueError(f'image_size={image_size} is not a multiple of the '
+                       f'patch size {config.patch_size}.')
+    params['pos_embedding'] = np.asarray(vit.resize_position_embedding(
+        params['pos_embedding'], image_size // config.patch_size,
+        has_class_token=True))
+    config = config.replace(image_size=image_size)
+  return config, params
