@@ -95,3 +95,35 @@ def test_npz_with_a_wrong_array_lists_it(checkpoint, tmp_path):
   np.savez(broken, **arrays)
   with pytest.raises(ValueError, match='pre-logits'):
     vit_interop.load_npz(str(broken))
+
+
+def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from conftest import REPO  # pylint: disable=g-import-not-at-top
+  from transformer import train  # pylint: disable=g-import-not-at-top
+  _, params, path = checkpoint
+  workdir = tmp_path / 'converted'
+  run = subprocess.run(
+      [sys.executable, '-m', 'transformer.convert', '--from=vit_npz',
+       f'--input={path}', f'--output={workdir}'], cwd=REPO,
+      capture_output=True, text=True, check=False)
+  assert run.returncode == 0, run.stderr[-2000:]
+  restored, step = train.Trainer(train.load_config(str(workdir)),
+                                 str(workdir)).restore_params()
+  assert step == 0
+  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(params)):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
+  image = tmp_path / 'x.png'
+  Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
+  run = subprocess.run(
+      [sys.executable, '-m', 'transformer.predict', f'--workdir={workdir}',
+       str(image)], cwd=REPO, capture_output=True, text=True, check=False)
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert 'class_' in run.stdout
+  again = subprocess.run(
+      [sys.executable, '-m', 'transformer.convert', '--from=vit_npz',
+       f'--input={path}', f'--output={workdir}'], cwd=REPO,
+      capture_output=True, text=True, check=False)
+  assert again.returncode == 1 and 'already has checkpoints' in again.stderr

@@ -38,8 +38,9 @@ from transformer.models import vit
 MODEL_FIELDS = dict(
     num_layers=int, d_model=int, num_heads=int, d_ff=int,
     dropout_rate=float, attention_dropout_rate=float, pooling=str,
-    positional_encoding=str, patch_embedding=str,
-    attention_implementation=str, **layers.MEMORY_FIELDS)
+    positional_encoding=str, patch_embedding=str, activation=str,
+    layer_norm_epsilon=float, attention_implementation=str,
+    **layers.MEMORY_FIELDS)
 CROPS = ('none', 'pad', 'resized')
 # Class names and channels of the training data, kept in the workdir so that
 # predictions need neither the dataset nor the time to read it.
