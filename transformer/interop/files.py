@@ -47,3 +47,10 @@ def checked(found: dict[str, np.ndarray],
     raise ValueError(f'The checkpoint does not match the {model} config: ' +
                      '; '.join(problems))
   return {k: np.asarray(v, np.float32) for k, v in found.items()}
+
+
+def torch_layer_norm(tensors: dict[str, np.ndarray], prefix: str
+                     ) -> dict[str, np.ndarray]:
+  """A PyTorch LayerNorm's weight and bias as flax's scale and bias."""
+  return {'scale': tensors[f'{prefix}.weight'],
+          'bias': tensors[f'{prefix}.bias']}

@@ -72,9 +72,7 @@ def params_from_hf(tensors: dict[str, np.ndarray],
            if not k.endswith(('.attn.bias', '.attn.masked_bias'))
            or k.endswith('c_attn.bias')}
   t = files.checked(found, expected, 'GPT-2')
-
-  def norm(prefix):
-    return {'scale': t[f'{prefix}.weight'], 'bias': t[f'{prefix}.bias']}
+  norm = lambda prefix: files.torch_layer_norm(t, prefix)
 
   blocks = {'final_norm': norm('ln_f')}
   for i in range(config.num_layers):

@@ -80,9 +80,7 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
       expected[f'{layer}{norm}.weight'] = (d,)
       expected[f'{layer}{norm}.bias'] = (d,)
   t = files.checked(tensors, expected, 'ViT')
-
-  def norm(prefix):
-    return {'scale': t[f'{prefix}.weight'], 'bias': t[f'{prefix}.bias']}
+  norm = lambda prefix: files.torch_layer_norm(t, prefix)
 
   encoder = {'final_norm': norm('vit.layernorm')}
   for i in range(config.num_layers):
