@@ -298,6 +298,6 @@ def test_config_errors_name_the_problem():
   with pytest.raises(ValueError, match='norm_position'):
     layers.TransformerConfig(norm_position='sandwich')
   with pytest.raises(ValueError, match='activation'):
-    layers.TransformerConfig(activation='swish')
+    layers.TransformerConfig(activation='tanh')
   with pytest.raises(ValueError, match='attention_implementation'):
     layers.TransformerConfig(attention_implementation='flash')
