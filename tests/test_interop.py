@@ -97,3 +97,42 @@ def test_vit_logits_match_the_reference(tmp_path):
       {'params': params}, jnp.asarray(images), deterministic=True)
   error = np.abs(np.asarray(ours) - expected).max() / np.abs(expected).max()
   assert error < 1e-5
+
+
+def test_bert_mlm_logits_and_pooled_output_match_the_reference(tmp_path):
+  from transformer.interop import bert  # pylint: disable=g-import-not-at-top
+  from transformer.models import encoder  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(0)
+  config = transformers.BertConfig(
+      vocab_size=60, hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=64,
+      max_position_embeddings=24)
+  reference = transformers.BertForPreTraining(config).eval()
+  reference.save_pretrained(tmp_path)
+  ours_config, params = bert.load(str(tmp_path))
+  tokens = np.random.default_rng(0).integers(1, 60, (2, 10))
+  tokens[1, 7:] = 0  # padding
+  types = np.zeros_like(tokens)
+  types[:, 5:] = 1
+  with torch.no_grad():
+    output = reference(torch.tensor(tokens),
+                       attention_mask=torch.tensor(tokens > 0),
+                       token_type_ids=torch.tensor(types),
+                       output_hidden_states=True)
+  expected = output.prediction_logits.numpy()
+  model = encoder.Bert(ours_config)
+  ours = model.apply({'params': params}, jnp.asarray(tokens),
+                     token_types=jnp.asarray(types), deterministic=True,
+                     method='mlm_logits')
+  real = tokens > 0
+  error = (np.abs(np.asarray(ours) - expected)[real].max() /
+           np.abs(expected[real]).max())
+  assert error < 1e-5
+  _, pooled = model.apply({'params': params}, jnp.asarray(tokens),
+                          token_types=jnp.asarray(types), deterministic=True,
+                          method='encode')
+  with torch.no_grad():
+    expected_pooled = reference.bert(
+        torch.tensor(tokens), attention_mask=torch.tensor(tokens > 0),
+        token_type_ids=torch.tensor(types)).pooler_output.numpy()
+  np.testing.assert_allclose(pooled, expected_pooled, atol=1e-5)

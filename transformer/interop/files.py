@@ -54,3 +54,27 @@ def torch_layer_norm(tensors: dict[str, np.ndarray], prefix: str
   """A PyTorch LayerNorm's weight and bias as flax's scale and bias."""
   return {'scale': tensors[f'{prefix}.weight'],
           'bias': tensors[f'{prefix}.bias']}
+
+
+def torch_attention(tensors: dict[str, np.ndarray], names: dict[str, str],
+                    num_heads: int) -> dict[str, dict[str, np.ndarray]]:
+  """PyTorch Linear layers (weights [out, in]) of multi-head attention as
+  our query/key/value [D, N, H] and out [N, H, D] kernels.
+
+  Args:
+    tensors: name -> array.
+    names: our 'query', 'key', 'value', 'out' -> the checkpoint's prefix of
+      that Linear layer (its '.weight' and '.bias').
+    num_heads: N.
+  """
+  d = tensors[names['query'] + '.weight'].shape[1]
+  h = d // num_heads
+  result = {}
+  for name in ('query', 'key', 'value'):
+    result[name] = {
+        'kernel': tensors[names[name] + '.weight'].T.reshape(d, num_heads, h),
+        'bias': tensors[names[name] + '.bias'].reshape(num_heads, h)}
+  result['out'] = {
+      'kernel': tensors[names['out'] + '.weight'].T.reshape(num_heads, h, d),
+      'bias': tensors[names['out'] + '.bias']}
+  return result

@@ -54,7 +54,7 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
   checked (`files.checked`)."""
   d, n, p, c = (config.d_model, config.num_heads, config.patch_size,
                 config.num_channels)
-  h, f = d // n, config.mlp_dim
+  f = config.mlp_dim
   tokens = (config.image_size // p)**2 + 1
   e = 'vit.embeddings.'
   expected = {e + 'cls_token': (1, 1, d),
@@ -85,16 +85,11 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
   encoder = {'final_norm': norm('vit.layernorm')}
   for i in range(config.num_layers):
     layer = f'vit.encoder.layer.{i}.'
-    attention = {
-        name: {'kernel': t[f'{layer}attention.attention.{name}.weight'].T
-                         .reshape(d, n, h),
-               'bias': t[f'{layer}attention.attention.{name}.bias']
-                       .reshape(n, h)}
-        for name in ('query', 'key', 'value')}
-    attention['out'] = {
-        'kernel': t[f'{layer}attention.output.dense.weight'].T.reshape(n, h,
-                                                                       d),
-        'bias': t[f'{layer}attention.output.dense.bias']}
+    attention = files.torch_attention(t, {
+        'query': f'{layer}attention.attention.query',
+        'key': f'{layer}attention.attention.key',
+        'value': f'{layer}attention.attention.value',
+        'out': f'{layer}attention.output.dense'}, n)
     encoder[f'layer_{i}'] = {
         'attention_sublayer': {'norm': norm(f'{layer}layernorm_before')},
         'mlp_sublayer': {'norm': norm(f'{layer}layernorm_after')},

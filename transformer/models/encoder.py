@@ -94,8 +94,9 @@ class Bert(nn.Module):
     c = self.config
     states, _ = self.encode(tokens, token_types=token_types,
                             deterministic=deterministic)
-    h = nn.gelu(nn.Dense(c.d_model, dtype=c.dtype, param_dtype=c.param_dtype,
-                         name='mlm_transform')(states))
+    h = layers.ACTIVATIONS[c.activation](nn.Dense(
+        c.d_model, dtype=c.dtype, param_dtype=c.param_dtype,
+        name='mlm_transform')(states))
     h = layers.layer_norm(c, name='mlm_norm')(h)
     bias = self.param('mlm_bias', nn.initializers.zeros, (c.vocab_size,),
                       c.param_dtype)

@@ -1,0 +1,117 @@
+"""BERT checkpoints in the Hugging Face layout (BertForPreTraining or
+BertForMaskedLM: config.json and safetensors) into `encoder.Bert`, with the
+masked-language-model head and, when present, the pooler.
+
+The mapping: word, position and token-type embeddings and their LayerNorm;
+attention self.query/key/value and output.dense Linear weights ([out, in])
+-> [D, N, H] and [N, H, D]; attention.output.LayerNorm and
+output.LayerNorm -> the post-LN norms; intermediate/output dense -> wi/wo;
+cls.predictions.transform -> the MLM transform and its norm,
+cls.predictions.bias -> the MLM bias (the decoder is tied to the word
+embeddings). The next-sentence head (cls.seq_relationship) is not part of
+our model and is left out. Hugging Face's 'gelu' is the erf form.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from transformer.interop import files
+from transformer.models import encoder
+
+_ACTIVATIONS = {'gelu': 'gelu_exact', 'gelu_new': 'gelu', 'relu': 'relu'}
+_UNUSED = ('cls.seq_relationship.weight', 'cls.seq_relationship.bias',
+           'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias',
+           'bert.embeddings.position_ids')
+
+
+def config_from_hf(hf: dict[str, Any]) -> encoder.Config:
+  if hf.get('model_type') != 'bert':
+    raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
+                     f"this converter reads 'bert'.")
+  if hf.get('hidden_act') not in _ACTIVATIONS:
+    raise ValueError(f"hidden_act={hf.get('hidden_act')!r} is not supported; "
+                     f"choose one of {tuple(_ACTIVATIONS)}.")
+  return encoder.Config(
+      vocab_size=hf['vocab_size'], max_length=hf['max_position_embeddings'],
+      type_vocab_size=hf.get('type_vocab_size', 2),
+      num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],
+      num_heads=hf['num_attention_heads'], d_ff=hf['intermediate_size'],
+      activation=_ACTIVATIONS[hf['hidden_act']], norm_position='post',
+      positional_encoding='learned',
+      layer_norm_epsilon=hf.get('layer_norm_eps', 1e-12),
+      dropout_rate=hf.get('hidden_dropout_prob', 0.1))
+
+
+def params_from_hf(tensors: dict[str, np.ndarray], config: encoder.Config
+                   ) -> dict[str, Any]:
+  """Our parameter tree (with the MLM head; with the pooler when the
+  checkpoint has one), names and shapes checked."""
+  tensors = {k: v for k, v in tensors.items() if k not in _UNUSED}
+  d, f, v = config.d_model, config.mlp_dim, config.vocab_size
+  e = 'bert.embeddings.'
+  expected = {e + 'word_embeddings.weight': (v, d),
+              e + 'position_embeddings.weight': (config.max_length, d),
+              e + 'token_type_embeddings.weight': (config.type_vocab_size, d),
+              e + 'LayerNorm.weight': (d,), e + 'LayerNorm.bias': (d,),
+              'cls.predictions.bias': (v,),
+              'cls.predictions.transform.dense.weight': (d, d),
+              'cls.predictions.transform.dense.bias': (d,),
+              'cls.predictions.transform.LayerNorm.weight': (d,),
+              'cls.predictions.transform.LayerNorm.bias': (d,)}
+  pooled = 'bert.pooler.dense.weight' in tensors
+  if pooled:
+    expected.update({'bert.pooler.dense.weight': (d, d),
+                     'bert.pooler.dense.bias': (d,)})
+  for i in range(config.num_layers):
+    layer = f'bert.encoder.layer.{i}.'
+    shapes = {'attention.self.query': (d, d), 'attention.self.key': (d, d),
+              'attention.self.value': (d, d), 'attention.output.dense': (d, d),
+              'intermediate.dense': (f, d), 'output.dense': (d, f)}
+    for name, shape in shapes.items():
+      expected[f'{layer}{name}.weight'] = shape
+      expected[f'{layer}{name}.bias'] = (shape[0],)
+    for name in ('attention.output.LayerNorm', 'output.LayerNorm'):
+      expected[f'{layer}{name}.weight'] = (d,)
+      expected[f'{layer}{name}.bias'] = (d,)
+  t = files.checked(tensors, expected, 'BERT')
+  norm = lambda prefix: files.torch_layer_norm(t, prefix)
+  dense = lambda prefix: {'kernel': t[f'{prefix}.weight'].T,
+                          'bias': t[f'{prefix}.bias']}
+  blocks = {}
+  for i in range(config.num_layers):
+    layer = f'bert.encoder.layer.{i}.'
+    blocks[f'layer_{i}'] = {
+        'attention_sublayer': {'norm': norm(layer +
+                                            'attention.output.LayerNorm')},
+        'mlp_sublayer': {'norm': norm(layer + 'output.LayerNorm')},
+        'self_attention': files.torch_attention(t, {
+            'query': layer + 'attention.self.query',
+            'key': layer + 'attention.self.key',
+            'value': layer + 'attention.self.value',
+            'out': layer + 'attention.output.dense'}, config.num_heads),
+        'mlp': {'wi': dense(layer + 'intermediate.dense'),
+                'wo': dense(layer + 'output.dense')}}
+  params = {
+      'embed': {'embed': {'embedding': t[e + 'word_embeddings.weight']}},
+      'positions': {'embedding': t[e + 'position_embeddings.weight']},
+      'token_types': {'embedding': t[e + 'token_type_embeddings.weight']},
+      'embedding_norm': norm(e + 'LayerNorm'),
+      'blocks': blocks,
+      'mlm_transform': dense('cls.predictions.transform.dense'),
+      'mlm_norm': norm('cls.predictions.transform.LayerNorm'),
+      'mlm_bias': t['cls.predictions.bias']}
+  if pooled:
+    params['pooler'] = dense('bert.pooler.dense')
+  return params
+
+
+def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
+  """(config, parameters) of a Hugging Face BERT directory."""
+  with open(os.path.join(directory, 'config.json')) as f:
+    config = config_from_hf(json.load(f))
+  return config, params_from_hf(files.read_safetensors(directory), config)
