@@ -136,3 +136,17 @@ def test_bert_mlm_logits_and_pooled_output_match_the_reference(tmp_path):
         torch.tensor(tokens), attention_mask=torch.tensor(tokens > 0),
         token_type_ids=torch.tensor(types)).pooler_output.numpy()
   np.testing.assert_allclose(pooled, expected_pooled, atol=1e-5)
+
+
+def test_gpt2_exports_back_to_the_hugging_face_layout(hf_gpt2, tmp_path):
+  reference, directory = hf_gpt2
+  config, params = gpt2.load(directory)
+  gpt2.save_hf(str(tmp_path), params, config)
+  exported = transformers.GPT2LMHeadModel.from_pretrained(tmp_path).eval()
+  tokens = torch.tensor(np.random.default_rng(1).integers(0, 97, (2, 12)))
+  with torch.no_grad():
+    np.testing.assert_allclose(exported(tokens).logits.numpy(),
+                               reference(tokens).logits.numpy(), atol=1e-5)
+  _, again = gpt2.load(str(tmp_path))  # and round-trips exactly
+  for a, b in zip(jax.tree.leaves(again), jax.tree.leaves(params)):
+    np.testing.assert_array_equal(a, b)

@@ -104,3 +104,62 @@ def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   with open(os.path.join(directory, 'config.json')) as f:
     config = config_from_hf(json.load(f))
   return config, params_from_hf(files.read_safetensors(directory), config)
+
+
+def to_hf(params: dict[str, Any], config: decoder.Config
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+  """The inverse of `config_from_hf` and `params_from_hf`: a GPT-2
+  config.json dict and tensors named as GPT2LMHeadModel saves them."""
+  if (config.norm_position, config.positional_encoding,
+      config.activation) != ('pre', 'learned', 'gelu') or config.num_kv_heads:
+    raise ValueError('Only GPT-2-shaped decoders export to the GPT-2 layout '
+                     '(pre-LN, learned positions, tanh GELU, all heads).')
+  d = config.d_model
+  array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
+  blocks = params['blocks']
+  tensors = {'transformer.wte.weight': params['embed']['embed']['embedding'],
+             'transformer.wpe.weight': params['positions']['embedding'],
+             'transformer.ln_f.weight': blocks['final_norm']['scale'],
+             'transformer.ln_f.bias': blocks['final_norm']['bias']}
+  for i in range(config.num_layers):
+    ours, p = blocks[f'layer_{i}'], f'transformer.h.{i}'
+    attention = ours['self_attention']
+    tensors.update({
+        f'{p}.ln_1.weight': ours['attention_sublayer']['norm']['scale'],
+        f'{p}.ln_1.bias': ours['attention_sublayer']['norm']['bias'],
+        f'{p}.ln_2.weight': ours['mlp_sublayer']['norm']['scale'],
+        f'{p}.ln_2.bias': ours['mlp_sublayer']['norm']['bias'],
+        f'{p}.attn.c_attn.weight': np.concatenate(
+            [np.asarray(attention[n]['kernel']).reshape(d, d)
+             for n in ('query', 'key', 'value')], axis=1),
+        f'{p}.attn.c_attn.bias': np.concatenate(
+            [np.asarray(attention[n]['bias']).reshape(d)
+             for n in ('query', 'key', 'value')]),
+        f'{p}.attn.c_proj.weight': np.asarray(
+            attention['out']['kernel']).reshape(d, d),
+        f'{p}.attn.c_proj.bias': attention['out']['bias'],
+        f'{p}.mlp.c_fc.weight': ours['mlp']['wi']['kernel'],
+        f'{p}.mlp.c_fc.bias': ours['mlp']['wi']['bias'],
+        f'{p}.mlp.c_proj.weight': ours['mlp']['wo']['kernel'],
+        f'{p}.mlp.c_proj.bias': ours['mlp']['wo']['bias']})
+  hf = {'model_type': 'gpt2', 'architectures': ['GPT2LMHeadModel'],
+        'vocab_size': config.vocab_size, 'n_positions': config.max_length,
+        'n_embd': d, 'n_layer': config.num_layers, 'n_head': config.num_heads,
+        'n_inner': config.mlp_dim, 'activation_function': 'gelu_new',
+        'layer_norm_epsilon': config.layer_norm_epsilon,
+        'resid_pdrop': config.dropout_rate, 'embd_pdrop': config.dropout_rate,
+        'attn_pdrop': config.attention_dropout_rate,
+        'tie_word_embeddings': True}
+  return hf, {name: array(value) for name, value in tensors.items()}
+
+
+def save_hf(directory: str, params: dict[str, Any],
+            config: decoder.Config) -> None:
+  """Writes config.json and model.safetensors that GPT2LMHeadModel loads."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  hf, tensors = to_hf(params, config)
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump(hf, f, indent=2)
+  save_file(tensors, os.path.join(directory, 'model.safetensors'),
+            metadata={'format': 'pt'})
