@@ -82,19 +82,32 @@ def test_two_processes_agree_with_one(tmp_path):
            '--config.optimizer.learning_rate=0.5',
            '--config.eval.num_bleu_examples=8']
   command = [sys.executable, '-m', 'transformer.main'] + flags
-  port = free_port()
-  processes = [subprocess.Popen(
-      command + [f'--workdir={tmp_path / "two"}'], cwd=REPO,
-      env=devices_env(4, JAX_COORDINATOR_ADDRESS=f'localhost:{port}',
-                      JAX_NUM_PROCESSES='2', JAX_PROCESS_ID=str(i)),
-      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-               for i in range(2)]
+
+  def run_pair(workdir):
+    port = free_port()
+    processes = [subprocess.Popen(
+        command + [f'--workdir={workdir}'], cwd=REPO,
+        env=devices_env(4, JAX_COORDINATOR_ADDRESS=f'localhost:{port}',
+                        JAX_NUM_PROCESSES='2', JAX_PROCESS_ID=str(i)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for i in range(2)]
+    return processes, [p.communicate(timeout=600)[0] for p in processes]
+
+  pair = tmp_path / 'two'
+  processes, outputs = run_pair(pair)
+  if any('Gloo context initialization failed: DEADLINE_EXCEEDED' in output
+         for output in outputs):
+    # CPU gloo gives a collective a fixed 30 s for every process to arrive;
+    # on a loaded 2-core machine process 0's reports and plots can take
+    # longer. One retry in a new workdir; a second timeout fails the test.
+    pair = tmp_path / 'two_again'
+    processes, outputs = run_pair(pair)
+  for process, output in zip(processes, outputs):
+    assert process.returncode == 0, output[-3000:]
+  # The one-process run after the pair, not beside it: less load.
   single = subprocess.run(command + [f'--workdir={tmp_path / "one"}'],
                           cwd=REPO, env=devices_env(8), capture_output=True,
                           text=True, check=False)
-  outputs = [p.communicate(timeout=600)[0] for p in processes]
-  for process, output in zip(processes, outputs):
-    assert process.returncode == 0, output[-3000:]
   assert single.returncode == 0, single.stderr[-3000:]
   assert "mesh {'data': 8, 'fsdp': 1, 'tensor': 1}" in outputs[0]
   assert 'BLEU' in outputs[0] and 'BLEU' in outputs[1]
@@ -103,8 +116,7 @@ def test_two_processes_agree_with_one(tmp_path):
     config = train.load_config(str(workdir))
     return train.Trainer(config, str(workdir)).restore_params()
 
-  (two, two_step), (one, one_step) = final(tmp_path / 'two'), final(
-      tmp_path / 'one')
+  (two, two_step), (one, one_step) = final(pair), final(tmp_path / 'one')
   assert two_step == one_step == 3
   for a, b in zip(jax.tree.leaves(two), jax.tree.leaves(one)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
