@@ -24,6 +24,7 @@ rows too (`padded_batches`).
 from __future__ import annotations
 
 import bisect
+import functools
 from collections.abc import Iterator, Sequence
 
 from absl import logging
@@ -37,6 +38,34 @@ PACKED_KEYS = ('inputs', 'targets', 'inputs_segmentation',
 
 def _round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
+
+
+def epoch_indices(count: int, *, batch_size: int, seed: int,
+                  start_step: int = 0) -> Iterator[np.ndarray]:
+  """Row indices of training batches drawn without replacement from a fresh
+  permutation of `count` examples every epoch; batches run across epoch
+  ends, so no example is ever dropped. Batch k is a function of (seed, k):
+  iteration can start at any step."""
+  # A batch no larger than the data spans at most two epochs.
+  @functools.lru_cache(maxsize=2)
+  def permutation(epoch: int) -> np.ndarray:
+    return np.random.default_rng([seed, epoch]).permutation(count)
+
+  step = start_step
+  while True:
+    positions = np.arange(step * batch_size, (step + 1) * batch_size)
+    yield np.concatenate([
+        permutation(epoch)[positions[positions // count == epoch] % count]
+        for epoch in np.unique(positions // count)])
+    step += 1
+
+
+def truncate_keeping_eos(ids: Sequence[int], max_length: int):
+  """`ids` cut to `max_length`, its last token (the EOS) kept."""
+  if len(ids) <= max_length:
+    return ids
+  return np.concatenate([np.asarray(ids[:max_length - 1]),
+                         np.asarray(ids[-1:])]).astype(np.asarray(ids).dtype)
 
 
 TOO_LONG = ('drop', 'truncate')
@@ -55,12 +84,12 @@ def filter_long(examples: Sequence[Example], max_length: int,
     raise ValueError(f'config.data.too_long={too_long!r}; choose one of '
                      f'{TOO_LONG}.')
   fits = lambda ex: len(ex[0]) <= max_length and len(ex[1]) <= max_length
-  cut = lambda ids: ids if len(ids) <= max_length else np.concatenate(
-      [ids[:max_length - 1], ids[-1:]])
   if too_long == 'drop':
     kept = [ex for ex in examples if fits(ex)]
   else:
-    kept = [ex if fits(ex) else (cut(ex[0]), cut(ex[1])) for ex in examples]
+    kept = [ex if fits(ex) else (truncate_keeping_eos(ex[0], max_length),
+                                 truncate_keeping_eos(ex[1], max_length))
+            for ex in examples]
   changed = sum(not fits(ex) for ex in examples)
   if changed:
     logging.warning(

@@ -29,6 +29,7 @@ from transformer import metrics
 from transformer import plots
 from transformer import tasks
 from transformer import train
+from transformer.data import batching
 from transformer.data import captions as caption_data
 from transformer.data import tokenizers
 from transformer.models import captioning
@@ -146,8 +147,7 @@ class CaptioningTask:
                       'tokens.', long, len(ids), split, limit)
     targets = np.zeros((len(ids), limit), np.int32)
     for row, tokens in enumerate(ids):
-      tokens = tokens[:limit - 1] + tokens[-1:] if len(tokens) > limit \
-          else tokens
+      tokens = batching.truncate_keeping_eos(tokens, limit)
       targets[row, :len(tokens)] = tokens
     return index, targets
 
@@ -161,33 +161,17 @@ class CaptioningTask:
                            deterministic=True)['params']
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
-    """Batches of (image, caption) pairs: each epoch a fresh permutation of
-    all pairs (from seed and epoch), so any step restarts exactly."""
+    """Batches of (image, caption) pairs (`batching.epoch_indices`: each
+    epoch a fresh permutation of all pairs, any step restarts exactly)."""
     images, _ = self.split(self.config.data.train_split)
     index, targets = self.pairs(self.config.data.train_split)
     size, count = self.config.data.batch_size, len(index)
     print(f'Training data: {len(images):,} images, {count:,} captions, '
           f'{count / size:,.1f} batches of {size} per epoch.', flush=True)
-
-    def order(epoch):
-      return np.random.default_rng([self.config.seed, epoch]).permutation(
-          count)
-
-    def batches():
-      position = start_step * size
-      epoch, offset = divmod(position, count)
-      current = order(epoch)
-      while True:
-        rows = []
-        while len(rows) < size:
-          take = current[offset:offset + size - len(rows)]
-          rows.extend(take)
-          offset += len(take)
-          if offset == count:
-            epoch, offset, current = epoch + 1, 0, order(epoch + 1)
-        rows = np.asarray(rows)
-        yield {'images': images[index[rows]], 'targets': targets[rows]}
-    return batches()
+    for rows in batching.epoch_indices(count, batch_size=size,
+                                       seed=self.config.seed,
+                                       start_step=start_step):
+      yield {'images': images[index[rows]], 'targets': targets[rows]}
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     """Every evaluation pair once; filler rows have no target tokens."""

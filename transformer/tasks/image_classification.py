@@ -32,6 +32,7 @@ from transformer import sharding
 from transformer import tasks
 from transformer import train
 from transformer.data import augment
+from transformer.data import batching
 from transformer.data import images as image_data
 from transformer.models import vit
 
@@ -120,30 +121,18 @@ def read_split(data: ml_collections.ConfigDict, split: str, *,
 
 
 class ImageBatches:
-  """Training batches of a fixed number of images, drawn without
-  replacement from a fresh permutation every epoch (batches run across
-  epoch ends, so no image is ever dropped). Batch k is a function of
-  (seed, k): iteration can start at any step."""
+  """Training batches of a fixed number of images
+  (`batching.epoch_indices`: a fresh permutation every epoch, no image ever
+  dropped, any step a valid start)."""
 
   def __init__(self, pictures: np.ndarray, labels: np.ndarray, *,
                batch_size: int, seed: int, start_step: int = 0):
     self.pictures, self.labels = pictures, labels
-    self.batch_size, self.seed, self.step = batch_size, seed, start_step
-
-  @functools.lru_cache(maxsize=2)
-  def _permutation(self, epoch: int) -> np.ndarray:
-    return np.random.default_rng([self.seed, epoch]).permutation(
-        len(self.labels))
+    self.indices = batching.epoch_indices(
+        len(labels), batch_size=batch_size, seed=seed, start_step=start_step)
 
   def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
-    n = len(self.labels)
-    while True:
-      positions = np.arange(self.step * self.batch_size,
-                            (self.step + 1) * self.batch_size)
-      index = np.concatenate([
-          self._permutation(epoch)[positions[positions // n == epoch] % n]
-          for epoch in np.unique(positions // n)])
-      self.step += 1
+    for index in self.indices:
       yield {'images': self.pictures[index], 'labels': self.labels[index]}
 
 
