@@ -23,25 +23,21 @@ import numpy as np
 from transformer.interop import files
 from transformer.models import encoder
 
-_ACTIVATIONS = {'gelu': 'gelu_exact', 'gelu_new': 'gelu', 'relu': 'relu'}
+# Tensors our model has no place for (the next-sentence head, the decoder
+# tied to the word embeddings) or that are not parameters.
 _UNUSED = ('cls.seq_relationship.weight', 'cls.seq_relationship.bias',
            'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias',
            'bert.embeddings.position_ids')
 
 
 def config_from_hf(hf: dict[str, Any]) -> encoder.Config:
-  if hf.get('model_type') != 'bert':
-    raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
-                     f"this converter reads 'bert'.")
-  if hf.get('hidden_act') not in _ACTIVATIONS:
-    raise ValueError(f"hidden_act={hf.get('hidden_act')!r} is not supported; "
-                     f"choose one of {tuple(_ACTIVATIONS)}.")
+  activation = files.hf_config(hf, 'bert', 'hidden_act', 'gelu')
   return encoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['max_position_embeddings'],
       type_vocab_size=hf.get('type_vocab_size', 2),
       num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],
       num_heads=hf['num_attention_heads'], d_ff=hf['intermediate_size'],
-      activation=_ACTIVATIONS[hf['hidden_act']], norm_position='post',
+      activation=activation, norm_position='post',
       positional_encoding='learned',
       layer_norm_epsilon=hf.get('layer_norm_eps', 1e-12),
       dropout_rate=hf.get('hidden_dropout_prob', 0.1))

@@ -9,6 +9,30 @@ import os
 import numpy as np
 
 
+# Hugging Face activation names -> ours ('gelu' is the tanh approximation
+# here, the erf form there).
+HF_ACTIVATIONS = {'gelu': 'gelu_exact', 'gelu_new': 'gelu',
+                  'gelu_pytorch_tanh': 'gelu', 'relu': 'relu',
+                  'swish': 'swish', 'silu': 'swish'}
+
+
+def hf_config(hf: dict, model_type: str, activation_key: str,
+              default_activation: str) -> str:
+  """Checks a config.json's model type; returns our name of its activation.
+
+  Raises:
+    ValueError: another model type, or an activation we do not have.
+  """
+  if hf.get('model_type') != model_type:
+    raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
+                     f"this converter reads {model_type!r}.")
+  activation = hf.get(activation_key, default_activation)
+  if activation not in HF_ACTIVATIONS:
+    raise ValueError(f'{activation_key}={activation!r} is not supported; '
+                     f'choose one of {tuple(HF_ACTIVATIONS)}.')
+  return HF_ACTIVATIONS[activation]
+
+
 def read_safetensors(directory: str) -> dict[str, np.ndarray]:
   """Every tensor of model.safetensors, or of the shards its index lists."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top

@@ -19,24 +19,14 @@ import numpy as np
 from transformer.interop import files
 from transformer.models import decoder
 
-# The Hugging Face activations our 'gelu' (tanh approximation) computes.
-_GELU_TANH = ('gelu_new', 'gelu_pytorch_tanh')
-
-
 def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
   """Our decoder config for a GPT-2 config.json."""
-  if hf.get('model_type') != 'gpt2':
-    raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
-                     f"this converter reads 'gpt2'.")
-  activation = hf.get('activation_function', 'gelu_new')
-  if activation not in _GELU_TANH:
-    raise ValueError(f'activation_function={activation!r} is not supported; '
-                     f'GPT-2 checkpoints use {_GELU_TANH}.')
+  activation = files.hf_config(hf, 'gpt2', 'activation_function', 'gelu_new')
   d_model = hf['n_embd']
   return decoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['n_positions'],
       num_layers=hf['n_layer'], d_model=d_model, num_heads=hf['n_head'],
-      d_ff=hf.get('n_inner') or 4 * d_model, activation='gelu',
+      d_ff=hf.get('n_inner') or 4 * d_model, activation=activation,
       norm_position='pre', positional_encoding='learned',
       layer_norm_epsilon=hf.get('layer_norm_epsilon', 1e-5),
       dropout_rate=hf.get('resid_pdrop', 0.1))

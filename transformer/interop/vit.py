@@ -20,25 +20,17 @@ import numpy as np
 from transformer.interop import files
 from transformer.models import vit
 
-_ACTIVATIONS = {'gelu': 'gelu_exact', 'gelu_new': 'gelu',
-                'gelu_pytorch_tanh': 'gelu', 'relu': 'relu'}
-
 
 def config_from_hf(hf: dict[str, Any]) -> vit.Config:
   """Our ViT config for a ViTForImageClassification config.json."""
-  if hf.get('model_type') != 'vit':
-    raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
-                     f"this converter reads 'vit'.")
-  if hf.get('hidden_act') not in _ACTIVATIONS:
-    raise ValueError(f"hidden_act={hf.get('hidden_act')!r} is not supported; "
-                     f"choose one of {tuple(_ACTIVATIONS)}.")
+  activation = files.hf_config(hf, 'vit', 'hidden_act', 'gelu')
   if not hf.get('qkv_bias', True):
     raise ValueError('qkv_bias=False is not supported.')
   labels = hf.get('id2label') or {}
   return vit.Config(
       num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],
       num_heads=hf['num_attention_heads'], d_ff=hf['intermediate_size'],
-      activation=_ACTIVATIONS[hf['hidden_act']],
+      activation=activation,
       layer_norm_epsilon=hf.get('layer_norm_eps', 1e-12),
       dropout_rate=hf.get('hidden_dropout_prob', 0.0),
       image_size=hf['image_size'], patch_size=hf['patch_size'],
