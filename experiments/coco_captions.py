@@ -9,8 +9,9 @@ r"""Image captioning on MS-COCO (TFDS `coco_captions`, Karpathy splits:
         --config=experiments/coco_captions.py:model=show_attend_tell,data_dir=DIR \
         --workdir=workdirs/coco_sat
 
-Images squared to 224x224 and held in memory (about 17 GB for the training
-split: give the host the memory, or lower data.image_size); ViT-style
+Images squared to 224x224 and held in memory (113,287 x 224 x 224 x 3 bytes
+= 17 GB for the training split: give the host the memory, or lower
+data.image_size); ViT-style
 16x16 patch features (a 14x14 grid, as Xu et al.'s 14x14 VGG grid) trained
 from scratch, SentencePiece captions of 10,000 pieces, BLEU-1..4 on the
 first 5,000 `val` images. Not run here (no data, no accelerator); published

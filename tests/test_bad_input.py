@@ -211,7 +211,7 @@ def command(module, *args, stdin=b''):
 
 @pytest.mark.parametrize('case', [
     'no checkpoint', 'empty input', 'invalid UTF-8 input', 'url workdir',
-    'generate without prompts', 'predict a non-image', 'unknown flag field'])
+    'generate without prompts', 'predict with a translation workdir', 'unknown flag field'])
 def test_commands_refuse_bad_input_without_a_traceback(case, trained,
                                                         tmp_path):
   if case == 'no checkpoint':
@@ -229,7 +229,7 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
   elif case == 'generate without prompts':
     run = command('generate', f'--workdir={trained}')
     message = 'Give --prompt'
-  elif case == 'predict a non-image':
+  elif case == 'predict with a translation workdir':
     not_image = tmp_path / 'notes.png'
     not_image.write_text('hello')
     run = command('predict', f'--workdir={trained}', str(not_image))

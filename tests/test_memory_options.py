@@ -43,9 +43,11 @@ def test_accumulated_micro_batches_give_the_whole_batch_update(name, tmp_path):
   differences = jax.tree.leaves(jax.tree.map(
       lambda a, b: float(jnp.abs(a - b).max()), params, params_4))
   assert max(differences) < 1e-6
-  # Micro-batches of unequal token counts: a plain mean of micro-batch
-  # losses would differ; the weighted sum does not.
+  # The micro-batches (rows i, i + 4, ...) hold unequal token counts, so a
+  # plain mean of their losses would differ; the weighted sum does not.
   assert batch['targets'].shape[0] % 4 == 0
+  counts = {int((batch['targets'][i::4] > 0).sum()) for i in range(4)}
+  assert len(counts) > 1
 
 
 def test_micro_batches_must_divide_the_batch(tmp_path):
