@@ -70,8 +70,9 @@ class StepModel:
 
 
 def all_outputs(vocab, max_length):
-  """[M, L]: every output ending in EOS (then pads) or at max_length."""
-  words = [t for t in range(vocab) if t != EOS]
+  """[M, L]: every output ending in EOS (then pads) or at max_length;
+  padding (0) is never an output token."""
+  words = [t for t in range(vocab) if t not in (EOS, 0)]
   outputs = [body + (EOS,) + (0,) * (max_length - n - 1)
              for n in range(max_length)
              for body in itertools.product(words, repeat=n)]
@@ -397,14 +398,20 @@ def constant_model(probs):
 
 
 def draw(probs, rows=2000, steps=5, seed=0, **kwargs):
-  """[rows * steps] tokens sampled from a fixed distribution, no EOS."""
-  step_fn = constant_model(probs)
+  """[rows * steps] tokens sampled from a fixed distribution, no EOS.
+
+  The model also gives padding (a column before `probs`) a fifth of the
+  mass, which sampling must never draw; the ids returned are `probs`'s.
+  """
+  step_fn = constant_model(np.concatenate([[0.2], 0.8 * np.asarray(probs)]))
   tokens, lengths = decoding.sample(
       step_fn, jnp.zeros((rows,)), rng=jax.random.key(seed),
       batch_size=rows, max_new_tokens=steps, eos_id=-1,
       prompt_last=jnp.zeros((rows,), jnp.int32), **kwargs)
   assert (np.asarray(lengths) == steps).all()
-  return np.asarray(tokens).reshape(-1)
+  tokens = np.asarray(tokens).reshape(-1)
+  assert (tokens > 0).all(), 'padding was sampled'
+  return tokens - 1
 
 
 def frequencies(tokens, vocab):
@@ -582,3 +589,19 @@ def test_gpt_sampling_with_kv_cache_equals_full_forward(gpt, kwargs):
                                 output_lengths(expected, gpt['eos_id']))
   if kwargs.get('greedy'):
     assert len(set(np.asarray(lengths))) == 2  # one row ends early
+
+
+def test_searches_never_emit_padding_even_when_it_is_most_likely():
+  # Padding (0) has 0.6 of the mass, token 2 the most of the rest; no EOS,
+  # so every output runs to max_length and any 0 would be a generated one.
+  step_fn = constant_model([0.6, 0.05, 0.25, 0.1])
+  greedy, _ = decoding.greedy_search(step_fn, jnp.zeros((2,)), batch_size=2,
+                                     max_length=3, eos_id=-1)
+  np.testing.assert_array_equal(greedy, [[2, 2, 2]] * 2)
+  beams, scores = decoding.beam_search(step_fn, jnp.zeros((2,)),
+                                       batch_size=2, beam_size=2,
+                                       max_length=3, eos_id=-1, alpha=0.0)
+  assert (np.asarray(beams) != 0).all()
+  np.testing.assert_array_equal(beams[:, 0], [[2, 2, 2]] * 2)
+  # Scores stay the model's log-probabilities (normalised over every id).
+  np.testing.assert_allclose(scores[:, 0], 3 * np.log(0.25), rtol=1e-5)

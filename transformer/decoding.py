@@ -14,7 +14,8 @@ shapes and dtypes, since it is the carry of a `jax.lax.while_loop`.
 
 Output conventions follow the Transformer's: the first input token is
 `start_id` (0), EOS is kept in the output and every position after it is 0
-(padding). A hypothesis that reaches `max_length` without EOS ends there,
+(padding). Padding (id 0) is never generated, whatever its logit (as in
+fairseq and Hugging Face: converted models such as Marian score it). A hypothesis that reaches `max_length` without EOS ends there,
 truncated, and competes with the others at length `max_length`.
 
 `max_lengths` ([B] int, optional) caps each example's output length, EOS
@@ -55,9 +56,18 @@ def _limits(max_lengths, batch_size: int, max_length: int) -> Array:
   return jnp.asarray(max_lengths, jnp.int32).reshape(batch_size)
 
 
+PAD_ID = 0
+
+
+def _without_padding(scores: Array) -> Array:
+  """[..., V] logits or log-probabilities with padding at -inf."""
+  return scores.at[..., PAD_ID].set(-jnp.inf)
+
+
 def _log_probs(logits: Array, force_eos: Array, eos_id: int) -> Array:
-  """[..., V] logits -> log-probabilities; only EOS where `force_eos` [...]."""
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
+  """[..., V] logits -> log-probabilities (the model's, normalised over
+  every id); padding excluded, and only EOS where `force_eos` [...]."""
+  log_probs = _without_padding(jax.nn.log_softmax(logits.astype(jnp.float32)))
   others = jnp.arange(log_probs.shape[-1]) != eos_id
   return jnp.where(force_eos[..., None] & others, -jnp.inf, log_probs)
 
@@ -288,6 +298,7 @@ def sample(step_fn: StepFn, state: Any, *, rng: Array, batch_size: int,
 
   def choose(i, logits, done, tokens, lengths):
     """Writes step i's tokens; returns them with the updated bookkeeping."""
+    logits = _without_padding(logits.astype(jnp.float32))
     if greedy:
       token = jnp.argmax(logits, axis=-1)
     else:
