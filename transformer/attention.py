@@ -462,6 +462,8 @@ class MultiHeadAttention(nn.Module):
     num_heads: N, query heads.
     num_kv_heads: K, key/value heads; None = N, 1 = multi-query attention.
     head_dim: H; None = D / N.
+    value_head_dim: H_v of the values; None = H (Table 3 row B of Vaswani
+      et al. shrinks d_k alone).
     out_features: output width; None = D of `inputs_q`.
     use_bias: biases in the four projections.
     dropout_rate: attention dropout on the weights.
@@ -472,6 +474,7 @@ class MultiHeadAttention(nn.Module):
   num_heads: int
   num_kv_heads: int | None = None
   head_dim: int | None = None
+  value_head_dim: int | None = None
   out_features: int | None = None
   use_bias: bool = True
   dropout_rate: float = 0.0
@@ -535,7 +538,8 @@ class MultiHeadAttention(nn.Module):
     query = self._projection(self.num_heads, head_dim, 'query')(inputs_q)
     project_kv = lambda: (
         self._projection(num_kv_heads, head_dim, 'key')(kv_source),
-        self._projection(num_kv_heads, head_dim, 'value')(kv_source))
+        self._projection(num_kv_heads, self.value_head_dim or head_dim,
+                         'value')(kv_source))
 
     if self.rotary and not self_attention:
       raise ValueError('Rotary positions apply to self-attention only; '

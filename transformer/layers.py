@@ -58,6 +58,7 @@ class TransformerConfig:
   num_heads: int = 8
   num_kv_heads: int | None = None  # None: num_heads; fewer: grouped-query
   head_dim: int | None = None  # None: d_model // num_heads
+  value_head_dim: int | None = None  # None: head_dim (d_v = d_k)
   d_ff: int | None = None  # None: 4 * d_model
   activation: str = 'relu'  # 'relu' (paper); see ACTIVATIONS
   dropout_rate: float = 0.1  # on every residual branch
@@ -291,7 +292,8 @@ def _attention(config: TransformerConfig, name: str) -> nn.Module:
   rotary = config.positional_encoding == 'rotary' and name == 'self_attention'
   return attention.MultiHeadAttention(
       num_heads=config.num_heads, num_kv_heads=config.num_kv_heads,
-      head_dim=config.head_dim, use_bias=config.use_bias,
+      head_dim=config.head_dim, value_head_dim=config.value_head_dim,
+      use_bias=config.use_bias,
       dropout_rate=config.attention_dropout_rate,
       implementation=config.attention_implementation, decode=config.decode,
       rotary=rotary, dtype=config.dtype, param_dtype=config.param_dtype, name=name)

@@ -1,0 +1,235 @@
+"""Reproducing tables: a two-row spec end to end on the offline task, skips
+of finished rows, failed and inexpressible rows in the table, the printed
+launch commands, and the parameter column of Vaswani et al.'s Table 3."""
+
+import csv
+import os
+import shlex
+import subprocess
+
+from absl import flags
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from ml_collections import config_flags
+import pytest
+
+from transformer import attention
+from transformer import paper_tables
+from transformer import reproduce_rows
+from transformer import run_results
+from transformer import train
+from transformer.tasks import translation
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TABLE3 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table3.py')
+
+# Two tiny rows that train, one whose config the trainer refuses (a failed
+# row), one that sets a field the config does not have.
+TINY_SPEC = """
+from transformer.paper_tables import Column, Row, Scale
+
+TITLE = 'Tiny table'
+SCALES = {'paper': Scale('experiments/mt_offline.py:runlocal', 'tiny offline',
+                         {'train.num_steps': 4, 'train.eval_every': 4,
+                          'train.checkpoint_every': 4, 'train.log_every': 2,
+                          'data.num_train': 300, 'data.num_test': 4,
+                          'data.vocab_size': 100})}
+COLUMNS = (Column('h', 'h', 'setting:h'),
+           Column('ppl', 'PPL', 'metric:eval/perplexity', paper=True),
+           Column('bleu', 'BLEU', 'metric:eval/bleu', paper=True),
+           Column('params', 'params', 'params', digits=4, paper=True))
+ROWS = (Row('base', 'base', 'base', {'paper': {}},
+            dict(ppl='9.99', bleu='1.0', params=1)),
+        Row('h2', 'A', 'h=2', {'paper': {'model.num_heads': 2}},
+            dict(ppl='8.88')),
+        Row('broken', 'A', 'no checkpoints',
+            {'paper': {'train.keep_checkpoints': 0}}),
+        Row('novel', 'B', 'a new field', {'paper': {'model.no_such': 1}}))
+NOTES = 'Tiny notes.'
+"""
+
+
+@pytest.fixture(scope='module')
+def spec_path(tmp_path_factory):
+  path = tmp_path_factory.mktemp('spec') / 'tiny_table.py'
+  path.write_text(TINY_SPEC)
+  return str(path)
+
+
+@pytest.fixture(scope='module')
+def ran(spec_path, tmp_path_factory):
+  """The tiny table run once: (workdir, table text)."""
+  workdir = str(tmp_path_factory.mktemp('rows'))
+  text = reproduce_rows.reproduce(spec_path, workdir, scale='paper', rows=[],
+                                  launch='local', command='tiny command')
+  return workdir, text
+
+
+def _cells(text, label):
+  line = next(l for l in text.splitlines() if l.startswith(f'| {label} |'))
+  return [c.strip() for c in line.strip('|').split('|')]
+
+
+def test_tiny_table_trains_rows_and_renders_ours_beside_paper(ran, spec_path):
+  workdir, text = ran
+  assert text == open(os.path.join(workdir, 'table.md')).read()
+  assert 'Scale: **paper**: tiny offline' in text
+  assert '`tiny command`' in text and text.rstrip().endswith('Tiny notes.')
+  spec = paper_tables.load_spec(spec_path)
+  for name, label, heads in (('base', 'base', 4), ('h2', 'h=2', 2)):
+    setup = paper_tables.setup(spec, spec.ROWS[0 if name == 'base' else 1],
+                               'paper')
+    final = run_results.read_scalars(os.path.join(workdir, name))
+    _, h, ppl, ppl_paper, bleu, _, params, _, status = _cells(text, label)
+    assert (h, status) == (str(heads), 'finished')
+    assert float(ppl) == pytest.approx(final['eval/perplexity'][4], abs=5e-3)
+    assert float(bleu) == pytest.approx(final['eval/bleu'][4], abs=5e-3)
+    assert float(params) == pytest.approx(
+        paper_tables.parameters(setup.model) / 1e6, abs=5e-5)
+    assert ppl_paper == {'base': '9.99', 'h2': '8.88'}[name]
+  assert _cells(text, 'base')[7] == '1'  # the paper's figure
+  # Heads do not change the parameter count (d_k = D / h).
+  assert _cells(text, 'base')[6] == _cells(text, 'h=2')[6]
+  with open(os.path.join(workdir, 'table.csv')) as f:
+    records = {r['row']: r for r in csv.DictReader(f)}
+  assert records['base']['status'] == 'finished'
+  assert records['base']['ppl_paper'] == '9.99'
+
+
+def test_failed_and_inexpressible_rows_are_reported_not_dropped(ran):
+  workdir, text = ran
+  status = _cells(text, 'no checkpoints')[-1]
+  assert status.startswith('failed: ValueError: config.train.keep_checkpoints')
+  assert _cells(text, 'no checkpoints')[2] == ''  # no perplexity shown
+  assert os.path.exists(os.path.join(workdir, 'broken',
+                                     run_results.FAILURE_NOTE))
+  assert _cells(text, 'a new field')[-1].startswith(
+      'not expressible: config has no field model.no_such')
+
+
+def test_finished_rows_are_not_run_again_and_failed_ones_are(
+    ran, spec_path, monkeypatch):
+  workdir, _ = ran
+  events = {name: [os.path.getmtime(os.path.join(workdir, name, f))
+                   for f in os.listdir(os.path.join(workdir, name))]
+            for name in ('base', 'h2')}
+  called = []
+
+  def fake_train(config, rowdir):
+    called.append(os.path.basename(rowdir))
+    raise RuntimeError('boom')
+  monkeypatch.setattr(train, 'train_and_evaluate', fake_train)
+  text = reproduce_rows.reproduce(spec_path, workdir, scale='paper', rows=[],
+                                  launch='local')
+  assert called == ['broken']
+  assert _cells(text, 'no checkpoints')[-1] == 'failed: RuntimeError: boom'
+  assert _cells(text, 'base')[-1] == 'finished'
+  for name, times in events.items():
+    assert times == [os.path.getmtime(os.path.join(workdir, name, f))
+                     for f in os.listdir(os.path.join(workdir, name))]
+
+
+def test_a_workdir_holds_one_table_at_one_scale(ran, spec_path):
+  workdir, _ = ran
+  with pytest.raises(ValueError, match='choose another --workdir'):
+    reproduce_rows.reproduce(TABLE3, workdir, scale='paper', rows=['base'],
+                             launch='collect')
+
+
+def _parsed(words):
+  """The config that transformer.main would build from these flags."""
+  argv = [w for w in words if w.startswith('--config')]
+  values = flags.FlagValues()
+  # config_flags registers the override flags of the command line it is
+  # given at definition time.
+  config_flags.DEFINE_config_file('config', None, flag_values=values,
+                                  lock_config=True, sys_argv=['main', *argv])
+  values(['main', *argv])
+  return values.config
+
+
+def test_print_mode_gives_one_launch_command_per_unfinished_row(
+    spec_path, tmp_path, monkeypatch):
+  monkeypatch.chdir(REPO)  # printed commands run from the repository root
+  text = reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                                  rows=['base', 'A'], launch='print',
+                                  launcher='local',
+                                  launcher_args='--cpu_devices=2')
+  lines = text.splitlines()
+  assert len(lines) == 3 and not os.path.exists(tmp_path / 'base')
+  spec = paper_tables.load_spec(spec_path)
+  for line, row in zip(lines, spec.ROWS):
+    words = shlex.split(line)
+    assert words[:2] == ['launch/local.sh', '--cpu_devices=2']
+    assert words[-1] == f'--workdir={tmp_path}/{row.name}'
+    expected = paper_tables.setup(spec, row, 'paper').config
+    assert _parsed(words).to_dict() == expected.to_dict()
+  dry = subprocess.run(['bash', *shlex.split(lines[1]), '--dry_run'],
+                       cwd=REPO, capture_output=True, text=True, check=True)
+  assert '-m transformer.main' in dry.stdout
+  assert '--config.model.num_heads=2' in dry.stdout
+  slurm = reproduce_rows.reproduce(
+      spec_path, str(tmp_path), scale='paper', rows=['h2'], launch='print',
+      launcher_args='--nodes=1', launcher='slurm_gpu')
+  assert shlex.split(slurm)[:4] == ['sbatch', '--job-name=tiny-table-h2',
+                                    '--nodes=1', 'launch/slurm_gpu.sbatch']
+
+
+# Exact counts at 37,000 shared tokens (tied embeddings), beside the paper's
+# rounded figures (millions).
+PAPER_SCALE_PARAMETERS = {'base': (63_082_496, 65), 'B1': (55_990_784, 58),
+                          'C1': (33_656_832, 36), 'big': (214_245_376, 213)}
+
+
+def test_table3_parameter_column_at_paper_scale_without_training():
+  spec = paper_tables.load_spec(TABLE3)
+  setups = {row.name: paper_tables.setup(spec, row, 'paper')
+            for row in spec.ROWS}
+  assert len(setups) == 20
+  for name, (exact, paper) in PAPER_SCALE_PARAMETERS.items():
+    assert paper_tables.parameters(setups[name].model) == exact
+    assert spec.ROWS[list(setups).index(name)].paper['params'] == paper
+  for name, setup in setups.items():
+    assert setup.model.vocab_size == 37_000, name
+    published = setup.row.paper.get('params')
+    if published:  # within 7% of every rounded figure the paper gives
+      count = paper_tables.parameters(setup.model) / 1e6
+      assert abs(count - published) / published < 0.07, name
+  b1 = paper_tables.settings(setups['B1'])
+  assert (b1['d_k'], b1['d_v'], b1['h']) == (16, 64, 8)
+  exposed = 'value_head_dim' in translation.MODEL_FIELDS
+  assert bool(setups['B1'].problem) != exposed
+  assert paper_tables.settings(setups['big'])['steps'] == 300_000
+  assert setups['base'].config.eval.average_checkpoints == 1
+
+
+def test_table3_reduced_rows_change_the_small_base_as_the_paper_does():
+  spec = paper_tables.load_spec(TABLE3)
+  got = {row.name: paper_tables.settings(
+      paper_tables.setup(spec, row, 'reduced', 'train.num_steps=500'))
+         for row in spec.ROWS}
+  assert got['base'] == dict(N=3, d_model=256, d_ff=512, h=8, d_k=32,
+                             d_v=32, P_drop=0.1, eps_ls=0.1,
+                             positions='sinusoidal', vocab=8_000, steps=500)
+  assert (got['A1']['h'], got['A1']['d_k']) == (1, 256)
+  assert (got['A4']['h'], got['A4']['d_k']) == (32, 8)
+  assert (got['B1']['d_k'], got['B1']['d_v']) == (8, 32)
+  assert [got[f'C{i}']['N'] for i in (1, 2, 3)] == [1, 2, 4]
+  assert (got['C4']['d_model'], got['C4']['d_k']) == (128, 16)
+  assert [got['C6']['d_ff'], got['C7']['d_ff']] == [256, 1024]
+  assert got['D3']['eps_ls'] == 0.0 and got['E1']['positions'] == 'learned'
+  assert (got['big']['d_model'], got['big']['h'], got['big']['P_drop']) == (
+      512, 16, 0.3)
+
+
+def test_value_head_dim_resizes_only_values_and_output():
+  layer = attention.MultiHeadAttention(num_heads=2, head_dim=3,
+                                       value_head_dim=5)
+  x = jnp.ones((1, 4, 8))
+  variables = layer.init(jax.random.key(0), x, deterministic=True)
+  shapes = jax.tree.map(lambda a: a.shape, nn.unbox(variables['params']))
+  assert shapes['query']['kernel'] == shapes['key']['kernel'] == (8, 2, 3)
+  assert shapes['value']['kernel'] == (8, 2, 5)
+  assert shapes['out']['kernel'] == (2, 5, 8)
+  assert layer.apply(variables, x, deterministic=True).shape == (1, 4, 8)

@@ -1,0 +1,227 @@
+"""Published tables as specifications: rows of config overrides on a base
+experiment, with the values the paper reports.
+
+A table specification is a python file (see `experiments/paper/`) that
+defines:
+
+  TITLE    the table, e.g. 'Vaswani et al. 2017, Table 3 (...)'.
+  SCALES   {name: Scale}: the base experiment of each scale ('paper', the
+           published setting; 'reduced', one that trains on one machine).
+  ROWS     (Row, ...): each row's overrides at each scale and the paper's
+           values.
+  COLUMNS  (Column, ...): what the table shows.
+  NOTES    text printed under the table (assumptions, caveats).
+
+`transformer.reproduce` runs, prints or collects the rows of a spec.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+from typing import Any
+
+import ml_collections
+
+from transformer import config_args
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Scale:
+  """A base experiment (`file.py[:arg]`, as --config takes it) and the
+  overrides every row gets at this scale; `about` says what the scale is,
+  for the table's header."""
+  config: str
+  about: str
+  overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+  """One row: `name` names its workdir and is what --rows selects (with
+  `group`); `changes` maps a scale to the row's overrides ({'model.num_heads':
+  1}), a scale missing from it has no equivalent of the row; `configs` may
+  give a row its own base experiment at a scale; `paper` maps column keys to
+  the published values."""
+  name: str
+  group: str
+  label: str
+  changes: dict[str, dict[str, Any]]
+  paper: dict[str, Any] = dataclasses.field(default_factory=dict)
+  configs: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+  """`source`: 'setting:NAME' (a hyperparameter of the row, see
+  `settings`), 'metric:TAG' (a final evaluation scalar of the run, e.g.
+  'metric:eval/bleu'), 'params' (millions, from the config) or 'hours'
+  (training time). `paper`: also show the paper's value beside ours."""
+  key: str
+  title: str
+  source: str
+  digits: int = 2
+  paper: bool = False
+
+
+class NotExpressible(ValueError):
+  """A row sets a field that this codebase's config does not have."""
+
+
+def load_spec(path: str):
+  """The table specification module at `path`, checked."""
+  if not os.path.exists(path):
+    raise FileNotFoundError(f'--table={path}: no such file; the published '
+                            f'tables are in experiments/paper/.')
+  spec = importlib.util.spec_from_file_location('table_spec', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  missing = [name for name in ('TITLE', 'SCALES', 'ROWS', 'COLUMNS', 'NOTES')
+             if not hasattr(module, name)]
+  if missing:
+    raise ValueError(f'{path} does not define {", ".join(missing)}; see the '
+                     f'docstring of transformer/paper_tables.py.')
+  names = [row.name for row in module.ROWS]
+  if len(set(names)) != len(names):
+    raise ValueError(f'{path}: row names must be unique (they name the '
+                     f'workdirs): {names}.')
+  return module
+
+
+def select_rows(spec, selectors: list[str]) -> list[Row]:
+  """Rows whose group or name is among `selectors` (all if empty), in the
+  table's order."""
+  if not selectors:
+    return list(spec.ROWS)
+  known = {row.group for row in spec.ROWS} | {row.name for row in spec.ROWS}
+  unknown = sorted(set(selectors) - known)
+  if unknown:
+    raise ValueError(f'--rows: unknown {unknown}; groups and rows of this '
+                     f'table: {", ".join(sorted(known))}.')
+  return [row for row in spec.ROWS
+          if row.group in selectors or row.name in selectors]
+
+
+def load_experiment(config: str) -> ml_collections.ConfigDict:
+  """get_config(arg) of 'file.py[:arg]' (relative to the working directory,
+  else to the repository root)."""
+  path, _, arg = config.partition(':')
+  if not os.path.exists(path) and os.path.exists(os.path.join(REPO, path)):
+    path = os.path.join(REPO, path)
+  spec = importlib.util.spec_from_file_location('experiment', path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module.get_config(arg) if arg else module.get_config()
+
+
+def apply(config: ml_collections.ConfigDict, overrides: dict[str, Any]
+          ) -> ml_collections.ConfigDict:
+  """A copy of `config` with {'a.b': value} set; a field the config lacks
+  raises NotExpressible (never silently added or ignored)."""
+  config = config.copy_and_resolve_references()
+  for field, value in overrides.items():
+    *parents, name = field.split('.')
+    node = config
+    for parent in parents:
+      node = node[parent] if parent in node else None
+      if node is None:
+        break
+    if node is None or name not in node:
+      raise NotExpressible(f'config has no field {field}')
+    node[name] = value
+  return config
+
+
+@dataclasses.dataclass(frozen=True)
+class RowSetup:
+  """A row at one scale: the config it trains with, the flags that give it
+  on a command line, and its model (for settings and parameters). `problem`
+  says why the row cannot be trained here; `config` and `model` are then
+  what can be built without the missing fields (or None)."""
+  row: Row
+  experiment: str
+  overrides: dict[str, Any]
+  config: ml_collections.ConfigDict | None
+  model: Any
+  problem: str = ''
+
+  def flags(self) -> list[str]:
+    """--config=... and one --config.a.b=value per override."""
+    return [f'--config={self.experiment}'] + [
+        f'--config.{field}={value}' for field, value in self.overrides.items()]
+
+
+def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
+  """The row at `scale` with `extra` ('a.b=v,...', for every row) applied.
+
+  A model field that the model has but the task's config does not expose
+  (e.g. a new attention option) still gives the row's model, for its
+  parameter count, while the row is reported as not trainable.
+  """
+  if scale not in spec.SCALES:
+    raise ValueError(f'--scale={scale}: this table has scales '
+                     f'{sorted(spec.SCALES)}.')
+  if scale not in row.changes:
+    return RowSetup(row, '', {}, None, None,
+                    f'no {scale}-scale equivalent in the table spec')
+  experiment = row.configs.get(scale, spec.SCALES[scale].config)
+  overrides = {**spec.SCALES[scale].overrides, **row.changes[scale]}
+  extra_flags = {field: value for field, _, value in (
+      item.partition('=') for item in filter(None, extra.split(',')))}
+  base = load_experiment(experiment)
+  overrides_shown = {**overrides, **extra_flags}
+  try:
+    config = config_args.override(apply(base, overrides), extra)
+    model = _model(config)
+    return RowSetup(row, experiment, overrides_shown, config, model)
+  except NotExpressible as e:
+    problem = (f'not expressible: {e} (this codebase\'s {base.task} config '
+               f'does not have it)')
+  except ValueError as e:  # e.g. d_model not divisible by num_heads
+    return RowSetup(row, experiment, overrides_shown, config, None,
+                    f'invalid: {e}')
+  # Model fields the task's config lacks: still count the row's parameters
+  # where the model dataclass has them.
+  model_only = {k.split('.', 1)[1]: v for k, v in overrides.items()
+                if k.startswith('model.') and k.split('.', 1)[1]
+                not in base.model}
+  rest = {k: v for k, v in overrides.items()
+          if k.split('.', 1)[-1] not in model_only}
+  try:
+    config = config_args.override(apply(base, rest), extra)
+    model = _model(config, model_only)
+  except (NotExpressible, TypeError):
+    config = model = None
+  return RowSetup(row, experiment, overrides_shown, config, model, problem)
+
+
+def _model(config: ml_collections.ConfigDict,
+           extra_fields: dict[str, Any] | None = None):
+  """The model dataclass a translation config builds, at the config's
+  vocabulary size, with fields the task does not expose set directly."""
+  from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
+  model = translation.model_config(config, config.data.vocab_size)
+  return model.replace(**(extra_fields or {}))
+
+
+def parameters(config_model) -> int:
+  """Exact parameter count of a model dataclass, from shapes alone."""
+  from transformer.models import encoder_decoder  # pylint: disable=g-import-not-at-top
+  return encoder_decoder.param_count(config_model)
+
+
+def settings(row_setup: RowSetup) -> dict[str, Any]:
+  """The hyperparameters of the paper's tables, as this row sets them."""
+  m = row_setup.model
+  if m is None:
+    return {}
+  d_k = m.head_dim or m.d_model // m.num_heads
+  train = row_setup.config.train
+  return dict(N=m.num_layers, d_model=m.d_model, d_ff=m.mlp_dim,
+              h=m.num_heads, d_k=d_k, d_v=m.value_head_dim or d_k,
+              P_drop=m.dropout_rate, eps_ls=train.label_smoothing,
+              positions=m.positional_encoding, vocab=m.vocab_size,
+              steps=train.num_steps)

@@ -1,0 +1,142 @@
+"""Running the rows of a table spec: train each here, print its launch/
+command, or only read its results; then write the table. The logic of
+`transformer.reproduce`, without flags (so tests and notebooks call it)."""
+
+import datetime
+import os
+import shlex
+
+import jax
+
+from transformer import faults
+from transformer import paper_tables
+from transformer import reproduce_table
+from transformer import run_results
+from transformer import train
+
+LAUNCHES = ('local', 'print', 'collect')
+LAUNCHERS = ('slurm_gpu', 'tpu_vm', 'local')
+
+
+def launch_command(setup: paper_tables.RowSetup, rowdir: str, *,
+                   launcher: str, launcher_args: str, prefix: str) -> str:
+  """The shell command that trains one row with a launch/ script."""
+  extra = shlex.split(launcher_args)
+  name = f'{prefix}-{setup.row.name}'.lower().replace('_', '-')
+  run = [*setup.flags(), f'--workdir={rowdir}']
+  if launcher == 'slurm_gpu':
+    words = ['sbatch', f'--job-name={name}', *extra,
+             'launch/slurm_gpu.sbatch', *run]
+  elif launcher == 'tpu_vm':
+    words = ['launch/tpu_vm.sh', 'up', f'--name={name}', *extra, *run]
+  else:
+    words = ['launch/local.sh', *extra, *run]
+  return shlex.join(words)
+
+
+def train_row(setup: paper_tables.RowSetup, rowdir: str) -> None:
+  """Trains and evaluates one row; a failure is recorded, not raised, so
+  that the other rows still run."""
+  run_results.clear_failure(rowdir)
+  print(f'== Row {setup.row.name} ({setup.row.label}) into {rowdir}',
+        flush=True)
+  try:
+    train.train_and_evaluate(setup.config, rowdir)
+  except faults.Preempted:
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    reason = run_results.record_failure(rowdir, e)
+    print(f'== Row {setup.row.name} failed: {reason}', flush=True)
+
+
+def _check_workdir(workdir: str, table: str, scale: str) -> None:
+  """One table at one scale per workdir: rows of another would share names
+  and be taken for finished."""
+  marker = os.path.join(workdir, 'reproduce_table.txt')
+  here = f'{os.path.basename(table)} scale={scale}'
+  if os.path.exists(marker):
+    with open(marker) as f:
+      there = f.read().strip()
+    if there != here:
+      raise ValueError(f'--workdir={workdir} holds the rows of {there}, not '
+                       f'{here}: choose another --workdir.')
+  os.makedirs(workdir, exist_ok=True)
+  with open(marker, 'w') as f:
+    f.write(here + '\n')
+
+
+def _hardware() -> str:
+  """The devices this process sees, e.g. 'CPU (2 cores, AMD EPYC ...)'."""
+  devices = jax.devices()
+  kind = devices[0].device_kind
+  if devices[0].platform == 'cpu':
+    kind = f'CPU ({os.cpu_count()} cores{_cpu_model()})'
+  return f'{len(devices)} x {kind}' if len(devices) > 1 else kind
+
+
+def _cpu_model() -> str:
+  try:
+    with open('/proc/cpuinfo') as f:
+      names = [line.split(':', 1)[1].strip() for line in f
+               if line.startswith('model name')]
+  except OSError:
+    names = []
+  return f', {names[0]}' if names else ''
+
+
+def _unrunnable(problem: str) -> run_results.Outcome:
+  """'not expressible: why' -> status 'not expressible', detail 'why'."""
+  status, _, detail = problem.partition(': ')
+  return run_results.Outcome(status, detail=detail)
+
+
+def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
+              launch: str, extra: str = '', launcher: str = 'slurm_gpu',
+              launcher_args: str = '', command: str = '') -> str:
+  """Runs (launch='local'), prints the launch commands of (launch='print')
+  or only collects (launch='collect') the selected rows of the spec file
+  `table`; returns the table text (written to WORKDIR/table.md and .csv),
+  or the printed commands.
+
+  Args:
+    table: the spec file.
+    workdir: each row trains into WORKDIR/ROW.
+    scale: a key of the spec's SCALES.
+    rows: groups or row names; all rows if empty.
+    launch: one of LAUNCHES.
+    extra: 'a.b=v,...' overrides for every row (stated in the table).
+    launcher, launcher_args: the launch/ script of launch='print' (one of
+      LAUNCHERS) and words for it.
+    command: the command line, for the table's header.
+  """
+  if launch not in LAUNCHES or launcher not in LAUNCHERS:  # as the flags
+    raise ValueError(f'launch={launch!r}, launcher={launcher!r}; choose '
+                     f'from {LAUNCHES} and {LAUNCHERS}.')
+  spec = paper_tables.load_spec(table)
+  selected = paper_tables.select_rows(spec, rows)
+  setups = [paper_tables.setup(spec, row, scale, extra) for row in selected]
+  _check_workdir(workdir, table, scale)
+  prefix = os.path.splitext(os.path.basename(table))[0]
+  lines = []  # launch='print': the commands, and why a row has none
+  for setup in setups:
+    rowdir = os.path.join(workdir, setup.row.name)
+    if setup.problem:
+      lines.append(f'# {setup.row.name}: {setup.problem}')
+    elif run_results.outcome(rowdir, setup.config).status == 'finished':
+      lines.append(f'# {setup.row.name}: finished, not run again (results '
+                   f'in {rowdir})')
+    elif launch == 'print':
+      lines.append(launch_command(setup, rowdir, launcher=launcher,
+                                  launcher_args=launcher_args, prefix=prefix))
+    elif launch == 'local':
+      train_row(setup, rowdir)
+    if launch != 'print' and lines:
+      print(lines.pop(), flush=True)
+  if launch == 'print':
+    return '\n'.join(lines)
+  outcomes = [run_results.outcome(os.path.join(workdir, s.row.name), s.config)
+              if not s.problem else _unrunnable(s.problem) for s in setups]
+  about = (f'Produced by `{command or "transformer.reproduce"}` on '
+           f'{_hardware()}, {datetime.date.today().isoformat()}.')
+  return reproduce_table.write(spec, scale, setups, outcomes, workdir,
+                               extra=extra, about=about)

@@ -1,0 +1,98 @@
+"""A reproduced table as markdown and CSV: our values beside the paper's,
+with the scale and the command that produced them stated above it."""
+
+from __future__ import annotations
+
+import csv
+import os
+from typing import Any, Sequence
+
+from transformer import paper_tables
+from transformer import run_results
+
+
+def _ours(column: paper_tables.Column, setup: paper_tables.RowSetup,
+          outcome: run_results.Outcome, params: int | None) -> Any:
+  """Our value of one cell (None: nothing to show)."""
+  kind, _, name = column.source.partition(':')
+  if kind == 'setting':
+    return paper_tables.settings(setup).get(name)
+  if kind == 'params':
+    return None if params is None else params / 1e6
+  if outcome.status != 'finished':
+    return None  # a part-way value would read as a result
+  if kind == 'metric':
+    return outcome.metrics.get(name)
+  if kind == 'hours':
+    return outcome.seconds / 3600
+  raise ValueError(f'Column {column.key}: unknown source {column.source!r}; '
+                   f"use 'setting:NAME', 'metric:TAG', 'params' or 'hours'.")
+
+
+def _text(value: Any, digits: int) -> str:
+  if value is None or value == '':
+    return ''
+  if isinstance(value, float) and not value.is_integer():
+    return f'{value:.{digits}f}' if digits else f'{value:g}'
+  if isinstance(value, float):
+    return f'{value:.{digits}f}' if digits else f'{int(value)}'
+  if isinstance(value, int) and value >= 10_000:
+    return f'{value:,}'
+  return str(value)
+
+
+def _status(outcome: run_results.Outcome) -> str:
+  detail = outcome.detail.replace('|', '/')
+  if len(detail) > 120:
+    detail = detail[:117] + '...'
+  return f'{outcome.status}: {detail}' if detail else outcome.status
+
+
+def write(spec, scale: str, setups: Sequence[paper_tables.RowSetup],
+          outcomes: Sequence[run_results.Outcome], workdir: str, *,
+          extra: str, about: str) -> str:
+  """Writes WORKDIR/table.md and WORKDIR/table.csv; returns the markdown."""
+  params = [paper_tables.parameters(s.model) if s.model is not None else None
+            for s in setups]
+  header = ['row']
+  for column in spec.COLUMNS:
+    header += [column.title] + (['paper'] if column.paper else [])
+  header.append('status')
+  table_rows, csv_rows = [], []
+  for setup, outcome, count in zip(setups, outcomes, params):
+    cells, record = [setup.row.label], {
+        'row': setup.row.name, 'label': setup.row.label,
+        'status': outcome.status, 'detail': outcome.detail,
+        'params_exact': count}
+    for column in spec.COLUMNS:
+      ours = _ours(column, setup, outcome, count)
+      cells.append(_text(ours, column.digits))
+      record[column.key] = ours
+      if column.paper:
+        cells.append(_text(setup.row.paper.get(column.key), 0))
+        record[f'{column.key}_paper'] = setup.row.paper.get(column.key)
+    cells.append(_status(outcome))
+    table_rows.append(cells)
+    csv_rows.append(record)
+  vocab = {s.model.vocab_size for s in setups if s.model is not None}
+  lines = [f'### {spec.TITLE}', '',
+           f'Scale: **{scale}**: {spec.SCALES[scale].about}' + (
+               f' Every row also with `{extra}`.' if extra else ''), '',
+           about + ' Parameters are exact counts of each row\'s config '
+           f'(jax.eval_shape, no training) at vocabulary '
+           f'{", ".join(f"{v:,}" for v in sorted(vocab))}; "paper" columns '
+           'are the published values.', '',
+           '| ' + ' | '.join(header) + ' |',
+           '|' + '---|' * len(header)]
+  lines += ['| ' + ' | '.join(cells) + ' |' for cells in table_rows]
+  lines += ['', spec.NOTES.strip()]
+  text = '\n'.join(lines) + '\n'
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, 'table.md'), 'w') as f:
+    f.write(text)
+  with open(os.path.join(workdir, 'table.csv'), 'w', newline='') as f:
+    fields = list(dict.fromkeys(k for r in csv_rows for k in r))
+    writer = csv.DictWriter(f, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(csv_rows)
+  return text

@@ -1,0 +1,107 @@
+"""What a training workdir holds, read without training or evaluating:
+its final evaluation (from the TensorBoard events), its progress, and a
+failure note left by `transformer.reproduce`. The same reading serves runs
+made here and runs a cluster made into a shared workdir.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import traceback
+
+import ml_collections
+
+from transformer import resume
+
+FAILURE_NOTE = 'reproduce_failure.txt'
+
+
+def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} of every TensorBoard event file in `workdir`,
+  oldest file first, so a rerun's values win. Event files are TFRecords
+  (length, crc, data, crc) of Event protos; a record still being written is
+  left out."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  scalars: dict[str, dict[int, float]] = {}
+  if not os.path.isdir(workdir):
+    return scalars
+  names = sorted((n for n in os.listdir(workdir)
+                  if n.startswith('events.out.tfevents')),
+                 key=lambda n: os.path.getmtime(os.path.join(workdir, n)))
+  for name in names:
+    with open(os.path.join(workdir, name), 'rb') as f:
+      data = f.read()
+    offset = 0
+    while offset + 12 <= len(data):
+      length = int.from_bytes(data[offset:offset + 8], 'little')
+      end = offset + 12 + length
+      if end + 4 > len(data):
+        break
+      event = event_pb2.Event.FromString(data[offset + 12:end])
+      for value in event.summary.value:
+        scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+      offset = end + 4
+  return scalars
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+  """status: 'finished', 'failed', 'running' (or stopped part-way), 'not
+  run' or 'changed' (finished with another config); metrics: the final
+  evaluation's scalars ({'eval/bleu': ...}); detail: for the table."""
+  status: str
+  metrics: dict[str, float] = dataclasses.field(default_factory=dict)
+  step: int = 0
+  seconds: float = 0.0
+  detail: str = ''
+
+
+def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
+  """Where the run of `config` in `workdir` stands. Finished means: trained
+  to config.train.num_steps, evaluated there (and evaluated averaged, when
+  the config averages checkpoints), with the same config."""
+  steps = config.train.num_steps
+  progress = {}
+  if os.path.exists(os.path.join(workdir, 'progress.json')):
+    with open(os.path.join(workdir, 'progress.json')) as f:
+      progress = json.load(f)
+  scalars = read_scalars(workdir)
+  final = {tag: values[steps] for tag, values in scalars.items()
+           if steps in values and tag.startswith(('eval/', 'eval_averaged/'))}
+  step, seconds = int(progress.get('step', 0)), progress.get('train_seconds',
+                                                              0.0)
+  needed = ['eval/loss'] + (['eval_averaged/loss']
+                            if config.eval.average_checkpoints > 1 else [])
+  if step >= steps and all(tag in final for tag in needed):
+    changes = resume.config_changes(workdir, config)
+    if changes:
+      return Outcome('changed', final, step, seconds,
+                     'finished with another config: ' + ', '.join(changes))
+    return Outcome('finished', final, step, seconds)
+  note = os.path.join(workdir, FAILURE_NOTE)
+  if os.path.exists(note):
+    with open(note) as f:
+      reason = f.readline().strip()
+    return Outcome('failed', final, step, seconds, reason)
+  if step:
+    return Outcome('running', final, step, seconds,
+                   f'step {step:,} of {steps:,}')
+  return Outcome('not run')
+
+
+def record_failure(workdir: str, error: BaseException) -> str:
+  """Leaves the error (first line: type and message; then the traceback)
+  in the workdir; returns the first line."""
+  reason = f'{type(error).__name__}: {error}'.splitlines()[0]
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, FAILURE_NOTE), 'w') as f:
+    f.write(reason + '\n\n' + ''.join(traceback.format_exception(error)))
+  return reason
+
+
+def clear_failure(workdir: str) -> None:
+  note = os.path.join(workdir, FAILURE_NOTE)
+  if os.path.exists(note):
+    os.remove(note)
