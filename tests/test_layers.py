@@ -43,6 +43,21 @@ def test_sinusoidal_encoding_matches_formula():
       assert table[pos, 2 * i + 1] == pytest.approx(np.cos(angle), abs=1e-6)
 
 
+def test_concatenated_sinusoids_hold_the_same_values_as_sin_then_cos():
+  # Marian's layout: PE(pos, i) = sin(pos / 10000^(2i/D)), PE(pos, D/2 + i)
+  # = cos(same), i < D/2.
+  interleaved = layers.sinusoidal_encoding(50, 16)
+  concatenated = layers.sinusoidal_encoding(50, 16, layout='concatenated')
+  np.testing.assert_array_equal(concatenated[:, :8], interleaved[:, 0::2])
+  np.testing.assert_array_equal(concatenated[:, 8:], interleaved[:, 1::2])
+  np.testing.assert_allclose(concatenated[7, 3], np.sin(7 / 1e4**(6 / 16)),
+                             rtol=1e-6)
+  with pytest.raises(ValueError, match='layout'):
+    layers.sinusoidal_encoding(4, 8, layout='blocked')
+  with pytest.raises(ValueError, match='sinusoidal_layout'):
+    layers.TransformerConfig(sinusoidal_layout='blocked')
+
+
 def test_sinusoidal_encoding_is_bounded_and_distinct_per_position():
   length = 2048
   table = layers.sinusoidal_encoding(length, 64).astype(np.float64)

@@ -1,5 +1,6 @@
 """The encoder-decoder Transformer: sizes, parameter counts, masking."""
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -85,3 +86,30 @@ def test_packed_rows_equal_separate_examples(positions):
                         deterministic=True)
     np.testing.assert_allclose(packed[0, start:start + len(tgt)], alone[0],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_final_logits_bias_and_unscaled_embeddings_are_what_they_say():
+  tokens = jnp.asarray([[3, 4, 5, 1]])
+  config = ed.config_for('tiny', vocab_size=11, dropout_rate=0.0,
+                         final_logits_bias=True)
+  model = ed.Transformer(config)
+  params = nn.unbox(model.init(jax.random.key(0), tokens, tokens,
+                               deterministic=True)['params'])
+  assert params['final_logits_bias'].shape == (11,)
+  bias = jnp.arange(11.0)
+  logits = lambda p, m=model: m.apply({'params': p}, tokens, tokens,
+                                      deterministic=True)
+  np.testing.assert_allclose(
+      logits({**params, 'final_logits_bias': bias}) - logits(params),
+      jnp.broadcast_to(bias, (1, 4, 11)), atol=1e-5)
+  # Without the sqrt(D) scale, a table sqrt(D) times larger encodes alike.
+  unscaled = ed.Transformer(config.replace(scale_embeddings=False))
+  table = params['embed']['embed']['embedding']
+  larger = {**params, 'embed': {'embed': {'embedding': table *
+                                          config.d_model**0.5}}}
+  encode = lambda p, m: m.apply({'params': p}, tokens, deterministic=True,
+                                method='encode')
+  np.testing.assert_allclose(encode(larger, unscaled), encode(params, model),
+                             atol=1e-5)
+  assert not np.allclose(encode(params, unscaled), encode(params, model),
+                         atol=1e-3)

@@ -4,13 +4,14 @@
     python -m transformer.convert --from=vit_npz --input=ViT-B_16.npz \
         --output=WORKDIR [--image_size=384]
 
-Writes the experiment config (config.json), the class names (dataset.json)
-and an orbax checkpoint at step 0, so that `python -m transformer.predict
---workdir=WORKDIR` classifies images with it and an experiment with
-`--config.train.init_from=WORKDIR` fine-tunes it (at another resolution or
-on other classes, as `image_classification.adapt_pretrained` allows).
-Hugging Face directories: ViT (`google/vit-*`); GPT-2 loads with
-`interop.gpt2.load` but has no workdir yet (it needs its BPE tokenizer).
+Writes the experiment config (config.json), what the task needs besides
+(the vocabulary in vocab/, or the class names in dataset.json) and an orbax
+checkpoint at step 0, so that the commands work on it as on a trained run:
+Marian (OPUS-MT) -> `python -m transformer.translate --workdir=WORKDIR`;
+ViT (`google/vit-*`, or the original .npz) -> `python -m transformer.predict
+--workdir=WORKDIR`, and `--config.train.init_from=WORKDIR` fine-tunes it (at
+another resolution or on other classes, as
+`image_classification.adapt_pretrained` allows).
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from transformer import checkpoints
 from transformer import commands
 from transformer import sharding
 from transformer import train
+from transformer.interop import marian
 from transformer.interop import vit as vit_interop
+from transformer.interop import vocabularies
 from transformer.tasks import image_classification
+from transformer.tasks import translation
 
 _FROM = flags.DEFINE_enum('from', None, ['hf', 'vit_npz'],
                           'Checkpoint format.')
@@ -53,16 +57,36 @@ def vit_experiment(config):
   return experiment
 
 
-def write_workdir(workdir: str, experiment, params, class_names) -> None:
-  """config.json, dataset.json and checkpoint 0 (the optimizer state of the
-  experiment's optimizer, freshly initialised)."""
+def marian_experiment(config, hf_tokenizer: dict):
+  """The translation config of a converted Marian model."""
+  experiment = translation.default_config()
+  experiment.data.update(dict(
+      tokenizer='marian', source='local', max_length=config.max_length,
+      source_lang=hf_tokenizer.get('source_lang') or 'src',
+      target_lang=hf_tokenizer.get('target_lang') or 'tgt'))
+  experiment.model.update(dict(
+      family='transformer', num_layers=config.num_layers,
+      d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+      dropout_rate=config.dropout_rate,
+      attention_dropout_rate=config.attention_dropout_rate,
+      activation=config.activation, norm_position=config.norm_position,
+      positional_encoding=config.positional_encoding,
+      sinusoidal_layout=config.sinusoidal_layout,
+      scale_embeddings=config.scale_embeddings,
+      final_logits_bias=config.final_logits_bias,
+      layer_norm_epsilon=config.layer_norm_epsilon, tie_embeddings=True))
+  return experiment
+
+
+def write_workdir(workdir: str, experiment, params, write_task_files) -> None:
+  """config.json, the task's files (`write_task_files(workdir)`) and
+  checkpoint 0 (the optimizer state of the experiment's optimizer, freshly
+  initialised)."""
   if checkpoints.exist(workdir):
     raise ValueError(f'{workdir} already has checkpoints; convert into a new '
                      f'--output.')
   os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, image_classification.DATASET_FILE),
-            'w') as f:
-    json.dump({'classes': list(class_names), 'channels': 3}, f)
+  write_task_files(workdir)
   with open(os.path.join(workdir, 'config.json'), 'w') as f:
     f.write(experiment.to_json_best_effort(indent=2))
   trainer = train.Trainer(experiment, workdir)
@@ -86,22 +110,54 @@ def main(argv):
       raise app.UsageError(f'Give --{flag.name}.')
   if _FROM.value == 'vit_npz':
     config, params = vit_interop.load_npz(_INPUT.value, _IMAGE_SIZE.value)
-    class_names = [f'class_{i}' for i in range(config.num_classes)]
-  else:
-    with open(os.path.join(_INPUT.value, 'config.json')) as f:
-      hf = json.load(f)
-    if hf.get('model_type') != 'vit':
-      raise app.UsageError(
-          f"model_type={hf.get('model_type')!r}: workdirs are written for "
-          f"'vit' checkpoints so far (interop.gpt2.load reads GPT-2).")
-    config, params = vit_interop.load(_INPUT.value)
-    labels = hf.get('id2label') or {}
-    class_names = [labels.get(str(i), f'class_{i}')
-                   for i in range(config.num_classes)]
-  write_workdir(_OUTPUT.value, vit_experiment(config), params, class_names)
+    _write_vit(config, params, {})
+    return
+  with open(os.path.join(_INPUT.value, 'config.json')) as f:
+    hf = json.load(f)
+  writers = {'vit': _convert_vit, 'marian': _convert_marian}
+  if hf.get('model_type') not in writers:
+    raise app.UsageError(
+        f"model_type={hf.get('model_type')!r}: choose a directory of one of "
+        f"{sorted(writers)}.")
+  writers[hf['model_type']](hf)
+
+
+def _convert_vit(hf: dict) -> None:
+  config, params = vit_interop.load(_INPUT.value)
+  _write_vit(config, params, hf.get('id2label') or {})
+
+
+def _write_vit(config, params, labels: dict) -> None:
+  class_names = [labels.get(str(i), f'class_{i}')
+                 for i in range(config.num_classes)]
+
+  def dataset_file(workdir):
+    with open(os.path.join(workdir, image_classification.DATASET_FILE),
+              'w') as f:
+      json.dump({'classes': class_names, 'channels': 3}, f)
+
+  write_workdir(_OUTPUT.value, vit_experiment(config), params, dataset_file)
   print(f'Wrote {_OUTPUT.value}: {config.num_layers} layers, width '
         f'{config.d_model}, {config.image_size}x{config.image_size} images, '
         f'{config.num_classes} classes.')
+
+
+def _convert_marian(hf: dict) -> None:
+  del hf  # marian.load reads it again, with the vocabulary
+  config, params, pieces = marian.load(_INPUT.value)
+  path = lambda name: os.path.join(_INPUT.value, name)
+  tokenizer_config = {}
+  if os.path.exists(path('tokenizer_config.json')):
+    with open(path('tokenizer_config.json')) as f:
+      tokenizer_config = json.load(f)
+  write_workdir(
+      _OUTPUT.value, marian_experiment(config, tokenizer_config), params,
+      lambda workdir: vocabularies.MarianTokenizer.save(
+          os.path.join(workdir, 'vocab'), path(marian.SOURCE_SPM),
+          path(marian.TARGET_SPM), pieces))
+  print(f'Wrote {_OUTPUT.value}: Marian, {config.num_layers}+'
+        f'{config.num_layers} layers, width {config.d_model}, '
+        f'{config.vocab_size:,} shared pieces.')
 
 
 if __name__ == '__main__':

@@ -31,6 +31,10 @@ NORM_POSITIONS = ('post', 'pre')
 # 'rotary' adds nothing to the embeddings: self-attention rotates its queries
 # and keys instead (`attention.rotary_embedding`).
 POSITIONAL_ENCODINGS = ('sinusoidal', 'learned', 'rotary')
+# How the sin and cos of each frequency sit in the vector: 'interleaved'
+# (the paper: sin at 2i, cos at 2i+1) or 'concatenated' (all sines, then all
+# cosines: Marian, fairseq, tensor2tensor).
+SINUSOIDAL_LAYOUTS = ('interleaved', 'concatenated')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
 # Rematerialisation: what a block keeps from its forward pass for the
 # backward pass. 'none' keeps everything; 'full' keeps only the block inputs
@@ -65,6 +69,7 @@ class TransformerConfig:
   attention_dropout_rate: float = 0.0
   norm_position: str = 'post'  # 'post': LN(x + f(x)) (paper); 'pre'
   positional_encoding: str = 'sinusoidal'  # see POSITIONAL_ENCODINGS
+  sinusoidal_layout: str = 'interleaved'  # see SINUSOIDAL_LAYOUTS
   layer_norm_epsilon: float = 1e-6
   use_bias: bool = True
   attention_implementation: str = 'xla'
@@ -91,6 +96,9 @@ class TransformerConfig:
       raise ValueError(
           f'positional_encoding={self.positional_encoding!r}; choose one of '
           f'{self.positional_encodings}.')
+    if self.sinusoidal_layout not in SINUSOIDAL_LAYOUTS:
+      raise ValueError(f'sinusoidal_layout={self.sinusoidal_layout!r}; choose '
+                       f'one of {SINUSOIDAL_LAYOUTS}.')
     if self.attention_implementation not in attention.IMPLEMENTATIONS:
       raise ValueError(
           f'attention_implementation={self.attention_implementation!r}; '
@@ -180,8 +188,12 @@ class TokenEmbedding(nn.Module):
 
 
 def sinusoidal_encoding(length: int, features: int,
-                        max_timescale: float = 10_000.0) -> np.ndarray:
+                        max_timescale: float = 10_000.0,
+                        layout: str = 'interleaved') -> np.ndarray:
   """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(same).
+
+  With layout='concatenated' the same values sit as [sin... | cos...]:
+  PE(pos, i) = sin(.) and PE(pos, D/2 + i) = cos(.) for i < D/2.
 
   Returns:
     [length, features] float32.
@@ -192,9 +204,15 @@ def sinusoidal_encoding(length: int, features: int,
   positions = np.arange(length, dtype=np.float64)[:, None]
   two_i = np.arange(0, features, 2, dtype=np.float64)[None, :]
   angles = positions / max_timescale**(two_i / features)
-  table = np.empty((length, features), np.float64)
-  table[:, 0::2] = np.sin(angles)
-  table[:, 1::2] = np.cos(angles)
+  if layout == 'concatenated':
+    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+  elif layout == 'interleaved':
+    table = np.empty((length, features), np.float64)
+    table[:, 0::2] = np.sin(angles)
+    table[:, 1::2] = np.cos(angles)
+  else:
+    raise ValueError(f'layout={layout!r}; choose one of '
+                     f'{SINUSOIDAL_LAYOUTS}.')
   return table.astype(np.float32)
 
 
@@ -210,9 +228,11 @@ class PositionalEncoding(nn.Module):
     max_length: longest sequence (the table size).
     kind: 'sinusoidal' (paper), 'learned' (paper Table 3 row E) or
       'rotary' (adds nothing; the attention layers rotate queries and keys).
+    layout: of the sinusoids (`SINUSOIDAL_LAYOUTS`).
   """
   max_length: int
   kind: str = 'sinusoidal'
+  layout: str = 'interleaved'
   decode: bool = False
   param_dtype: Dtype = jnp.float32
 
@@ -223,7 +243,8 @@ class PositionalEncoding(nn.Module):
     if self.kind == 'rotary':
       return x
     if self.kind == 'sinusoidal':
-      table = jnp.asarray(sinusoidal_encoding(self.max_length, features))
+      table = jnp.asarray(sinusoidal_encoding(self.max_length, features,
+                                              layout=self.layout))
     elif self.kind == 'learned':
       table = self.param(
           'embedding',

@@ -75,8 +75,8 @@ class Decoder(nn.Module):
         embedding_init=nn.initializers.normal(stddev=0.02), dtype=c.dtype,
         param_dtype=c.param_dtype)
     self.positions = layers.PositionalEncoding(
-        c.max_length, c.positional_encoding, decode=c.decode,
-        param_dtype=c.param_dtype)
+        c.max_length, c.positional_encoding, c.sinusoidal_layout,
+        decode=c.decode, param_dtype=c.param_dtype)
     self.dropout = nn.Dropout(c.dropout_rate)
     self.blocks = layers.EncoderStack(c)
 

@@ -66,7 +66,8 @@ class Bert(nn.Module):
         c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
         embedding_init=init, dtype=c.dtype, param_dtype=c.param_dtype)
     self.positions = layers.PositionalEncoding(
-        c.max_length, c.positional_encoding, param_dtype=c.param_dtype)
+        c.max_length, c.positional_encoding, c.sinusoidal_layout,
+        param_dtype=c.param_dtype)
     self.token_types = nn.Embed(
         c.type_vocab_size, c.d_model, dtype=c.dtype,
         param_dtype=c.param_dtype,

@@ -44,6 +44,10 @@ class Config(layers.TransformerConfig):
   max_length: int = 256  # longest source or target sequence
   positional_encoding: str = 'sinusoidal'  # 'learned': Table 3 row E
   tie_embeddings: bool = True  # softmax weights = embedding table
+  scale_embeddings: bool = True  # token embeddings times sqrt(D) (paper)
+  # A learned bias added to the logits (Marian and BART keep one, at zero
+  # unless trained).
+  final_logits_bias: bool = False
 
 
 def config_for(size: str, **overrides) -> Config:
@@ -86,13 +90,14 @@ class Transformer(nn.Module):
   def setup(self):
     c = self.config
     self.embed = layers.TokenEmbedding(
-        c.vocab_size, c.d_model, scale_by_sqrt_dim=True, dtype=c.dtype,
-        param_dtype=c.param_dtype)
+        c.vocab_size, c.d_model, scale_by_sqrt_dim=c.scale_embeddings,
+        dtype=c.dtype, param_dtype=c.param_dtype)
     self.encoder_positions = layers.PositionalEncoding(
-        c.max_length, c.positional_encoding, param_dtype=c.param_dtype)
-    self.decoder_positions = layers.PositionalEncoding(
-        c.max_length, c.positional_encoding, decode=c.decode,
+        c.max_length, c.positional_encoding, c.sinusoidal_layout,
         param_dtype=c.param_dtype)
+    self.decoder_positions = layers.PositionalEncoding(
+        c.max_length, c.positional_encoding, c.sinusoidal_layout,
+        decode=c.decode, param_dtype=c.param_dtype)
     self.encoder = layers.EncoderStack(c.replace(decode=False))
     self.decoder = layers.DecoderStack(c)
     self.dropout = nn.Dropout(c.dropout_rate)
@@ -102,6 +107,11 @@ class Transformer(nn.Module):
           param_dtype=c.param_dtype,
           kernel_init=nn.with_logical_partitioning(
               nn.initializers.xavier_uniform(), ('embed', 'vocab')))
+    if c.final_logits_bias:
+      self.logits_bias = self.param(
+          'final_logits_bias',
+          nn.with_logical_partitioning(nn.initializers.zeros, ('vocab',)),
+          (c.vocab_size,), c.param_dtype)
 
   def encode(self, inputs: Array, *, inputs_positions: Array | None = None,
              inputs_segmentation: Array | None = None,
@@ -151,6 +161,8 @@ class Transformer(nn.Module):
       logits = self.embed.attend(y)
     else:
       logits = self.logits_projection(y)
+    if self.config.final_logits_bias:
+      logits = logits + self.logits_bias.astype(logits.dtype)
     return logits.astype(jnp.float32)
 
   def __call__(self, inputs: Array, targets: Array, *,

@@ -100,19 +100,36 @@ def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,
           f'choose a multiple.')
 
 
+# Vocabularies that come with converted checkpoints (`transformer.convert`
+# writes them into the workdir's vocab/ folder).
+PUBLISHED_TOKENIZERS = ('marian', 'gpt2')
+
+
+def published_tokenizer(name: str, workdir: str):
+  """The converted checkpoint's tokenizer kept in `workdir/vocab`."""
+  from transformer.interop import vocabularies  # pylint: disable=g-import-not-at-top
+  kind = {'marian': vocabularies.MarianTokenizer,
+          'gpt2': vocabularies.GPT2Tokenizer}[name]
+  return kind(os.path.join(workdir, 'vocab'))
+
+
 def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
                    texts: Callable[[], Iterable[str]]):
   """The tokenizer `data.tokenizer` names ('byte', 'char', 'word' or
   'sentencepiece' of `data.vocab_size` pieces of `data.tokenizer_model_type`),
-  its vocabulary built from `texts()` once and kept in the workdir."""
+  its vocabulary built from `texts()` once and kept in the workdir, or a
+  converted checkpoint's (`PUBLISHED_TOKENIZERS`)."""
   from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
+  if data.tokenizer in PUBLISHED_TOKENIZERS:
+    return published_tokenizer(data.tokenizer, workdir)
   if data.tokenizer == 'byte':
     return tokenizers.ByteTokenizer()
   files = {'char': 'chars.json', 'word': 'words.json',
            'sentencepiece': 'spm.model'}
   if data.tokenizer not in files:
     raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
-                     f"'byte' or one of {sorted(files)}.")
+                     f"'byte' or one of {sorted(files)} (or, for converted "
+                     f"checkpoints, {PUBLISHED_TOKENIZERS}).")
   vocabularies = {'char': tokenizers.CharTokenizer,
                   'word': tokenizers.WordTokenizer}
   if data.tokenizer in vocabularies:

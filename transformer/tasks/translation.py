@@ -41,8 +41,10 @@ FAMILIES = {
         num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
         head_dim=int, d_ff=int, dropout_rate=float,
         attention_dropout_rate=float, activation=str, norm_position=str,
-        positional_encoding=str, tie_embeddings=bool,
-        attention_implementation=str, **layers.MEMORY_FIELDS)),
+        positional_encoding=str, sinusoidal_layout=str, tie_embeddings=bool,
+        scale_embeddings=bool, final_logits_bias=bool,
+        layer_norm_epsilon=float, attention_implementation=str,
+        **layers.MEMORY_FIELDS)),
     'rnn': (rnn, dict(
         num_layers=int, embed_dim=int, hidden_dim=int, bidirectional=bool,
         attention=str, attention_dim=int, dropout_rate=float)),
@@ -64,6 +66,9 @@ def default_config() -> ml_collections.ConfigDict:
       max_clauses=1,  # offline: sentences of 1..max_clauses clauses
       path='',  # local: folder of {split}.{lang}[.gz]
       tfds_name='', tfds_data_dir='', max_examples_per_split=0,  # tfds
+      # 'sentencepiece' (trained on the training text) or 'marian' (the
+      # vocabulary of a converted OPUS-MT model).
+      tokenizer='sentencepiece',
       vocab_size=37_000, tokenizer_model_type='unigram',
       character_coverage=1.0, max_length=256,
       too_long='drop',  # or 'truncate': pairs longer than max_length
@@ -171,10 +176,16 @@ class TranslationTask:
     self.model = self.family.build(self.model_config)
     self.decoder = self.family.build(self.model_config, decode=True)
 
-  def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
+  def _tokenizer(self):
     """The workdir's SentencePiece model, trained on the training text the
-    first time (by process 0; the others wait for it)."""
+    first time (by process 0; the others wait for it), or the vocabulary of
+    a converted Marian model."""
     data = self.config.data
+    if data.tokenizer == 'marian':
+      return tasks.published_tokenizer('marian', self.workdir)
+    if data.tokenizer != 'sentencepiece':
+      raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
+                       f"'sentencepiece' or 'marian'.")
     return tokenizers.SentencePieceTokenizer(tasks.workdir_vocabulary(
         self.workdir, 'spm.model', lambda path: tokenizers.load_or_train(
             path, lambda: [s for pair in self.pairs(data.train_split)

@@ -1,0 +1,178 @@
+"""The tokenizers of converted checkpoints, with our id conventions.
+
+A converted workdir keeps its published vocabulary in `<workdir>/vocab/`,
+reordered so that padding is 0, EOS 1 and unknown 2, as every task and model
+here expects (`transformer.data.tokenizers`). The classes have the interface
+of `tokenizers.SentencePieceTokenizer`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+import json
+import os
+
+import numpy as np
+import sentencepiece as spm
+
+from transformer.data import tokenizers
+
+MARIAN_PIECES = 'marian_pieces.json'
+
+
+def _ids_before_eos(ids: Iterable[int]) -> list[int]:
+  ids = [int(i) for i in ids]
+  if tokenizers.EOS_ID in ids:
+    ids = ids[:ids.index(tokenizers.EOS_ID)]
+  return [i for i in ids if i != tokenizers.PAD_ID]
+
+
+class MarianTokenizer:
+  """Marian's tokenization: the source SentencePiece model segments the
+  input, a shared vocabulary maps pieces to ids (unknown pieces to the
+  unknown id), EOS ends every input; a leading language code such as
+  '>>fra<<' (multilingual targets) is one token. Outputs are joined with
+  the target SentencePiece model.
+
+  As Hugging Face's MarianTokenizer without `sacremoses` installed, no
+  Moses punctuation normalisation is applied.
+  """
+
+  def __init__(self, folder: str):
+    """Reads source.spm, target.spm and marian_pieces.json from `folder`."""
+    paths = [os.path.join(folder, name) for name in
+             ('source.spm', 'target.spm', MARIAN_PIECES)]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+      raise FileNotFoundError(
+          f'{", ".join(missing)} missing: a Marian workdir holds the files '
+          'that `python -m transformer.convert --from=hf` writes.')
+    self._source = spm.SentencePieceProcessor(model_file=paths[0])
+    self._target = spm.SentencePieceProcessor(model_file=paths[1])
+    with open(paths[2], encoding='utf-8') as f:
+      self.pieces = json.load(f)['pieces']
+    self._ids = {piece: i for i, piece in enumerate(self.pieces)}
+
+  @staticmethod
+  def save(folder: str, source_spm: str, target_spm: str,
+           pieces: Sequence[str]) -> None:
+    """Copies the SentencePiece models and writes the pieces in our id
+    order into `folder`."""
+    os.makedirs(folder, exist_ok=True)
+    for path, name in ((source_spm, 'source.spm'), (target_spm, 'target.spm')):
+      with open(path, 'rb') as f:
+        data = f.read()
+      with open(os.path.join(folder, name), 'wb') as f:
+        f.write(data)
+    with open(os.path.join(folder, MARIAN_PIECES), 'w',
+              encoding='utf-8') as f:
+      json.dump({'pieces': list(pieces)}, f, ensure_ascii=False)
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.pieces)
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    code = []
+    if text.startswith('>>') and (end := text.find('<<')) != -1:
+      code, text = [text[:end + 2]], text[end + 2:]
+    pieces = code + self._source.encode(text, out_type=str)
+    ids = [self._ids.get(p, tokenizers.UNK_ID) for p in pieces]
+    return ids + [tokenizers.EOS_ID] if add_eos else ids
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS, as Hugging Face's
+    `decode(skip_special_tokens=True)` with the target SentencePiece model:
+    padding and unknown ids skipped, pieces the target model lacks (from
+    the source side of the shared vocabulary) with their '▁' as spaces."""
+    pieces = [self.pieces[i] for i in _ids_before_eos(ids)
+              if i != tokenizers.UNK_ID]
+    return self._target.decode_pieces(pieces).replace('\u2581', ' ').strip()
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    return [self.decode(ids) for ids in batch]
+
+  def id_to_piece(self, token_id: int) -> str:
+    return self.pieces[int(token_id)]
+
+
+GPT2_FILES = ('gpt2_tokenizer.json', 'gpt2_ids.json')
+
+
+class GPT2Tokenizer:
+  """GPT-2's byte-level BPE (the `tokenizers` library, from the published
+  vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
+  converted model never predicts it), <|endoftext|> 1 as EOS, and GPT-2's
+  other ids after, in order (`gpt2_to_ours`). Every text encodes, so the
+  unknown id is never produced."""
+
+  def __init__(self, folder: str):
+    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+    paths = [os.path.join(folder, name) for name in GPT2_FILES]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+      raise FileNotFoundError(
+          f'{", ".join(missing)} missing: a GPT-2 workdir holds the files '
+          'that `python -m transformer.convert --from=hf` writes.')
+    self._bpe = Tokenizer.from_file(paths[0])
+    with open(paths[1]) as f:
+      ids = json.load(f)
+    self.gpt2_eos, self.gpt2_vocab_size = ids['eos_id'], ids['vocab_size']
+
+  @staticmethod
+  def save(folder: str, vocab_json: str, merges_txt: str, eos_id: int,
+           vocab_size: int) -> None:
+    """Writes the BPE (as the `tokenizers` library's one-file JSON) and
+    GPT-2's EOS id and vocabulary size into `folder`."""
+    from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
+    os.makedirs(folder, exist_ok=True)
+    bpe = ByteLevelBPETokenizer(vocab_json, merges_txt)
+    bpe.save(os.path.join(folder, GPT2_FILES[0]))
+    with open(os.path.join(folder, GPT2_FILES[1]), 'w') as f:
+      json.dump({'eos_id': eos_id, 'vocab_size': vocab_size}, f)
+
+  def gpt2_to_ours(self, ids):
+    """GPT-2 ids -> ours: EOS -> 1, the others shifted past 0 and 1."""
+    ids = np.asarray(ids)
+    return np.where(ids == self.gpt2_eos, tokenizers.EOS_ID,
+                    ids + 2 - (ids > self.gpt2_eos))
+
+  def ours_to_gpt2(self, ids):
+    """The inverse of `gpt2_to_ours` (padding has no GPT-2 id)."""
+    ids = np.asarray(ids)
+    if (ids == tokenizers.PAD_ID).any():
+      raise ValueError('Padding (0) has no GPT-2 id.')
+    rest = ids - 2
+    return np.where(ids == tokenizers.EOS_ID, self.gpt2_eos,
+                    rest + (rest >= self.gpt2_eos))
+
+  @property
+  def vocab_size(self) -> int:
+    return self.gpt2_vocab_size + 1
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    ids = self.gpt2_to_ours(self._bpe.encode(text).ids).tolist()
+    return ids + [tokenizers.EOS_ID] if add_eos else ids
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS, padding skipped."""
+    ids = _ids_before_eos(ids)
+    return self._bpe.decode(self.ours_to_gpt2(ids).tolist()) if ids else ''
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    return [self.decode(ids) for ids in batch]
+
+  def id_to_piece(self, token_id: int) -> str:
+    """The BPE token ('Ġ' marks a leading space), '<pad>', '</s>'."""
+    token_id = int(token_id)
+    if token_id == tokenizers.PAD_ID:
+      return '<pad>'
+    return self._bpe.id_to_token(int(self.ours_to_gpt2(token_id)))
