@@ -8,6 +8,9 @@ Writes the experiment config (config.json), what the task needs besides
 (the vocabulary in vocab/, or the class names in dataset.json) and an orbax
 checkpoint at step 0, so that the commands work on it as on a trained run:
 Marian (OPUS-MT) -> `python -m transformer.translate --workdir=WORKDIR`;
+GPT-2 -> `python -m transformer.generate --workdir=WORKDIR`, and evaluation
+or fine-tuning on text with `python -m transformer.main --workdir=WORKDIR
+--config.data.path=...`;
 ViT (`google/vit-*`, or the original .npz) -> `python -m transformer.predict
 --workdir=WORKDIR`, and `--config.train.init_from=WORKDIR` fine-tunes it (at
 another resolution or on other classes, as
@@ -28,10 +31,12 @@ from transformer import checkpoints
 from transformer import commands
 from transformer import sharding
 from transformer import train
+from transformer.interop import gpt2
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
 from transformer.interop import vocabularies
 from transformer.tasks import image_classification
+from transformer.tasks import language_modeling
 from transformer.tasks import translation
 
 _FROM = flags.DEFINE_enum('from', None, ['hf', 'vit_npz'],
@@ -78,6 +83,22 @@ def marian_experiment(config, hf_tokenizer: dict):
   return experiment
 
 
+def gpt2_experiment(config):
+  """The language-modelling config of a converted GPT-2 (our ids)."""
+  experiment = language_modeling.default_config()
+  experiment.data.update(dict(tokenizer='gpt2', source='local',
+                              max_length=config.max_length))
+  experiment.model.update(dict(
+      size='gpt2', num_layers=config.num_layers, d_model=config.d_model,
+      num_heads=config.num_heads, d_ff=config.d_ff,
+      dropout_rate=config.dropout_rate, activation=config.activation,
+      norm_position=config.norm_position,
+      positional_encoding=config.positional_encoding,
+      layer_norm_epsilon=config.layer_norm_epsilon,
+      mask_padding=config.mask_padding))
+  return experiment
+
+
 def write_workdir(workdir: str, experiment, params, write_task_files) -> None:
   """config.json, the task's files (`write_task_files(workdir)`) and
   checkpoint 0 (the optimizer state of the experiment's optimizer, freshly
@@ -114,7 +135,8 @@ def main(argv):
     return
   with open(os.path.join(_INPUT.value, 'config.json')) as f:
     hf = json.load(f)
-  writers = {'vit': _convert_vit, 'marian': _convert_marian}
+  writers = {'vit': _convert_vit, 'marian': _convert_marian,
+             'gpt2': _convert_gpt2}
   if hf.get('model_type') not in writers:
     raise app.UsageError(
         f"model_type={hf.get('model_type')!r}: choose a directory of one of "
@@ -144,6 +166,8 @@ def _write_vit(config, params, labels: dict) -> None:
 
 def _convert_marian(hf: dict) -> None:
   del hf  # marian.load reads it again, with the vocabulary
+  source_spm, target_spm = _published_files(marian.SOURCE_SPM,
+                                            marian.TARGET_SPM)
   config, params, pieces = marian.load(_INPUT.value)
   path = lambda name: os.path.join(_INPUT.value, name)
   tokenizer_config = {}
@@ -153,11 +177,43 @@ def _convert_marian(hf: dict) -> None:
   write_workdir(
       _OUTPUT.value, marian_experiment(config, tokenizer_config), params,
       lambda workdir: vocabularies.MarianTokenizer.save(
-          os.path.join(workdir, 'vocab'), path(marian.SOURCE_SPM),
-          path(marian.TARGET_SPM), pieces))
+          os.path.join(workdir, 'vocab'), source_spm, target_spm, pieces))
   print(f'Wrote {_OUTPUT.value}: Marian, {config.num_layers}+'
         f'{config.num_layers} layers, width {config.d_model}, '
         f'{config.vocab_size:,} shared pieces.')
+
+
+
+def _published_files(*names: str) -> list[str]:
+  """Paths of the vocabulary files in --input, refused if any is missing."""
+  paths = [os.path.join(_INPUT.value, name) for name in names]
+  missing = [name for name, path in zip(names, paths)
+             if not os.path.exists(path)]
+  if missing:
+    raise FileNotFoundError(
+        f'{_INPUT.value} lacks {", ".join(missing)}: download the '
+        'tokenizer files with the weights (the whole model repository).')
+  return paths
+
+
+def _convert_gpt2(hf: dict) -> None:
+  vocab_json, merges_txt = _published_files('vocab.json', 'merges.txt')
+  config, params = gpt2.load(_INPUT.value)
+  eos_id = hf.get('eos_token_id', config.vocab_size - 1)
+  if eos_id != config.vocab_size - 1:
+    raise ValueError(f'eos_token_id={eos_id} is not the last id: GPT-2 '
+                     'checkpoints keep <|endoftext|> last, which export '
+                     'relies on.')
+  gpt2_vocab_size = config.vocab_size
+  config, params = gpt2.with_our_ids(config, params, eos_id)
+  write_workdir(
+      _OUTPUT.value, gpt2_experiment(config), params,
+      lambda workdir: vocabularies.GPT2Tokenizer.save(
+          os.path.join(workdir, 'vocab'), vocab_json, merges_txt, eos_id,
+          gpt2_vocab_size))
+  print(f'Wrote {_OUTPUT.value}: GPT-2, {config.num_layers} layers, width '
+        f'{config.d_model}, context {config.max_length}, '
+        f'{gpt2_vocab_size:,} tokens (+ padding at id 0).')
 
 
 if __name__ == '__main__':

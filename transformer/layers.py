@@ -36,6 +36,9 @@ POSITIONAL_ENCODINGS = ('sinusoidal', 'learned', 'rotary')
 # cosines: Marian, fairseq, tensor2tensor).
 SINUSOIDAL_LAYOUTS = ('interleaved', 'concatenated')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
+# The logit of an id a model never predicts (`mask_padding`): finite, so
+# that a zero loss weight on it stays zero, and far below any real logit.
+MASKED_LOGIT = -1e9
 # Rematerialisation: what a block keeps from its forward pass for the
 # backward pass. 'none' keeps everything; 'full' keeps only the block inputs
 # (least memory, one more forward pass); 'dots' keeps matmul outputs without

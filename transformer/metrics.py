@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import sacrebleu
 
+from transformer import layers
+
 Sums = Mapping[str, tuple[Any, Any]]
 
 
@@ -42,10 +44,13 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
 
   The smoothed target puts 1 - smoothing on the label and smoothing / V on
   every token; written without a one-hot so [B, T, V] is never built twice.
+  Ids a model masks out (`layers.MASKED_LOGIT`, e.g. a converted GPT-2's
+  padding) are not among the V.
   """
   log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
   nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-  uniform = -log_probs.mean(axis=-1)
+  possible = logits > layers.MASKED_LOGIT / 2
+  uniform = -jnp.where(possible, log_probs, 0.0).sum(-1) / possible.sum(-1)
   return (1.0 - smoothing) * nll + smoothing * uniform, nll
 
 

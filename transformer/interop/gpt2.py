@@ -6,6 +6,12 @@ h.i.ln_1/ln_2 -> the pre-LN norms of block i, attn.c_attn ([D, 3D], Conv1D
 weights are [in, out]) split into query, key and value [D, N, H], attn.c_proj
 -> out [N, H, D], mlp.c_fc/c_proj -> wi/wo, ln_f -> the final norm. GPT-2's
 'gelu_new' is the tanh approximation, which `nn.gelu` computes by default.
+
+Workdirs (`python -m transformer.convert`) use our ids (`with_our_ids`):
+GPT-2 has no padding token, so the table gains a zero row at id 0 that the
+model never predicts (`mask_padding`), <|endoftext|> moves to id 1 (EOS)
+and the other ids follow in order (`vocabularies.GPT2Tokenizer`). Export
+undoes this, so a converted model exports to the published layout.
 """
 
 from __future__ import annotations
@@ -89,6 +95,36 @@ def params_from_hf(tensors: dict[str, np.ndarray],
           'blocks': blocks}
 
 
+def _table(params: dict[str, Any]) -> np.ndarray:
+  return np.asarray(params['embed']['embed']['embedding'])
+
+
+def _with_table(params: dict[str, Any], table: np.ndarray) -> dict[str, Any]:
+  return {**params, 'embed': {'embed': {'embedding': table}}}
+
+
+def with_our_ids(config: decoder.Config, params: dict[str, Any],
+                 eos_id: int) -> tuple[decoder.Config, dict[str, Any]]:
+  """GPT-2's vocabulary in our order: a masked zero row for padding (0),
+  <|endoftext|> (`eos_id`) as 1, then the other ids in order."""
+  table = _table(params)
+  others = np.delete(np.arange(len(table)), eos_id)
+  table = np.concatenate([np.zeros_like(table[:1]), table[[eos_id]],
+                          table[others]])
+  return (config.replace(vocab_size=len(table), mask_padding=True),
+          _with_table(params, table))
+
+
+def with_gpt2_ids(config: decoder.Config, params: dict[str, Any],
+                  eos_id: int) -> tuple[decoder.Config, dict[str, Any]]:
+  """The inverse of `with_our_ids`."""
+  table = _table(params)[1:]  # without padding
+  eos, others = table[0], table[1:]
+  table = np.concatenate([others[:eos_id], eos[None], others[eos_id:]])
+  return (config.replace(vocab_size=len(table), mask_padding=False),
+          _with_table(params, table))
+
+
 def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face GPT-2 directory."""
   with open(os.path.join(directory, 'config.json')) as f:
@@ -99,7 +135,11 @@ def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
 def to_hf(params: dict[str, Any], config: decoder.Config
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """The inverse of `config_from_hf` and `params_from_hf`: a GPT-2
-  config.json dict and tensors named as GPT2LMHeadModel saves them."""
+  config.json dict and tensors named as GPT2LMHeadModel saves them. A
+  converted model (`mask_padding`) goes back to GPT-2's ids, its
+  <|endoftext|> at the end of the vocabulary, where GPT-2 has it."""
+  if config.mask_padding:
+    config, params = with_gpt2_ids(config, params, config.vocab_size - 2)
   if (config.norm_position, config.positional_encoding,
       config.activation) != ('pre', 'learned', 'gelu') or config.num_kv_heads:
     raise ValueError('Only GPT-2-shaped decoders export to the GPT-2 layout '

@@ -103,6 +103,21 @@ class MarianTokenizer:
 GPT2_FILES = ('gpt2_tokenizer.json', 'gpt2_ids.json')
 
 
+def _byte_level_alphabet() -> dict[str, int]:
+  """GPT-2's byte-level alphabet: the character that stands for each byte
+  in its tokens (printable bytes themselves, the others moved to 256+)."""
+  printable = [*range(ord('!'), ord('~') + 1), *range(ord('¡'), ord('¬') + 1),
+               *range(ord('®'), ord('ÿ') + 1)]
+  characters, extra = {}, 0
+  for byte in range(256):
+    if byte in printable:
+      characters[chr(byte)] = byte
+    else:
+      characters[chr(256 + extra)] = byte
+      extra += 1
+  return characters
+
+
 class GPT2Tokenizer:
   """GPT-2's byte-level BPE (the `tokenizers` library, from the published
   vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
@@ -169,6 +184,15 @@ class GPT2Tokenizer:
 
   def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
     return [self.decode(ids) for ids in batch]
+
+  def token_bytes(self, token_id: int) -> bytes:
+    """The UTF-8 bytes a token stands for (a token may hold part of a
+    character); none for padding and EOS."""
+    if int(token_id) in (tokenizers.PAD_ID, tokenizers.EOS_ID):
+      return b''
+    if not hasattr(self, '_alphabet'):
+      self._alphabet = _byte_level_alphabet()
+    return bytes(self._alphabet[c] for c in self.id_to_piece(token_id))
 
   def id_to_piece(self, token_id: int) -> str:
     """The BPE token ('Ġ' marks a leading space), '<pad>', '</s>'."""

@@ -55,6 +55,9 @@ class Config(layers.TransformerConfig):
   positional_encoding: str = 'learned'
   norm_position: str = 'pre'
   activation: str = 'gelu'
+  # Padding (id 0) gets no probability: for a vocabulary that has no padding
+  # token of its own (a converted GPT-2, whose id 0 is an added zero row).
+  mask_padding: bool = False
 
 
 def config_for(size: str, **overrides) -> Config:
@@ -105,7 +108,10 @@ class Decoder(nn.Module):
       mask = attention.combine_masks(mask, key_mask[:, None, None, :])
     x = self.blocks(x, mask=mask, causal=True, positions=positions,
                     deterministic=deterministic)
-    return self.embed.attend(x).astype(jnp.float32)
+    logits = self.embed.attend(x).astype(jnp.float32)
+    if self.config.mask_padding:
+      logits = logits.at[..., 0].set(layers.MASKED_LOGIT)
+    return logits
 
 
 def build(config: Config, *, decode: bool = False) -> Decoder:

@@ -37,6 +37,7 @@ MODEL_FIELDS = dict(
     num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
     head_dim=int, d_ff=int, dropout_rate=float, attention_dropout_rate=float,
     activation=str, norm_position=str, positional_encoding=str,
+    layer_norm_epsilon=float, mask_padding=bool,
     attention_implementation=str, **layers.MEMORY_FIELDS)
 
 
@@ -59,7 +60,9 @@ def default_config() -> ml_collections.ConfigDict:
       # text (of the characters for one document, else of the documents).
       path='', per='file', eval_path='', train_fraction=0.9,
       tfds_name='lm1b', tfds_data_dir='', max_examples_per_split=0,
-      tokenizer='sentencepiece',  # 'byte' | 'char' | 'word' | 'sentencepiece'
+      # 'byte' | 'char' | 'word' | 'sentencepiece'; 'gpt2' (a converted
+      # GPT-2's byte-level BPE)
+      tokenizer='sentencepiece',
       tokenizer_model_type='unigram',  # SentencePiece: 'unigram' | 'word'
       vocab_size=8_000,  # SentencePiece only
       max_length=256,  # context length
@@ -116,6 +119,12 @@ def _token_lengths(tokenizer) -> np.ndarray:
   token (rows 2, 3: SentencePiece's dummy space before a document is not
   text), so bits per byte/character follow exactly from the targets."""
   lengths = np.zeros((4, tokenizer.vocab_size), np.float32)
+  if hasattr(tokenizer, 'token_bytes'):  # GPT-2: every id from 2 is text
+    for i in range(2, tokenizer.vocab_size):
+      data = tokenizer.token_bytes(i)
+      characters = sum(byte & 0xC0 != 0x80 for byte in data)
+      lengths[:, i] = len(data), characters, len(data), characters
+    return lengths
   for i in range(3, tokenizer.vocab_size):
     if isinstance(tokenizer, tokenizers.ByteTokenizer):
       starts_char = float((i - 3) & 0xC0 != 0x80)  # not a continuation byte

@@ -1,0 +1,141 @@
+"""A converted GPT-2 workdir: a randomly initialised transformers GPT-2 with
+a byte-level BPE vocabulary, converted by the command, tokenizes, scores
+(logits, label-smoothed loss) and generates (greedy) as the reference does,
+and exports back to the same tensors. Skipped without `transformers` and
+`torch` (`pip install -e ".[interop]"`)."""
+
+import json
+import subprocess
+import sys
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import metrics
+from transformer import train
+from transformer.data import text
+from transformer.interop import files
+from transformer.interop import gpt2
+
+torch = pytest.importorskip('torch')
+transformers = pytest.importorskip('transformers')
+tokenizers_lib = pytest.importorskip('tokenizers')
+
+PROMPTS = ['the dog', 'A cat sees the red house.']
+
+
+@pytest.fixture(scope='module')
+def published(tmp_path_factory):
+  """A GPT-2 directory: weights, config, vocab.json and merges.txt with
+  <|endoftext|> as the last id, as GPT-2 has it."""
+  directory = tmp_path_factory.mktemp('gpt2')
+  documents = text.offline_splits(200, 10, seed=0)['train']
+  bpe = tokenizers_lib.ByteLevelBPETokenizer()
+  bpe.train_from_iterator(documents, vocab_size=400, min_frequency=2,
+                          show_progress=False)
+  bpe.save_model(str(directory))
+  with open(directory / 'vocab.json') as f:
+    vocab = json.load(f)
+  vocab['<|endoftext|>'] = len(vocab)
+  with open(directory / 'vocab.json', 'w') as f:
+    json.dump(vocab, f)
+  config = transformers.GPT2Config(
+      vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+      bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
+  torch.manual_seed(0)
+  model = transformers.GPT2LMHeadModel(config).eval()
+  model.save_pretrained(directory)
+  tokenizer = transformers.GPT2Tokenizer(str(directory / 'vocab.json'),
+                                         str(directory / 'merges.txt'))
+  return model, tokenizer, str(directory)
+
+
+@pytest.fixture(scope='module')
+def converted(published, tmp_path_factory):
+  _, _, directory = published
+  workdir = str(tmp_path_factory.mktemp('converted') / 'workdir')
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.convert', '--from=hf',
+       f'--input={directory}', f'--output={workdir}'],
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  trainer = train.Trainer(train.load_config(workdir), workdir)
+  params, _ = trainer.restore_params(1)
+  return trainer, params, workdir
+
+
+def test_tokenization_matches_the_reference(published, converted):
+  _, reference, _ = published
+  ours = converted[0].task.tokenizer
+  for prompt in PROMPTS + ['naïve ✓ text\n']:
+    expected = reference(prompt)['input_ids']
+    ids = ours.encode(prompt, add_eos=False)
+    np.testing.assert_array_equal(ours.ours_to_gpt2(ids), expected)
+    assert ours.decode(ids + [1, 5]) == prompt
+    assert b''.join(ours.token_bytes(i) for i in ids) == prompt.encode()
+  assert ours.encode('')[-1] == 1 and 0 not in ours.encode(PROMPTS[1])
+
+
+def test_logits_and_smoothed_loss_match_the_reference(published, converted):
+  model, reference, _ = published
+  trainer, params, _ = converted
+  tokenizer = trainer.task.tokenizer
+  ids = reference(PROMPTS[1])['input_ids']
+  eos = model.config.eos_token_id
+  with torch.no_grad():
+    hf_logits = model(torch.tensor([[eos] + ids])).logits
+    hf_loss = torch.nn.functional.cross_entropy(
+        hf_logits[0], torch.tensor(ids + [eos]), label_smoothing=0.1)
+  ours = np.asarray(trainer.task.model.apply(
+      {'params': params},
+      jnp.asarray([[1] + tokenizer.gpt2_to_ours(ids).tolist()]),
+      deterministic=True))
+  gpt2_ids = tokenizer.ours_to_gpt2(np.arange(1, tokenizer.vocab_size))
+  expected = hf_logits.numpy()[..., gpt2_ids]
+  error = np.abs(ours[..., 1:] - expected).max() / np.abs(expected).max()
+  assert error < 1e-5
+  assert (ours[..., 0] < -1e8).all()  # padding is never predicted
+  targets = jnp.asarray([tokenizer.gpt2_to_ours(ids + [eos])])
+  loss, _ = metrics.smoothed_cross_entropy(jnp.asarray(ours), targets, 0.1)
+  assert float(loss.mean()) == pytest.approx(float(hf_loss), rel=1e-5)
+
+
+def test_generate_command_matches_reference_greedy_search(published,
+                                                          converted):
+  model, reference, _ = published
+  _, _, workdir = converted
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.generate', f'--workdir={workdir}',
+       '--greedy', '--max_new_tokens=10'] +
+      [f'--prompt={p}' for p in PROMPTS],
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  eos = model.config.eos_token_id
+  expected = []
+  for prompt in PROMPTS:
+    ids = [eos] + reference(prompt)['input_ids']
+    with torch.no_grad():
+      output = model.generate(torch.tensor([ids]), max_new_tokens=10,
+                              do_sample=False, pad_token_id=eos,
+                              eos_token_id=eos)[0, len(ids):].tolist()
+    if eos in output:
+      output = output[:output.index(eos)]
+    expected.append(prompt + reference.decode(output))
+  assert result.stdout == ''.join(f'{e}\n' + '-' * 40 + '\n'
+                                  for e in expected)
+
+
+def test_export_gives_back_the_published_tensors(published, converted,
+                                                 tmp_path):
+  _, _, directory = published
+  trainer, params, _ = converted
+  gpt2.save_hf(str(tmp_path), params, trainer.task.model_config)
+  exported = files.read_safetensors(str(tmp_path))
+  original = files.read_safetensors(directory)
+  assert set(exported) <= set(original) | {'transformer.' + k
+                                           for k in original}
+  for name, value in exported.items():
+    np.testing.assert_array_equal(
+        value, original.get(name, original.get(name.removeprefix(
+            'transformer.'))), err_msg=name)
