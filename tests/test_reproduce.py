@@ -22,6 +22,7 @@ from transformer import train
 from transformer.tasks import translation
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TABLE2 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table2.py')
 TABLE3 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table3.py')
 
 # Two tiny rows that train, one whose config the trainer refuses (a failed
@@ -211,7 +212,9 @@ def test_table3_reduced_rows_change_the_small_base_as_the_paper_does():
          for row in spec.ROWS}
   assert got['base'] == dict(N=3, d_model=256, d_ff=512, h=8, d_k=32,
                              d_v=32, P_drop=0.1, eps_ls=0.1,
-                             positions='sinusoidal', vocab=8_000, steps=500)
+                             positions='sinusoidal', vocab=8_000, steps=500,
+                             beam=4, alpha=0.6, max_output='input + 50',
+                             averaged=1, eval_split='val')
   assert (got['A1']['h'], got['A1']['d_k']) == (1, 256)
   assert (got['A4']['h'], got['A4']['d_k']) == (32, 8)
   assert (got['B1']['d_k'], got['B1']['d_v']) == (8, 32)
@@ -221,6 +224,33 @@ def test_table3_reduced_rows_change_the_small_base_as_the_paper_does():
   assert got['D3']['eps_ls'] == 0.0 and got['E1']['positions'] == 'learned'
   assert (got['big']['d_model'], got['big']['h'], got['big']['P_drop']) == (
       512, 16, 0.3)
+
+
+def test_table2_rows_follow_the_papers_evaluation_protocol(tmp_path):
+  spec = paper_tables.load_spec(TABLE2)
+  got = {row.name: paper_tables.settings(paper_tables.setup(spec, row,
+                                                            'paper'))
+         for row in spec.ROWS}
+  for name, averaged, dropout, vocab in (('base_ende', 5, 0.1, 37_000),
+                                         ('big_ende', 20, 0.3, 37_000),
+                                         ('base_enfr', 5, 0.1, 32_000),
+                                         ('big_enfr', 20, 0.1, 32_000)):
+    assert (got[name]['averaged'], got[name]['P_drop'], got[name]['vocab'],
+            got[name]['eval_split']) == (averaged, dropout, vocab, 'test')
+    assert (got[name]['beam'], got[name]['alpha'], got[name]['max_output']) \
+        == (4, 0.6, 'input + 50')
+  reduced = {row.name: paper_tables.setup(spec, row, 'reduced')
+             for row in spec.ROWS}
+  assert reduced['base_enfr'].problem == ('no reduced-scale equivalent in '
+                                          'the table spec')
+  assert paper_tables.settings(reduced['big_ende'])['averaged'] == 20
+  # A bucket takes printed commands only.
+  printed = reproduce_rows.reproduce(TABLE2, 'gs://b/t2', scale='paper',
+                                     rows=['base'], launch='print')
+  assert '--workdir=gs://b/t2/base_enfr' in printed
+  with pytest.raises(ValueError, match='mount the bucket'):
+    reproduce_rows.reproduce(TABLE2, 'gs://b/t2', scale='paper', rows=[],
+                             launch='collect')
 
 
 def test_value_head_dim_resizes_only_values_and_output():

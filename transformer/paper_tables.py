@@ -219,9 +219,13 @@ def settings(row_setup: RowSetup) -> dict[str, Any]:
   if m is None:
     return {}
   d_k = m.head_dim or m.d_model // m.num_heads
-  train = row_setup.config.train
+  train, evaluation = row_setup.config.train, row_setup.config.eval
   return dict(N=m.num_layers, d_model=m.d_model, d_ff=m.mlp_dim,
               h=m.num_heads, d_k=d_k, d_v=m.value_head_dim or d_k,
               P_drop=m.dropout_rate, eps_ls=train.label_smoothing,
               positions=m.positional_encoding, vocab=m.vocab_size,
-              steps=train.num_steps)
+              steps=train.num_steps, beam=evaluation.beam_size,
+              alpha=evaluation.length_penalty,
+              max_output=f'input + {evaluation.max_length_offset}',
+              averaged=evaluation.average_checkpoints,
+              eval_split=row_setup.config.data.eval_split)

@@ -115,14 +115,24 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
   spec = paper_tables.load_spec(table)
   selected = paper_tables.select_rows(spec, rows)
   setups = [paper_tables.setup(spec, row, scale, extra) for row in selected]
-  _check_workdir(workdir, table, scale)
+  # A bucket (gs://...) can take the cluster's runs but is read here only
+  # through a mount.
+  remote = '://' in workdir
+  if remote and launch != 'print':
+    raise ValueError(f'--workdir={workdir} is a URL: only --launch=print '
+                     f'takes one. To collect, mount the bucket (gcsfuse '
+                     f'--implicit-dirs BUCKET /gcs/BUCKET) and pass '
+                     f'--workdir=/gcs/BUCKET/...')
+  if not remote:
+    _check_workdir(workdir, table, scale)
   prefix = os.path.splitext(os.path.basename(table))[0]
   lines = []  # launch='print': the commands, and why a row has none
   for setup in setups:
     rowdir = os.path.join(workdir, setup.row.name)
     if setup.problem:
       lines.append(f'# {setup.row.name}: {setup.problem}')
-    elif run_results.outcome(rowdir, setup.config).status == 'finished':
+    elif (not remote and run_results.outcome(rowdir, setup.config).status
+          == 'finished'):
       lines.append(f'# {setup.row.name}: finished, not run again (results '
                    f'in {rowdir})')
     elif launch == 'print':
