@@ -35,6 +35,7 @@ setuptools.setup(
         'tpu': ['jax[tpu]>=0.10.2'],
         # Importing published checkpoints and verifying them against their
         # reference implementations (a CPU build of torch is enough).
-        'interop': ['safetensors>=0.4', 'transformers>=4.40', 'torch>=2.2'],
+        'interop': ['safetensors>=0.4', 'tokenizers>=0.15',
+                    'transformers>=4.40', 'torch>=2.2'],
     },
 )

@@ -138,6 +138,27 @@ def test_bert_mlm_logits_and_pooled_output_match_the_reference(tmp_path):
   np.testing.assert_allclose(pooled, expected_pooled, atol=1e-5)
 
 
+def test_bert_exports_back_to_the_hugging_face_layout(tmp_path):
+  from transformer.interop import bert  # pylint: disable=g-import-not-at-top
+  torch.manual_seed(1)
+  config = transformers.BertConfig(
+      vocab_size=60, hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=64,
+      max_position_embeddings=24)
+  reference = transformers.BertForMaskedLM(config).eval()
+  reference.save_pretrained(tmp_path / 'published')
+  ours_config, params = bert.load(str(tmp_path / 'published'))
+  bert.save_hf(str(tmp_path / 'exported'), params, ours_config)
+  exported = transformers.BertForMaskedLM.from_pretrained(
+      tmp_path / 'exported').eval()
+  tokens = torch.tensor(np.random.default_rng(1).integers(1, 60, (2, 9)))
+  with torch.no_grad():
+    np.testing.assert_allclose(exported(tokens).logits.numpy(),
+                               reference(tokens).logits.numpy(), atol=1e-5)
+  _, again = bert.load(str(tmp_path / 'exported'))
+  jax.tree.map(np.testing.assert_array_equal, again, params)
+
+
 def test_gpt2_exports_back_to_the_hugging_face_layout(hf_gpt2, tmp_path):
   reference, directory = hf_gpt2
   config, params = gpt2.load(directory)

@@ -111,3 +111,74 @@ def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
   with open(os.path.join(directory, 'config.json')) as f:
     config = config_from_hf(json.load(f))
   return config, params_from_hf(files.read_safetensors(directory), config)
+
+
+def to_hf(params: dict[str, Any], config: encoder.Config
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+  """The inverse of `config_from_hf` and `params_from_hf`: a BERT
+  config.json dict (BertForMaskedLM) and its tensors, the pooler's too when
+  the model has one."""
+  if (config.norm_position, config.positional_encoding) != ('post',
+                                                            'learned'):
+    raise ValueError('Only BERT-shaped encoders (post-LN, learned positions) '
+                     'export to the BERT layout.')
+  activations = {ours: hf for hf, ours in files.HF_ACTIVATIONS.items()
+                 if hf in ('gelu', 'gelu_new', 'relu', 'silu')}
+  d = config.d_model
+  e = 'bert.embeddings.'
+  norm = lambda prefix, p: {f'{prefix}.weight': p['scale'],
+                            f'{prefix}.bias': p['bias']}
+  linear = lambda prefix, p: {f'{prefix}.weight': np.asarray(p['kernel']).T,
+                              f'{prefix}.bias': p['bias']}
+  tensors = {e + 'word_embeddings.weight': params['embed']['embed'][
+                 'embedding'],
+             e + 'position_embeddings.weight': params['positions'][
+                 'embedding'],
+             e + 'token_type_embeddings.weight': params['token_types'][
+                 'embedding'],
+             'cls.predictions.bias': params['mlm_bias'],
+             **norm(e + 'LayerNorm', params['embedding_norm']),
+             **linear('cls.predictions.transform.dense',
+                      params['mlm_transform']),
+             **norm('cls.predictions.transform.LayerNorm',
+                    params['mlm_norm'])}
+  if 'pooler' in params:
+    tensors.update(linear('bert.pooler.dense', params['pooler']))
+  for i in range(config.num_layers):
+    ours, layer = params['blocks'][f'layer_{i}'], f'bert.encoder.layer.{i}.'
+    attention = ours['self_attention']
+    for name, hf_name in (('query', 'query'), ('key', 'key'),
+                          ('value', 'value')):
+      tensors[f'{layer}attention.self.{hf_name}.weight'] = np.asarray(
+          attention[name]['kernel']).reshape(d, d).T
+      tensors[f'{layer}attention.self.{hf_name}.bias'] = np.asarray(
+          attention[name]['bias']).reshape(d)
+    tensors[f'{layer}attention.output.dense.weight'] = np.asarray(
+        attention['out']['kernel']).reshape(d, d).T
+    tensors[f'{layer}attention.output.dense.bias'] = attention['out']['bias']
+    tensors.update({
+        **norm(layer + 'attention.output.LayerNorm',
+               ours['attention_sublayer']['norm']),
+        **norm(layer + 'output.LayerNorm', ours['mlp_sublayer']['norm']),
+        **linear(layer + 'intermediate.dense', ours['mlp']['wi']),
+        **linear(layer + 'output.dense', ours['mlp']['wo'])})
+  hf = {'model_type': 'bert', 'architectures': ['BertForMaskedLM'],
+        'vocab_size': config.vocab_size,
+        'max_position_embeddings': config.max_length,
+        'type_vocab_size': config.type_vocab_size,
+        'num_hidden_layers': config.num_layers, 'hidden_size': d,
+        'num_attention_heads': config.num_heads,
+        'intermediate_size': config.mlp_dim,
+        'hidden_act': activations[config.activation],
+        'layer_norm_eps': config.layer_norm_epsilon,
+        'hidden_dropout_prob': config.dropout_rate,
+        'attention_probs_dropout_prob': config.attention_dropout_rate,
+        'tie_word_embeddings': True}
+  return hf, {k: np.ascontiguousarray(np.asarray(v, np.float32))
+              for k, v in tensors.items()}
+
+
+def save_hf(directory: str, params: dict[str, Any],
+            config: encoder.Config) -> None:
+  """Writes config.json and model.safetensors that BertForMaskedLM loads."""
+  files.save_hf(directory, *to_hf(params, config))

@@ -52,6 +52,17 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
       f'(only safetensors are read: pickled .bin checkpoints can run code).')
 
 
+def save_hf(directory: str, hf: dict, tensors: dict[str, np.ndarray]
+            ) -> None:
+  """Writes a Hugging Face directory: config.json and model.safetensors."""
+  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'config.json'), 'w') as f:
+    json.dump(hf, f, indent=2)
+  save_file(tensors, os.path.join(directory, 'model.safetensors'),
+            metadata={'format': 'pt'})
+
+
 def checked(found: dict[str, np.ndarray],
             expected: dict[str, tuple[int, ...]], model: str
             ) -> dict[str, np.ndarray]:

@@ -186,10 +186,4 @@ def to_hf(params: dict[str, Any], config: decoder.Config
 def save_hf(directory: str, params: dict[str, Any],
             config: decoder.Config) -> None:
   """Writes config.json and model.safetensors that GPT2LMHeadModel loads."""
-  from safetensors.numpy import save_file  # pylint: disable=g-import-not-at-top
-  hf, tensors = to_hf(params, config)
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, 'config.json'), 'w') as f:
-    json.dump(hf, f, indent=2)
-  save_file(tensors, os.path.join(directory, 'model.safetensors'),
-            metadata={'format': 'pt'})
+  files.save_hf(directory, *to_hf(params, config))
