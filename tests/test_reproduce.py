@@ -106,7 +106,7 @@ def test_failed_and_inexpressible_rows_are_reported_not_dropped(ran):
   assert os.path.exists(os.path.join(workdir, 'broken',
                                      run_results.FAILURE_NOTE))
   assert _cells(text, 'a new field')[-1].startswith(
-      'not expressible: config has no field model.no_such')
+      'not expressible: the translation config has no field model.no_such')
 
 
 def test_finished_rows_are_not_run_again_and_failed_ones_are(
@@ -175,6 +175,25 @@ def test_print_mode_gives_one_launch_command_per_unfinished_row(
       launcher_args='--nodes=1', launcher='slurm_gpu')
   assert shlex.split(slurm)[:4] == ['sbatch', '--job-name=tiny-table-h2',
                                     '--nodes=1', 'launch/slurm_gpu.sbatch']
+
+
+def test_command_line_prints_slurm_lines(spec_path, tmp_path):
+  result = subprocess.run(
+      ['python', '-m', 'transformer.reproduce', f'--table={spec_path}',
+       f'--workdir={tmp_path}', '--rows=h2,B', '--launch=print'],
+      cwd=REPO, capture_output=True, text=True, check=False,
+      env={**os.environ, 'PYTHONPATH': REPO})
+  assert result.returncode == 0, result.stderr
+  lines = result.stdout.splitlines()
+  assert lines[0].startswith('sbatch --job-name=tiny-table-h2 '
+                             'launch/slurm_gpu.sbatch --config=')
+  assert lines[1].startswith('# novel: not expressible')
+  result = subprocess.run(
+      ['python', '-m', 'transformer.reproduce', f'--table={spec_path}',
+       f'--workdir={tmp_path}', '--rows=Z'], cwd=REPO, capture_output=True,
+      text=True, check=False, env={**os.environ, 'PYTHONPATH': REPO})
+  assert result.returncode == 1
+  assert "Error: --rows: unknown ['Z']" in result.stderr
 
 
 # Exact counts at 37,000 shared tokens (tied embeddings), beside the paper's

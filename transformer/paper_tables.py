@@ -178,8 +178,7 @@ def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
     model = _model(config)
     return RowSetup(row, experiment, overrides_shown, config, model)
   except NotExpressible as e:
-    problem = (f'not expressible: {e} (this codebase\'s {base.task} config '
-               f'does not have it)')
+    problem = f'not expressible: the {base.task} {e}'
   except ValueError as e:  # e.g. d_model not divisible by num_heads
     return RowSetup(row, experiment, overrides_shown, config, None,
                     f'invalid: {e}')
