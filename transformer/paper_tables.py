@@ -172,29 +172,38 @@ def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
   extra_flags = {field: value for field, _, value in (
       item.partition('=') for item in filter(None, extra.split(',')))}
   base = load_experiment(experiment)
-  overrides_shown = {**overrides, **extra_flags}
+  shown = {**overrides, **extra_flags}
   try:
     config = config_args.override(apply(base, overrides), extra)
-    model = _model(config)
-    return RowSetup(row, experiment, overrides_shown, config, model)
   except NotExpressible as e:
-    problem = f'not expressible: the {base.task} {e}'
+    return _without_missing_fields(
+        RowSetup(row, experiment, shown, None, None,
+                 f'not expressible: the {base.task} {e}'), base, overrides,
+        extra)
+  except KeyError as e:  # from `extra`
+    raise ValueError(f'--set={extra}: {e.args[0]}') from e
+  try:
+    return RowSetup(row, experiment, shown, config, _model(config))
   except ValueError as e:  # e.g. d_model not divisible by num_heads
-    return RowSetup(row, experiment, overrides_shown, config, None,
-                    f'invalid: {e}')
-  # Model fields the task's config lacks: still count the row's parameters
-  # where the model dataclass has them.
-  model_only = {k.split('.', 1)[1]: v for k, v in overrides.items()
-                if k.startswith('model.') and k.split('.', 1)[1]
-                not in base.model}
+    return RowSetup(row, experiment, shown, config, None, f'invalid: {e}')
+
+
+def _without_missing_fields(row_setup: RowSetup, base, overrides, extra
+                            ) -> RowSetup:
+  """A row that cannot be trained, with the config of the fields that
+  exist and, where the model dataclass has the missing model fields, its
+  model (so its parameters are still counted)."""
+  missing = {k.split('.', 1)[1]: v for k, v in overrides.items()
+             if k.startswith('model.') and k.split('.', 1)[1] not in
+             base.model}
   rest = {k: v for k, v in overrides.items()
-          if k.split('.', 1)[-1] not in model_only}
+          if not (k.startswith('model.') and k.split('.', 1)[1] in missing)}
   try:
     config = config_args.override(apply(base, rest), extra)
-    model = _model(config, model_only)
-  except (NotExpressible, TypeError):
-    config = model = None
-  return RowSetup(row, experiment, overrides_shown, config, model, problem)
+    model = _model(config, missing)
+  except (NotExpressible, TypeError, ValueError):
+    return row_setup
+  return dataclasses.replace(row_setup, config=config, model=model)
 
 
 def _model(config: ml_collections.ConfigDict,
