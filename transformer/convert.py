@@ -31,12 +31,14 @@ from transformer import checkpoints
 from transformer import commands
 from transformer import sharding
 from transformer import train
+from transformer.interop import bert
 from transformer.interop import gpt2
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
 from transformer.interop import vocabularies
 from transformer.tasks import image_classification
 from transformer.tasks import language_modeling
+from transformer.tasks import masked_language_modeling
 from transformer.tasks import translation
 
 _FROM = flags.DEFINE_enum('from', None, ['hf', 'vit_npz'],
@@ -99,6 +101,21 @@ def gpt2_experiment(config):
   return experiment
 
 
+def bert_experiment(config):
+  """The masked-LM config of a converted BERT (our ids); text
+  classification fine-tunes it with `--config.train.init_from`."""
+  experiment = masked_language_modeling.default_config()
+  experiment.data.update(dict(tokenizer='bert', source='local',
+                              max_length=config.max_length))
+  experiment.model.update(dict(
+      size='bert-base', num_layers=config.num_layers,
+      d_model=config.d_model, num_heads=config.num_heads, d_ff=config.d_ff,
+      dropout_rate=config.dropout_rate, activation=config.activation,
+      layer_norm_epsilon=config.layer_norm_epsilon,
+      type_vocab_size=config.type_vocab_size))
+  return experiment
+
+
 def write_workdir(workdir: str, experiment, params, write_task_files) -> None:
   """config.json, the task's files (`write_task_files(workdir)`) and
   checkpoint 0 (the optimizer state of the experiment's optimizer, freshly
@@ -113,6 +130,10 @@ def write_workdir(workdir: str, experiment, params, write_task_files) -> None:
   trainer = train.Trainer(experiment, workdir)
   with sharding.active(trainer.mesh, trainer.rules):
     state = trainer.initialise()
+    fresh = sorted(set(state.params) - set(params))
+    if fresh:  # e.g. the pooler of a BertForMaskedLM checkpoint
+      print(f'Not in the checkpoint, initialised: {", ".join(fresh)}.')
+    params = {**{k: state.params[k] for k in fresh}, **params}
     converted = jax.tree.map(
         lambda new, old: jax.device_put(jnp.asarray(new, old.dtype),
                                         old.sharding), params, state.params)
@@ -136,7 +157,7 @@ def main(argv):
   with open(os.path.join(_INPUT.value, 'config.json')) as f:
     hf = json.load(f)
   writers = {'vit': _convert_vit, 'marian': _convert_marian,
-             'gpt2': _convert_gpt2}
+             'gpt2': _convert_gpt2, 'bert': _convert_bert}
   if hf.get('model_type') not in writers:
     raise app.UsageError(
         f"model_type={hf.get('model_type')!r}: choose a directory of one of "
@@ -214,6 +235,30 @@ def _convert_gpt2(hf: dict) -> None:
   print(f'Wrote {_OUTPUT.value}: GPT-2, {config.num_layers} layers, width '
         f'{config.d_model}, context {config.max_length}, '
         f'{gpt2_vocab_size:,} tokens (+ padding at id 0).')
+
+
+
+def _convert_bert(hf: dict) -> None:
+  del hf  # bert.load reads it
+  vocab_txt, = _published_files('vocab.txt')
+  config, params = bert.load(_INPUT.value)
+  order = vocabularies.BertTokenizer.bert_order(vocab_txt)
+  if len(order) != config.vocab_size:
+    raise ValueError(f'vocab.txt has {len(order)} tokens, config.json '
+                     f'vocab_size={config.vocab_size}.')
+  tokenizer_config = {}
+  path = os.path.join(_INPUT.value, 'tokenizer_config.json')
+  if os.path.exists(path):
+    with open(path) as f:
+      tokenizer_config = json.load(f)
+  write_workdir(
+      _OUTPUT.value, bert_experiment(config),
+      bert.with_our_ids(config, params, order),
+      lambda workdir: vocabularies.BertTokenizer.save(
+          os.path.join(workdir, 'vocab'), vocab_txt,
+          tokenizer_config.get('do_lower_case', True)))
+  print(f'Wrote {_OUTPUT.value}: BERT, {config.num_layers} layers, width '
+        f'{config.d_model}, {config.vocab_size:,} WordPiece tokens.')
 
 
 if __name__ == '__main__':

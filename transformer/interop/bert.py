@@ -106,6 +106,16 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: encoder.Config
   return params
 
 
+def with_our_ids(config: encoder.Config, params: dict[str, Any],
+                 order: np.ndarray) -> dict[str, Any]:
+  """Word embeddings and MLM bias in our id order (`order[our_id] = BERT
+  id`, `vocabularies.BertTokenizer.bert_order`)."""
+  del config  # the shapes stay
+  table = np.asarray(params['embed']['embed']['embedding'])[order]
+  return {**params, 'embed': {'embed': {'embedding': table}},
+          'mlm_bias': np.asarray(params['mlm_bias'])[order]}
+
+
 def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face BERT directory."""
   with open(os.path.join(directory, 'config.json')) as f:

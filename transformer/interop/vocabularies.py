@@ -200,3 +200,80 @@ class GPT2Tokenizer:
     if token_id == tokenizers.PAD_ID:
       return '<pad>'
     return self._bpe.id_to_token(int(self.ours_to_gpt2(token_id)))
+
+
+BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
+
+
+class BertTokenizer:
+  """BERT's WordPiece (the `tokenizers` library, from the published
+  vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks' start symbol,
+  EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids in order, and
+  [MASK] last: one past `vocab_size`, where the masked-LM task puts its
+  mask id. [SEP] is an ordinary token here."""
+
+  def __init__(self, folder: str):
+    from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+    paths = [os.path.join(folder, name) for name in BERT_FILES]
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+      raise FileNotFoundError(
+          f'{", ".join(missing)} missing: a BERT workdir holds the files '
+          'that `python -m transformer.convert --from=hf` writes.')
+    with open(paths[1]) as f:
+      meta = json.load(f)
+    self._wordpiece = BertWordPieceTokenizer(
+        paths[0], lowercase=meta['lowercase'])
+    self.order = np.asarray(meta['order'])  # order[our_id] = BERT id
+    self._ours = np.empty_like(self.order)
+    self._ours[self.order] = np.arange(len(self.order))
+
+  @staticmethod
+  def bert_order(vocab_txt: str) -> np.ndarray:
+    """order[our_id] = BERT id: [PAD], [CLS], [UNK], the rest, [MASK]."""
+    with open(vocab_txt, encoding='utf-8') as f:
+      tokens = [line.rstrip('\n') for line in f]
+    ids = {token: i for i, token in enumerate(tokens)}
+    special = ['[PAD]', '[CLS]', '[UNK]', '[MASK]']
+    missing = [s for s in special if s not in ids]
+    if missing:
+      raise ValueError(f'{vocab_txt} lacks {missing}.')
+    first = [ids[s] for s in special[:3]]
+    rest = [i for i in range(len(tokens)) if i not in first + [ids['[MASK]']]]
+    return np.asarray(first + rest + [ids['[MASK]']])
+
+  @staticmethod
+  def save(folder: str, vocab_txt: str, lowercase: bool) -> None:
+    os.makedirs(folder, exist_ok=True)
+    with open(vocab_txt, 'rb') as f:
+      data = f.read()
+    with open(os.path.join(folder, BERT_FILES[0]), 'wb') as f:
+      f.write(data)
+    with open(os.path.join(folder, BERT_FILES[1]), 'w') as f:
+      json.dump({'lowercase': lowercase,
+                 'order': BertTokenizer.bert_order(vocab_txt).tolist()}, f)
+
+  @property
+  def vocab_size(self) -> int:
+    """Without [MASK], which the masked-LM task adds back as the last id."""
+    return len(self.order) - 1
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    ids = self._wordpiece.encode(text, add_special_tokens=False).ids
+    ids = self._ours[np.asarray(ids, np.int64)].tolist() if ids else []
+    return ids + [tokenizers.EOS_ID] if add_eos else ids
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS ([CLS]), padding skipped."""
+    ids = _ids_before_eos(ids)
+    return self._wordpiece.decode(self.order[ids].tolist()) if ids else ''
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    return [self.decode(ids) for ids in batch]
+
+  def id_to_piece(self, token_id: int) -> str:
+    return self._wordpiece.id_to_token(int(self.order[int(token_id)]))

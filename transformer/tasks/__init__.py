@@ -102,14 +102,15 @@ def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,
 
 # Vocabularies that come with converted checkpoints (`transformer.convert`
 # writes them into the workdir's vocab/ folder).
-PUBLISHED_TOKENIZERS = ('marian', 'gpt2')
+PUBLISHED_TOKENIZERS = ('marian', 'gpt2', 'bert')
 
 
 def published_tokenizer(name: str, workdir: str):
   """The converted checkpoint's tokenizer kept in `workdir/vocab`."""
   from transformer.interop import vocabularies  # pylint: disable=g-import-not-at-top
   kind = {'marian': vocabularies.MarianTokenizer,
-          'gpt2': vocabularies.GPT2Tokenizer}[name]
+          'gpt2': vocabularies.GPT2Tokenizer,
+          'bert': vocabularies.BertTokenizer}[name]
   return kind(os.path.join(workdir, 'vocab'))
 
 

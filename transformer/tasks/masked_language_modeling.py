@@ -25,7 +25,9 @@ from transformer.models import encoder
 from transformer.tasks import language_modeling
 
 MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
-                    dropout_rate=float, attention_implementation=str,
+                    dropout_rate=float, activation=str,
+                    layer_norm_epsilon=float, type_vocab_size=int,
+                    attention_implementation=str,
                     **layers.MEMORY_FIELDS)
 
 

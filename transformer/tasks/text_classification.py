@@ -31,7 +31,9 @@ from transformer.data import tokenizers
 from transformer.models import encoder
 
 MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
-                    dropout_rate=float, attention_implementation=str,
+                    dropout_rate=float, activation=str,
+                    layer_norm_epsilon=float, type_vocab_size=int,
+                    attention_implementation=str,
                     **layers.MEMORY_FIELDS)
 # Adjectives of the offline grammar with a polarity; the rest are neutral.
 PLEASANT = frozenset('beautiful happy rich famous clean sweet bright brave '
@@ -146,9 +148,18 @@ class TextClassificationTask:
         num_classes=config.data.num_classes, max_length=self.max_length,
         dtype=jnp.dtype(config.model.dtype), **overrides))
 
-  def _tokenizer(self) -> tokenizers.SentencePieceTokenizer:
-    """The pretrained workdir's SentencePiece model when fine-tuning, else
-    one trained on this training text."""
+  def _tokenizer(self):
+    """The pretrained workdir's SentencePiece model (or a converted BERT's
+    WordPiece) when fine-tuning, else one trained on this training text."""
+    if self.source_config and self.source_config.data.tokenizer == 'bert':
+      source = os.path.join(self.config.train.init_from, 'vocab')
+
+      def copy(path: str) -> None:
+        if not os.path.exists(path):
+          shutil.copytree(source, os.path.dirname(path), dirs_exist_ok=True)
+
+      tasks.workdir_vocabulary(self.workdir, 'bert_ids.json', copy)
+      return tasks.published_tokenizer('bert', self.workdir)
     if self.source_config and (self.source_config.data.tokenizer !=
                                'sentencepiece'):
       raise ValueError(
