@@ -23,6 +23,23 @@ def load_experiment(name: str, arg: str = ''):
   return module.get_config(arg) if arg else module.get_config()
 
 
+def convert_and_restore(published_dir: str, workdir: str):
+  """`python -m transformer.convert --from=hf` of a published directory,
+  then the workdir's trainer and restored parameters (checkpoint 0)."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  from transformer import train  # pylint: disable=g-import-not-at-top
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.convert', '--from=hf',
+       f'--input={published_dir}', f'--output={workdir}'],
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  trainer = train.Trainer(train.load_config(workdir), workdir)
+  params, step = trainer.restore_params(1)
+  assert step == 0
+  return trainer, params, workdir
+
+
 @pytest.fixture
 def experiment():
   return load_experiment

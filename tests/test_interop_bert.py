@@ -4,13 +4,12 @@ logits) as the reference does, and text classification fine-tunes from it.
 Skipped without `transformers` and `torch` (`pip install -e ".[interop]"`).
 """
 
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import convert_and_restore
 from conftest import load_experiment
 from transformer import train
 from transformer.data import text
@@ -43,16 +42,8 @@ def published(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def converted(published, tmp_path_factory):
-  _, _, directory = published
-  workdir = str(tmp_path_factory.mktemp('converted') / 'workdir')
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.convert', '--from=hf',
-       f'--input={directory}', f'--output={workdir}'],
-      capture_output=True, text=True, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  trainer = train.Trainer(train.load_config(workdir), workdir)
-  params, _ = trainer.restore_params(1)
-  return trainer, params, workdir
+  return convert_and_restore(
+      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
 
 
 def test_tokenization_and_mlm_logits_match_the_reference(published,

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import convert_and_restore
 from transformer import metrics
-from transformer import train
 from transformer.data import text
 from transformer.interop import files
 from transformer.interop import gpt2
@@ -53,16 +53,8 @@ def published(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def converted(published, tmp_path_factory):
-  _, _, directory = published
-  workdir = str(tmp_path_factory.mktemp('converted') / 'workdir')
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.convert', '--from=hf',
-       f'--input={directory}', f'--output={workdir}'],
-      capture_output=True, text=True, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  trainer = train.Trainer(train.load_config(workdir), workdir)
-  params, _ = trainer.restore_params(1)
-  return trainer, params, workdir
+  return convert_and_restore(
+      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
 
 
 def test_tokenization_matches_the_reference(published, converted):

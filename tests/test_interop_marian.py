@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from transformer import train
+from conftest import convert_and_restore
 from transformer.data import offline_mt
 from transformer.interop import marian
 
@@ -68,17 +68,8 @@ def published(tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def converted(published, tmp_path_factory):
-  _, directory = published
-  workdir = str(tmp_path_factory.mktemp('converted') / 'workdir')
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.convert', '--from=hf',
-       f'--input={directory}', f'--output={workdir}'],
-      capture_output=True, text=True, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  trainer = train.Trainer(train.load_config(workdir), workdir)
-  params, step = trainer.restore_params(1)
-  assert step == 0
-  return trainer, params, workdir
+  return convert_and_restore(
+      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
 
 
 def test_tokenization_matches_the_reference(published, converted):

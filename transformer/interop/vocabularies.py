@@ -20,6 +20,18 @@ from transformer.data import tokenizers
 MARIAN_PIECES = 'marian_pieces.json'
 
 
+def _workdir_files(folder: str, names: Sequence[str], kind: str
+                   ) -> list[str]:
+  """Paths of a converted workdir's vocabulary files, all of which exist."""
+  paths = [os.path.join(folder, name) for name in names]
+  missing = [p for p in paths if not os.path.exists(p)]
+  if missing:
+    raise FileNotFoundError(
+        f'{", ".join(missing)} missing: a {kind} workdir holds the files '
+        'that `python -m transformer.convert --from=hf` writes.')
+  return paths
+
+
 def _ids_before_eos(ids: Iterable[int]) -> list[int]:
   ids = [int(i) for i in ids]
   if tokenizers.EOS_ID in ids:
@@ -40,13 +52,8 @@ class MarianTokenizer:
 
   def __init__(self, folder: str):
     """Reads source.spm, target.spm and marian_pieces.json from `folder`."""
-    paths = [os.path.join(folder, name) for name in
-             ('source.spm', 'target.spm', MARIAN_PIECES)]
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-      raise FileNotFoundError(
-          f'{", ".join(missing)} missing: a Marian workdir holds the files '
-          'that `python -m transformer.convert --from=hf` writes.')
+    paths = _workdir_files(
+        folder, ('source.spm', 'target.spm', MARIAN_PIECES), 'Marian')
     self._source = spm.SentencePieceProcessor(model_file=paths[0])
     self._target = spm.SentencePieceProcessor(model_file=paths[1])
     with open(paths[2], encoding='utf-8') as f:
@@ -127,12 +134,7 @@ class GPT2Tokenizer:
 
   def __init__(self, folder: str):
     from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
-    paths = [os.path.join(folder, name) for name in GPT2_FILES]
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-      raise FileNotFoundError(
-          f'{", ".join(missing)} missing: a GPT-2 workdir holds the files '
-          'that `python -m transformer.convert --from=hf` writes.')
+    paths = _workdir_files(folder, GPT2_FILES, 'GPT-2')
     self._bpe = Tokenizer.from_file(paths[0])
     with open(paths[1]) as f:
       ids = json.load(f)
@@ -214,12 +216,7 @@ class BertTokenizer:
 
   def __init__(self, folder: str):
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
-    paths = [os.path.join(folder, name) for name in BERT_FILES]
-    missing = [p for p in paths if not os.path.exists(p)]
-    if missing:
-      raise FileNotFoundError(
-          f'{", ".join(missing)} missing: a BERT workdir holds the files '
-          'that `python -m transformer.convert --from=hf` writes.')
+    paths = _workdir_files(folder, BERT_FILES, 'BERT')
     with open(paths[1]) as f:
       meta = json.load(f)
     self._wordpiece = BertWordPieceTokenizer(
