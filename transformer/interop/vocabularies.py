@@ -39,7 +39,18 @@ def _ids_before_eos(ids: Iterable[int]) -> list[int]:
   return [i for i in ids if i != tokenizers.PAD_ID]
 
 
-class MarianTokenizer:
+class _Batches:
+  """`encode_batch` and `decode_batch` from `encode` and `decode`."""
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    return [self.decode(ids) for ids in batch]
+
+
+class MarianTokenizer(_Batches):
   """Marian's tokenization: the source SentencePiece model segments the
   input, a shared vocabulary maps pieces to ids (unknown pieces to the
   unknown id), EOS ends every input; a leading language code such as
@@ -87,10 +98,6 @@ class MarianTokenizer:
     ids = [self._ids.get(p, tokenizers.UNK_ID) for p in pieces]
     return ids + [tokenizers.EOS_ID] if add_eos else ids
 
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, as Hugging Face's
     `decode(skip_special_tokens=True)` with the target SentencePiece model:
@@ -99,9 +106,6 @@ class MarianTokenizer:
     pieces = [self.pieces[i] for i in _ids_before_eos(ids)
               if i != tokenizers.UNK_ID]
     return self._target.decode_pieces(pieces).replace('\u2581', ' ').strip()
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    return [self.decode(ids) for ids in batch]
 
   def id_to_piece(self, token_id: int) -> str:
     return self.pieces[int(token_id)]
@@ -125,7 +129,7 @@ def _byte_level_alphabet() -> dict[str, int]:
   return characters
 
 
-class GPT2Tokenizer:
+class GPT2Tokenizer(_Batches):
   """GPT-2's byte-level BPE (the `tokenizers` library, from the published
   vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
   converted model never predicts it), <|endoftext|> 1 as EOS, and GPT-2's
@@ -175,17 +179,10 @@ class GPT2Tokenizer:
     ids = self.gpt2_to_ours(self._bpe.encode(text).ids).tolist()
     return ids + [tokenizers.EOS_ID] if add_eos else ids
 
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, padding skipped."""
     ids = _ids_before_eos(ids)
     return self._bpe.decode(self.ours_to_gpt2(ids).tolist()) if ids else ''
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    return [self.decode(ids) for ids in batch]
 
   def token_bytes(self, token_id: int) -> bytes:
     """The UTF-8 bytes a token stands for (a token may hold part of a
@@ -207,7 +204,7 @@ class GPT2Tokenizer:
 BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
 
 
-class BertTokenizer:
+class BertTokenizer(_Batches):
   """BERT's WordPiece (the `tokenizers` library, from the published
   vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks' start symbol,
   EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids in order, and
@@ -260,17 +257,10 @@ class BertTokenizer:
     ids = self._ours[np.asarray(ids, np.int64)].tolist() if ids else []
     return ids + [tokenizers.EOS_ID] if add_eos else ids
 
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS ([CLS]), padding skipped."""
     ids = _ids_before_eos(ids)
     return self._wordpiece.decode(self.order[ids].tolist()) if ids else ''
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    return [self.decode(ids) for ids in batch]
 
   def id_to_piece(self, token_id: int) -> str:
     return self._wordpiece.id_to_token(int(self.order[int(token_id)]))
