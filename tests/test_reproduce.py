@@ -131,6 +131,19 @@ def test_finished_rows_are_not_run_again_and_failed_ones_are(
                      for f in os.listdir(os.path.join(workdir, name))]
 
 
+def test_a_row_stopped_part_way_is_unfinished(spec_path, tmp_path):
+  spec = paper_tables.load_spec(spec_path)
+  config = paper_tables.setup(spec, spec.ROWS[0], 'paper').config
+  assert run_results.outcome(str(tmp_path), config).status == 'not run'
+  (tmp_path / 'config.json').write_text(config.to_json())
+  assert run_results.outcome(str(tmp_path), config).detail == (
+      'started, no checkpoint yet')
+  (tmp_path / 'progress.json').write_text('{"step": 2, "train_seconds": 1}')
+  state = run_results.outcome(str(tmp_path), config)
+  assert (state.status, state.detail) == ('unfinished',
+                                          'trained to step 2 of 4')
+
+
 def test_a_workdir_holds_one_table_at_one_scale(ran, spec_path):
   workdir, _ = ran
   with pytest.raises(ValueError, match='choose another --workdir'):

@@ -48,9 +48,10 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
-  """status: 'finished', 'failed', 'running' (or stopped part-way), 'not
-  run' or 'changed' (finished with another config); metrics: the final
-  evaluation's scalars ({'eval/bleu': ...}); detail: for the table."""
+  """status: 'finished', 'failed', 'unfinished' (running, or stopped
+  part-way), 'not run' or 'changed' (finished with another config);
+  metrics: the final evaluation's scalars ({'eval/bleu': ...}); detail: for
+  the table."""
   status: str
   metrics: dict[str, float] = dataclasses.field(default_factory=dict)
   step: int = 0
@@ -85,9 +86,12 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
     with open(note) as f:
       reason = f.readline().strip()
     return Outcome('failed', final, step, seconds, reason)
+  # Running, or stopped (preempted, killed): the workdir cannot tell.
   if step:
-    return Outcome('running', final, step, seconds,
-                   f'step {step:,} of {steps:,}')
+    return Outcome('unfinished', final, step, seconds,
+                   f'trained to step {step:,} of {steps:,}')
+  if os.path.exists(os.path.join(workdir, 'config.json')):
+    return Outcome('unfinished', detail='started, no checkpoint yet')
   return Outcome('not run')
 
 
