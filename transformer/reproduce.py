@@ -9,8 +9,11 @@ Each row trains into WORKDIR/ROW (rows selected by --rows, by group or
 name). --launch=local trains the rows one after another in this process;
 a finished row is not trained or evaluated again (its results are read
 from its workdir), a failed one is recorded as failed and the next row
-starts. --launch=print prints one launch/ command per unfinished row (the
-script of --launcher) and trains nothing; once the cluster has run them
+starts; on SIGTERM the running row checkpoints and the command exits with
+status 75 (rerun it to resume). --launch=print prints one launch/ command
+per unfinished row (`sbatch ... launch/slurm_gpu.sbatch`, or with
+--launcher=tpu_vm|local the other scripts; --launcher_args adds their
+options) and trains nothing; once the cluster has run them
 into the same workdirs, --launch=collect (which runs nothing) writes the
 table. Every mode ends by writing WORKDIR/table.md and WORKDIR/table.csv;
 the parameter column is computed from each row's config (jax.eval_shape),
@@ -24,6 +27,7 @@ from absl import app
 from absl import flags
 
 from transformer import commands
+from transformer import faults
 from transformer import reproduce_rows
 
 _TABLE = flags.DEFINE_string('table', None, 'Table spec file, e.g. '
@@ -55,11 +59,15 @@ _LAUNCHER_ARGS = flags.DEFINE_string(
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  text = reproduce_rows.reproduce(
-      _TABLE.value, _WORKDIR.value, scale=_SCALE.value, rows=_ROWS.value,
-      launch=_LAUNCH.value, extra=_SET.value, launcher=_LAUNCHER.value,
-      launcher_args=_LAUNCHER_ARGS.value,
-      command='python -m transformer.reproduce ' + shlex.join(sys.argv[1:]))
+  try:
+    text = reproduce_rows.reproduce(
+        _TABLE.value, _WORKDIR.value, scale=_SCALE.value, rows=_ROWS.value,
+        launch=_LAUNCH.value, extra=_SET.value, launcher=_LAUNCHER.value,
+        launcher_args=_LAUNCHER_ARGS.value,
+        command='python -m transformer.reproduce ' + shlex.join(sys.argv[1:]))
+  except faults.Preempted as e:
+    print(e, flush=True)
+    sys.exit(faults.PREEMPTED_EXIT_CODE)
   print(text)
   if _LAUNCH.value != 'print':
     print(f'Written: {_WORKDIR.value}/table.md, {_WORKDIR.value}/table.csv')
