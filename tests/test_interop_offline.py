@@ -1,0 +1,122 @@
+"""Checkpoint conversion without torch or transformers (the CI machine has
+neither): Marian's tensor mapping and vocabulary reorder, and the Marian
+tokenizer. The comparisons against the reference implementations are in
+test_interop_marian.py and friends."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from transformer import layers
+from transformer.data import offline_mt
+from transformer.interop import marian
+from transformer.interop import vocabularies
+from transformer.models import encoder_decoder
+
+HF = dict(model_type='marian', vocab_size=40, d_model=16, encoder_layers=2,
+          decoder_layers=2, encoder_attention_heads=2,
+          decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
+          max_position_embeddings=32, activation_function='swish',
+          scale_embedding=True, pad_token_id=39, eos_token_id=0,
+          decoder_start_token_id=39)
+
+
+def marian_tensors(config, rng):
+  """Random tensors under MarianMTModel's names and shapes."""
+  d, f, v = config.d_model, config.mlp_dim, config.vocab_size
+  names = {'model.shared.weight': (v, d), 'final_logits_bias': (1, v)}
+  for i in range(config.num_layers):
+    names.update(marian._layer_names(f'model.encoder.layers.{i}', d, f,
+                                     False))
+    names.update(marian._layer_names(f'model.decoder.layers.{i}', d, f,
+                                     True))
+  return {k: rng.normal(size=s).astype(np.float32) for k, s in names.items()}
+
+
+def test_marian_tensors_fill_our_model_with_the_vocabulary_reordered():
+  config = marian.config_from_hf(HF)
+  assert (config.sinusoidal_layout, config.final_logits_bias,
+          config.activation, config.layer_norm_epsilon) == (
+              'concatenated', True, 'swish', 1e-5)
+  pieces = {'</s>': 0, '<unk>': 1, **{f'p{i}': i for i in range(2, 39)},
+            '<pad>': 39}
+  order = marian.vocabulary_order(HF, pieces)
+  np.testing.assert_array_equal(order[:4], [39, 0, 1, 2])
+  tensors = marian_tensors(config, np.random.default_rng(0))
+  params = marian.params_from_hf(tensors, config, order)
+  tokens = jnp.ones((1, 4), jnp.int32)
+  expected = nn.unbox(encoder_decoder.Transformer(config).init(
+      jax.random.key(0), tokens, tokens, deterministic=True)['params'])
+  shape = lambda tree: jax.tree.map(np.shape, tree)
+  assert shape(params) == shape(expected)
+  table = params['embed']['embed']['embedding']
+  np.testing.assert_array_equal(table[0], tensors['model.shared.weight'][39])
+  np.testing.assert_array_equal(table[5], tensors['model.shared.weight'][4])
+  np.testing.assert_array_equal(params['final_logits_bias'][1],
+                                tensors['final_logits_bias'][0, 0])
+  # torch Linear [out, in] -> our [in, heads, head_dim]
+  query = params['encoder']['layer_1']['self_attention']['query']['kernel']
+  np.testing.assert_array_equal(
+      query.reshape(16, 16),
+      tensors['model.encoder.layers.1.self_attn.q_proj.weight'].T)
+
+
+def test_marian_checkpoint_problems_are_named():
+  config = marian.config_from_hf(HF)
+  pieces = {'</s>': 0, '<unk>': 1, **{f'p{i}': i for i in range(2, 39)},
+            '<pad>': 39}
+  order = marian.vocabulary_order(HF, pieces)
+  tensors = marian_tensors(config, np.random.default_rng(0))
+  broken = dict(tensors)
+  del broken['model.decoder.layers.1.fc2.bias']
+  broken['model.encoder.layers.0.fc1.weight'] = np.zeros((3, 16), np.float32)
+  with pytest.raises(ValueError, match=r'missing model\.decoder\.layers\.1\.'
+                     r'fc2\.bias.*expected \(24, 16\), found \(3, 16\)'):
+    marian.params_from_hf(broken, config, order)
+  learned = {**tensors, 'model.encoder.embed_positions.weight':
+             np.zeros((32, 16), np.float32)}
+  with pytest.raises(ValueError, match='learned positions'):
+    marian.params_from_hf(learned, config, order)
+  sinusoids = layers.sinusoidal_encoding(32, 16, layout='concatenated')
+  fixed = {**tensors, 'model.decoder.embed_positions.weight': sinusoids,
+           'lm_head.weight': tensors['model.shared.weight']}
+  marian.params_from_hf(fixed, config, order)  # checked, then dropped
+  untied = {**tensors, 'lm_head.weight': tensors['model.shared.weight'] + 1}
+  with pytest.raises(ValueError, match='does not tie'):
+    marian.params_from_hf(untied, config, order)
+  for change, message in ((dict(normalize_before=True), 'pre-LN'),
+                          (dict(decoder_layers=3), 'different layers'),
+                          (dict(decoder_start_token_id=0), 'start')):
+    with pytest.raises(ValueError, match=message):
+      marian.config_from_hf({**HF, **change})
+  with pytest.raises(ValueError, match='not distinct'):
+    marian.vocabulary_order({**HF, 'pad_token_id': 1}, pieces)
+
+
+def test_marian_tokenizer_uses_our_ids(tmp_path):
+  pairs = offline_mt.splits(200, 10, 10, seed=0)['train']
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter([s for s, _ in pairs]),
+      model_prefix=str(tmp_path / 'source'), vocab_size=80,
+      hard_vocab_limit=False, minloglevel=2)
+  model = str(tmp_path / 'source.model')
+  processor = spm.SentencePieceProcessor(model_file=model)
+  pieces = ['<pad>', '</s>', '<unk>', '>>es<<'] + [
+      processor.id_to_piece(i) for i in range(3, processor.vocab_size())]
+  vocabularies.MarianTokenizer.save(str(tmp_path / 'vocab'), model, model,
+                                    pieces)
+  tokenizer = vocabularies.MarianTokenizer(str(tmp_path / 'vocab'))
+  sentence = pairs[0][0]
+  ids = tokenizer.encode(sentence)
+  assert ids[-1] == 1 and 0 not in ids and 2 not in ids
+  assert [tokenizer.id_to_piece(i) for i in ids[:-1]] == processor.encode(
+      sentence, out_type=str)
+  assert tokenizer.decode(ids + [7, 0]) == sentence
+  coded = tokenizer.encode('>>es<<' + sentence)
+  assert coded[0] == 3 and coded[1:] == ids
+  assert 2 in tokenizer.encode('zzz qqq')  # pieces outside the vocabulary
+  with pytest.raises(FileNotFoundError, match='marian_pieces.json'):
+    vocabularies.MarianTokenizer(str(tmp_path))
