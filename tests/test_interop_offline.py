@@ -12,8 +12,10 @@ import sentencepiece as spm
 
 from transformer import layers
 from transformer.data import offline_mt
+from transformer.interop import gpt2
 from transformer.interop import marian
 from transformer.interop import vocabularies
+from transformer.models import decoder
 from transformer.models import encoder_decoder
 
 HF = dict(model_type='marian', vocab_size=40, d_model=16, encoder_layers=2,
@@ -120,3 +122,22 @@ def test_marian_tokenizer_uses_our_ids(tmp_path):
   assert 2 in tokenizer.encode('zzz qqq')  # pieces outside the vocabulary
   with pytest.raises(FileNotFoundError, match='marian_pieces.json'):
     vocabularies.MarianTokenizer(str(tmp_path))
+
+
+def test_gpt2_reorder_masks_padding_and_round_trips():
+  config = decoder.config_for('tiny', vocab_size=7, max_length=8)
+  tokens = jnp.asarray([[6, 2, 3, 0]])
+  params = nn.unbox(decoder.Decoder(config).init(
+      jax.random.key(0), tokens, deterministic=True)['params'])
+  ours_config, ours = gpt2.with_our_ids(config, params, eos_id=6)
+  assert ours_config.vocab_size == 8 and ours_config.mask_padding
+  logits = decoder.Decoder(config).apply({'params': params}, tokens,
+                                         deterministic=True)
+  # GPT-2 ids 6 (EOS), 2, 3, 0 are ours 1, 4, 5, 2.
+  reordered = decoder.Decoder(ours_config).apply(
+      {'params': ours}, jnp.asarray([[1, 4, 5, 2]]), deterministic=True)
+  np.testing.assert_allclose(reordered[..., [3, 4, 5, 6, 7, 2, 1]],
+                             logits[..., [1, 2, 3, 4, 5, 0, 6]], atol=1e-5)
+  assert (reordered[..., 0] == layers.MASKED_LOGIT).all()
+  _, back = gpt2.with_gpt2_ids(ours_config, ours, eos_id=6)
+  jax.tree.map(np.testing.assert_array_equal, back, params)
