@@ -39,7 +39,7 @@ Pairs = list[tuple[str, str]]
 FAMILIES = {
     'transformer': (encoder_decoder, dict(
         num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
-        head_dim=int, d_ff=int, dropout_rate=float,
+        head_dim=int, value_head_dim=int, d_ff=int, dropout_rate=float,
         attention_dropout_rate=float, activation=str, norm_position=str,
         positional_encoding=str, sinusoidal_layout=str, tie_embeddings=bool,
         scale_embeddings=bool, final_logits_bias=bool,
