@@ -48,9 +48,9 @@ excludes evaluation):
 
 One head is worse than eight in perplexity and BLEU, as in the paper (5.29
 and 24.9 against 4.92 and 25.8); four heads are as good as eight here (the
-paper: slightly worse, 5.00 and 25.5). One seed and a short schedule:
-differences below about 0.5 BLEU or 0.1 perplexity are not significant.
-Times vary with the machine's other load.
+paper: slightly worse, 5.00 and 25.5). One seed per row and a short
+schedule: seed-to-seed spread was not measured, so differences of a few
+tenths of BLEU may be noise. Times vary with the machine's other load.
 
 Row (B) keeps d_v while shrinking d_k: the model has
 `value_head_dim` (layers.TransformerConfig) for it, so its parameters are
