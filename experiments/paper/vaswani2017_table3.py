@@ -55,11 +55,9 @@ they leave d_k = 16: the paper's h=32 row has that d_k and is worse too
 schedule: seed-to-seed spread was not measured, so differences of a few
 tenths of BLEU may be noise. Times vary with the machine's other load.
 
-Row (B) keeps d_v while shrinking d_k: the model has
-`value_head_dim` (layers.TransformerConfig) for it, so its parameters are
-counted, but the translation task's config.model does not expose that
-field yet, so the row is reported as not expressible rather than trained
-as something else.
+Row (B) keeps d_v while shrinking d_k: `model.value_head_dim` sets d_v apart
+from d_k (`head_dim`). Should a row set a field the config lacks, the
+command reports it as not expressible instead of training something else.
 """
 
 from transformer.paper_tables import Column, Row, Scale
@@ -175,5 +173,5 @@ as the paper's, at 37,000 tokens (paper scale). Ours are exact; the
 paper's are rounded, and its exact vocabulary size is not given: our base
 has 63.1M against 65M, the base-derived rows are 1.2M to 4.1M below the
 paper's figures, big is 1.2M above. Learned positions (E) add two tables of
-max_length x d_model. Row (B) shrinks d_k alone (d_v stays): see the spec's
-docstring for why it may be reported as not expressible."""
+max_length x d_model. Row (B) shrinks d_k alone (d_v stays, set by
+model.value_head_dim)."""
