@@ -99,15 +99,19 @@ def test_vit_logits_match_the_reference(tmp_path):
   assert error < 1e-5
 
 
+def _tiny_bert(kind, seed):
+  """A small randomly initialised BERT of the reference implementation."""
+  torch.manual_seed(seed)
+  return kind(transformers.BertConfig(
+      vocab_size=60, hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=64,
+      max_position_embeddings=24)).eval()
+
+
 def test_bert_mlm_logits_and_pooled_output_match_the_reference(tmp_path):
   from transformer.interop import bert  # pylint: disable=g-import-not-at-top
   from transformer.models import encoder  # pylint: disable=g-import-not-at-top
-  torch.manual_seed(0)
-  config = transformers.BertConfig(
-      vocab_size=60, hidden_size=32, num_hidden_layers=2,
-      num_attention_heads=4, intermediate_size=64,
-      max_position_embeddings=24)
-  reference = transformers.BertForPreTraining(config).eval()
+  reference = _tiny_bert(transformers.BertForPreTraining, seed=0)
   reference.save_pretrained(tmp_path)
   ours_config, params = bert.load(str(tmp_path))
   tokens = np.random.default_rng(0).integers(1, 60, (2, 10))
@@ -140,12 +144,7 @@ def test_bert_mlm_logits_and_pooled_output_match_the_reference(tmp_path):
 
 def test_bert_exports_back_to_the_hugging_face_layout(tmp_path):
   from transformer.interop import bert  # pylint: disable=g-import-not-at-top
-  torch.manual_seed(1)
-  config = transformers.BertConfig(
-      vocab_size=60, hidden_size=32, num_hidden_layers=2,
-      num_attention_heads=4, intermediate_size=64,
-      max_position_embeddings=24)
-  reference = transformers.BertForMaskedLM(config).eval()
+  reference = _tiny_bert(transformers.BertForMaskedLM, seed=1)
   reference.save_pretrained(tmp_path / 'published')
   ours_config, params = bert.load(str(tmp_path / 'published'))
   bert.save_hf(str(tmp_path / 'exported'), params, ours_config)

@@ -12,10 +12,12 @@ import sentencepiece as spm
 
 from transformer import layers
 from transformer.data import offline_mt
+from transformer.interop import bert
 from transformer.interop import gpt2
 from transformer.interop import marian
 from transformer.interop import vocabularies
 from transformer.models import decoder
+from transformer.models import encoder
 from transformer.models import encoder_decoder
 
 HF = dict(model_type='marian', vocab_size=40, d_model=16, encoder_layers=2,
@@ -141,3 +143,21 @@ def test_gpt2_reorder_masks_padding_and_round_trips():
   assert (reordered[..., 0] == layers.MASKED_LOGIT).all()
   _, back = gpt2.with_gpt2_ids(ours_config, ours, eos_id=6)
   jax.tree.map(np.testing.assert_array_equal, back, params)
+
+
+def test_bert_export_of_a_converted_workdir_returns_to_bert_ids(tmp_path):
+  (tmp_path / 'vocab.txt').write_text('\n'.join(
+      ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b']) + '\n')
+  order = vocabularies.BertTokenizer.bert_order(str(tmp_path / 'vocab.txt'))
+  np.testing.assert_array_equal(order, [0, 2, 1, 3, 5, 6, 4])
+  config = encoder.config_for('tiny', vocab_size=7, max_length=8)
+  params = nn.unbox(encoder.Bert(config).init(
+      jax.random.key(0), jnp.ones((1, 4), jnp.int32), deterministic=True,
+      method='mlm_logits')['params'])
+  params = {**params, 'mlm_bias': np.arange(7.0)}  # init is all zeros
+  ours = bert.with_our_ids(params, order)
+  np.testing.assert_array_equal(ours['mlm_bias'], order)
+  _, exported = bert.to_hf(ours, config, order)
+  _, direct = bert.to_hf(params, config)
+  for name, value in direct.items():
+    np.testing.assert_array_equal(exported[name], value, err_msg=name)

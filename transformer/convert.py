@@ -8,9 +8,8 @@ Writes the experiment config (config.json), what the task needs besides
 (the vocabulary in vocab/, or the class names in dataset.json) and an orbax
 checkpoint at step 0, so that the commands work on it as on a trained run:
 Marian (OPUS-MT) -> `python -m transformer.translate --workdir=WORKDIR`;
-GPT-2 -> `python -m transformer.generate --workdir=WORKDIR`, and evaluation
-or fine-tuning on text with `python -m transformer.main --workdir=WORKDIR
---config.data.path=...`;
+GPT-2 -> `python -m transformer.generate --workdir=WORKDIR`;
+BERT -> fine-tuning with `experiments/sst2.py:init_from=WORKDIR`;
 ViT (`google/vit-*`, or the original .npz) -> `python -m transformer.predict
 --workdir=WORKDIR`, and `--config.train.init_from=WORKDIR` fine-tunes it (at
 another resolution or on other classes, as
@@ -32,6 +31,7 @@ from transformer import commands
 from transformer import sharding
 from transformer import train
 from transformer.interop import bert
+from transformer.interop import files
 from transformer.interop import gpt2
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
@@ -154,8 +154,7 @@ def main(argv):
     config, params = vit_interop.load_npz(_INPUT.value, _IMAGE_SIZE.value)
     _write_vit(config, params, {})
     return
-  with open(os.path.join(_INPUT.value, 'config.json')) as f:
-    hf = json.load(f)
+  hf = files.read_config(_INPUT.value)
   writers = {'vit': _convert_vit, 'marian': _convert_marian,
              'gpt2': _convert_gpt2, 'bert': _convert_bert}
   if hf.get('model_type') not in writers:
@@ -253,7 +252,7 @@ def _convert_bert(hf: dict) -> None:
       tokenizer_config = json.load(f)
   write_workdir(
       _OUTPUT.value, bert_experiment(config),
-      bert.with_our_ids(config, params, order),
+      bert.with_our_ids(params, order),
       lambda workdir: vocabularies.BertTokenizer.save(
           os.path.join(workdir, 'vocab'), vocab_txt,
           tokenizer_config.get('do_lower_case', True)))

@@ -15,8 +15,9 @@ shapes and dtypes, since it is the carry of a `jax.lax.while_loop`.
 Output conventions follow the Transformer's: the first input token is
 `start_id` (0), EOS is kept in the output and every position after it is 0
 (padding). Padding (id 0) is never generated, whatever its logit (as in
-fairseq and Hugging Face: converted models such as Marian score it). A hypothesis that reaches `max_length` without EOS ends there,
-truncated, and competes with the others at length `max_length`.
+fairseq and Hugging Face: converted models such as Marian score it). A
+hypothesis that reaches `max_length` without EOS ends there, truncated, and
+competes with the others at length `max_length`.
 
 `max_lengths` ([B] int, optional) caps each example's output length, EOS
 included: at position `max_lengths[b] - 1` every token but EOS is masked, so

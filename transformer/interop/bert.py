@@ -14,8 +14,6 @@ our model and is left out. Hugging Face's 'gelu' is the erf form.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import numpy as np
@@ -106,28 +104,35 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: encoder.Config
   return params
 
 
-def with_our_ids(config: encoder.Config, params: dict[str, Any],
-                 order: np.ndarray) -> dict[str, Any]:
+def with_our_ids(params: dict[str, Any], order: np.ndarray
+                 ) -> dict[str, Any]:
   """Word embeddings and MLM bias in our id order (`order[our_id] = BERT
   id`, `vocabularies.BertTokenizer.bert_order`)."""
-  del config  # the shapes stay
   table = np.asarray(params['embed']['embed']['embedding'])[order]
   return {**params, 'embed': {'embed': {'embedding': table}},
           'mlm_bias': np.asarray(params['mlm_bias'])[order]}
 
 
+def with_bert_ids(params: dict[str, Any], order: np.ndarray
+                  ) -> dict[str, Any]:
+  """The inverse of `with_our_ids`."""
+  return with_our_ids(params, np.argsort(order))
+
+
 def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face BERT directory."""
-  with open(os.path.join(directory, 'config.json')) as f:
-    config = config_from_hf(json.load(f))
-  return config, params_from_hf(files.read_safetensors(directory), config)
+  return files.load_hf(directory, config_from_hf, params_from_hf)
 
 
-def to_hf(params: dict[str, Any], config: encoder.Config
+def to_hf(params: dict[str, Any], config: encoder.Config,
+          order: np.ndarray | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """The inverse of `config_from_hf` and `params_from_hf`: a BERT
   config.json dict (BertForMaskedLM) and its tensors, the pooler's too when
-  the model has one."""
+  the model has one. A converted workdir's parameters (our ids) go back to
+  BERT's ids with its `order` (`vocabularies.BertTokenizer.order`)."""
+  if order is not None:
+    params = with_bert_ids(params, order)
   if (config.norm_position, config.positional_encoding) != ('post',
                                                             'learned'):
     raise ValueError('Only BERT-shaped encoders (post-LN, learned positions) '
@@ -189,6 +194,7 @@ def to_hf(params: dict[str, Any], config: encoder.Config
 
 
 def save_hf(directory: str, params: dict[str, Any],
-            config: encoder.Config) -> None:
-  """Writes config.json and model.safetensors that BertForMaskedLM loads."""
-  files.save_hf(directory, *to_hf(params, config))
+            config: encoder.Config, order: np.ndarray | None = None) -> None:
+  """Writes config.json and model.safetensors that BertForMaskedLM loads
+  (`order` as in `to_hf`)."""
+  files.save_hf(directory, *to_hf(params, config, order))

@@ -33,6 +33,19 @@ def hf_config(hf: dict, model_type: str, activation_key: str,
   return HF_ACTIVATIONS[activation]
 
 
+def read_config(directory: str) -> dict:
+  """A Hugging Face directory's config.json."""
+  with open(os.path.join(directory, 'config.json')) as f:
+    return json.load(f)
+
+
+def load_hf(directory: str, config_from_hf, params_from_hf):
+  """(config, parameters) of a Hugging Face directory, with a family's
+  `config_from_hf(config.json)` and `params_from_hf(tensors, config)`."""
+  config = config_from_hf(read_config(directory))
+  return config, params_from_hf(read_safetensors(directory), config)
+
+
 def read_safetensors(directory: str) -> dict[str, np.ndarray]:
   """Every tensor of model.safetensors, or of the shards its index lists."""
   from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top

@@ -16,8 +16,6 @@ undoes this, so a converted model exports to the published layout.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import numpy as np
@@ -127,9 +125,7 @@ def with_gpt2_ids(config: decoder.Config, params: dict[str, Any],
 
 def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face GPT-2 directory."""
-  with open(os.path.join(directory, 'config.json')) as f:
-    config = config_from_hf(json.load(f))
-  return config, params_from_hf(files.read_safetensors(directory), config)
+  return files.load_hf(directory, config_from_hf, params_from_hf)
 
 
 def to_hf(params: dict[str, Any], config: decoder.Config

@@ -195,8 +195,7 @@ def load(directory: str) -> tuple[encoder_decoder.Config, dict[str, Any],
                                   list[str]]:
   """(config, parameters, pieces) of a Hugging Face Marian directory;
   `pieces[our_id]` is the vocabulary piece of each of our ids."""
-  with open(os.path.join(directory, 'config.json')) as f:
-    hf = json.load(f)
+  hf = files.read_config(directory)
   config = config_from_hf(hf)
   if os.path.exists(os.path.join(directory, 'target_vocab.json')):
     raise ValueError(f'{directory} has separate source and target '

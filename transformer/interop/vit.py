@@ -11,8 +11,6 @@ Hugging Face's 'gelu' is the exact (erf) form: 'gelu_exact' here.
 
 from __future__ import annotations
 
-import json
-import os
 from typing import Any
 
 import numpy as np
@@ -104,9 +102,7 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
 
 def load(directory: str) -> tuple[vit.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face ViT directory."""
-  with open(os.path.join(directory, 'config.json')) as f:
-    config = config_from_hf(json.load(f))
-  return config, params_from_hf(files.read_safetensors(directory), config)
+  return files.load_hf(directory, config_from_hf, params_from_hf)
 
 
 # -- The original google-research/vision_transformer .npz checkpoints ------
