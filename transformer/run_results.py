@@ -7,13 +7,13 @@ made here and runs a cluster made into a shared workdir.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import traceback
 
 import ml_collections
 
 from transformer import resume
+from transformer import train
 
 FAILURE_NOTE = 'reproduce_failure.txt'
 
@@ -64,10 +64,9 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
   to config.train.num_steps, evaluated there (and evaluated averaged, when
   the config averages checkpoints), with the same config."""
   steps = config.train.num_steps
-  progress = {}
-  if os.path.exists(os.path.join(workdir, 'progress.json')):
-    with open(os.path.join(workdir, 'progress.json')) as f:
-      progress = json.load(f)
+  progress = (train.load_progress(workdir)
+              if os.path.exists(os.path.join(workdir, 'progress.json'))
+              else {})
   scalars = read_scalars(workdir)
   final = {tag: values[steps] for tag, values in scalars.items()
            if steps in values and tag.startswith(('eval/', 'eval_averaged/'))}
