@@ -10,7 +10,7 @@ decoding that never stops early: the time to the first token (prefill of
 the prompt plus the first sample) and the decoding rate of the later
 tokens, in new tokens per second over the whole batch, both medians of
 repeated jitted runs (the same `language_modeling.generate_tokens` that
-`python -m transformer.generate` uses).
+`python -m transformer.tools.generate` uses).
 
 Decoding is bound by memory bandwidth: each step reads every parameter once
 for the whole batch, and each row's keys and values of the positions

@@ -25,7 +25,7 @@ import jax
 from ml_collections import config_flags
 import numpy as np
 
-from transformer import config_args
+from transformer import configs
 from transformer import sharding
 from transformer import train
 
@@ -75,7 +75,7 @@ def main(argv):
   print('-' * len(header))
   for variant in _VARIANTS.value.split(';'):
     with tempfile.TemporaryDirectory() as workdir:
-      row = measure(config_args.override(_CONFIG.value, variant),
+      row = measure(configs.override(_CONFIG.value, variant),
                     workdir)
     print(f'{variant:>48} {row["mesh"]:>10} {row["compile_s"]:>10.1f} '
           f'{row["arguments_mib"]:>9.1f} {row["temp_mib"]:>9.1f} '

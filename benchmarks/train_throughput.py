@@ -41,6 +41,8 @@ import optax
 import devices
 import flops
 import timing
+from transformer import configs
+from transformer import optimizers
 from transformer import train
 from transformer.models import decoder
 from transformer.models import encoder_decoder
@@ -151,9 +153,9 @@ def main(argv):
             f'{"MFU datasheet":>14} {"MFU matmul":>11}')
   print(header)
   print('-' * len(header))
-  optimizer = train.default_config().optimizer
-  tx, _ = train.make_optimizer(ml_collections.ConfigDict(optimizer),
-                               num_steps=100_000)
+  optimizer = configs.default_config().optimizer
+  tx, _ = optimizers.build(ml_collections.ConfigDict(optimizer),
+                            num_steps=100_000)
   for size in _SIZES.value:
     loss_fn, batch, init, tokens, step_flops = setup(size, rows, length,
                                                      dtype)

@@ -10,13 +10,13 @@ tokens masked (80/10/10). Fine-tune the result for classification with
 `experiments/sst2.py:init_from=workdirs/bert_mlm`. `runlocal` for tests.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import masked_language_modeling
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/bert_mlm.py',
-                           known=('path', 'per', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/bert_mlm.py',
+                            known=('path', 'per', 'runlocal'))
   config = masked_language_modeling.default_config()
   config.data.update(dict(source='offline', num_train=20_000, num_eval=500,
                           tokenizer='sentencepiece', vocab_size=1_000,

@@ -19,13 +19,13 @@ after 3,000 steps: Show, Attend and Tell BLEU-4 91.9, exact match 79.6%
 a seconds-long variant for tests.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import captioning
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/captioning_offline.py',
-                           known=('model', 'encoder', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/captioning_offline.py',
+                            known=('model', 'encoder', 'runlocal'))
   config = captioning.default_config()
   config.data.update(dict(source='offline', num_train=10_000, num_eval=500,
                           image_size=32, tokenizer='word', max_length=12,

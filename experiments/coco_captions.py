@@ -20,13 +20,13 @@ from an ImageNet VGG: BLEU-4 24.3 soft attention). `runlocal` runs under
 tfds.testing.mock_data in the tests.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import captioning
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/coco_captions.py',
-                           known=('model', 'data_dir', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/coco_captions.py',
+                            known=('model', 'data_dir', 'runlocal'))
   config = captioning.default_config()
   config.data.update(dict(
       source='tfds', tfds_name='coco_captions',

@@ -10,13 +10,13 @@ the development machine); `runlocal` runs on `tfds.testing.mock_data` in the
 tests.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/lm1b.py',
-                           known=('runlocal',))
+  args = configs.parse_args(arg, name='experiments/lm1b.py',
+                            known=('runlocal',))
   config = language_modeling.default_config()
   config.data.update(dict(source='tfds', tfds_name='lm1b',
                           train_split='train', eval_split='test',

@@ -15,15 +15,15 @@ Measured on Multi30k de->en (2-core CPU, 1 h 6 min) with
 averaging the last 5 checkpoints.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/mt_local.py',
-                           known=('path', 'src', 'tgt', 'train', 'eval',
+  args = configs.parse_args(arg, name='experiments/mt_local.py',
+                            known=('path', 'src', 'tgt', 'train', 'eval',
                                   'size', 'runlocal'),
-                           required=('path', 'src', 'tgt'))
+                            required=('path', 'src', 'tgt'))
   config = translation.default_config()
   config.data.update(dict(
       source='local', path=args['path'], source_lang=args['src'],

@@ -19,13 +19,13 @@ medium 82, large 78; AWD-LSTM 57.3; Transformer-XL 54.5. Measured here
 
 import os
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/ptb.py',
-                           known=('path', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/ptb.py',
+                            known=('path', 'runlocal'))
   folder = args.get('path', '../shared/data/ptb')
   config = language_modeling.default_config()
   config.data.update(dict(

@@ -2,7 +2,7 @@ r"""RNN encoder-decoders with and without attention beside the Transformer.
 
     python -m transformer.main --config=experiments/rnn_vs_transformer.py:model=rnn_attention \
         --workdir=workdirs/compare/rnn_attention
-    python -m transformer.compare --workdir=workdirs/compare   # all three + table + plot
+    python -m transformer.tools.compare --workdir=workdirs/compare   # all three + table + plot
 
 Arguments (comma-separated): model = rnn (no attention: the context is the
 encoder's final state, the bottleneck of the lectures) | rnn_attention
@@ -18,7 +18,7 @@ clipping at 1.0, the Transformer the rsqrt schedule. Measured results: see
 the README (section "RNN encoder-decoders and the Transformer").
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
@@ -33,13 +33,13 @@ KEYS = ('model', 'path', 'src', 'tgt', 'eval', 'runlocal')
 
 def get_config(arg: str = 'model=rnn_attention'):
   name = 'experiments/rnn_vs_transformer.py'
-  args = config_args.parse(arg, name=name, known=KEYS, required=('model',))
+  args = configs.parse_args(arg, name=name, known=KEYS, required=('model',))
   if args['model'] not in MODELS:
     raise ValueError(f'{name}: model={args["model"]!r}; choose one of '
                      f'{sorted(MODELS)}.')
   if 'path' in args:
-    config_args.parse(arg, name=name, known=KEYS,
-                      required=('model', 'path', 'src', 'tgt'))
+    configs.parse_args(arg, name=name, known=KEYS,
+                       required=('model', 'path', 'src', 'tgt'))
   family, fields = MODELS[args['model']]
   config = translation.default_config()
   config.data.update(dict(

@@ -7,7 +7,7 @@ gradient clipping at 1. The first 90% of the characters train, the last
 
     python -m transformer.main --config=experiments/shakespeare_char.py \
         --workdir=workdirs/shakespeare_char
-    python -m transformer.generate --workdir=workdirs/shakespeare_char \
+    python -m transformer.tools.generate --workdir=workdirs/shakespeare_char \
         --prompt="ROMEO:" --max_new_tokens=500
 
 Reference (nanoGPT): validation loss 1.47 nats per character after 5,000
@@ -18,13 +18,13 @@ Arguments: path=FILE (default ../shared/data/tinyshakespeare/input.txt),
 runlocal (seconds, for tests).
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/shakespeare_char.py',
-                           known=('path', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/shakespeare_char.py',
+                            known=('path', 'runlocal'))
   config = language_modeling.default_config()
   config.data.update(dict(
       source='local', per='file', train_fraction=0.9,

@@ -5,7 +5,9 @@ fine-tuned from a masked-language-model workdir.
     python -m transformer.main --config=experiments/sst2.py:init_from=workdirs/bert_mlm \
         --workdir=workdirs/sentiment      # offline sentiment set
 
-Arguments: init_from=WORKDIR (a bert_mlm run; its vocabulary and sizes),
+Arguments: init_from=WORKDIR (a bert_mlm run, or a BERT converted with
+`python -m transformer.tools.convert`: its model sizes, context and
+tokenizer are taken into this config, its vocabulary copied),
 source=offline|tsv|tfds (default offline: generated sentences whose label
 says whether their adjectives are mostly pleasant), path=DIR for tsv
 ({train,validation}.tsv of "text<TAB>label"), runlocal. With
@@ -13,13 +15,14 @@ source=tfds the data is TFDS glue/sst2 (prepare it with `tfds build
 glue/sst2` first).
 """
 
-from transformer import config_args
+from transformer import configs
+from transformer import workdir
 from transformer.tasks import text_classification
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/sst2.py',
-                           known=('init_from', 'source', 'path', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/sst2.py',
+                            known=('init_from', 'source', 'path', 'runlocal'))
   config = text_classification.default_config()
   config.data.update(dict(source=args.get('source', 'offline'),
                           path=args.get('path', ''), max_length=64,
@@ -39,4 +42,7 @@ def get_config(arg: str = ''):
     config.optimizer.update(dict(warmup_steps=2, learning_rate=1e-3))
     config.train.update(dict(num_steps=6, log_every=3, eval_every=6,
                              checkpoint_every=6))
+  if 'init_from' in args:
+    text_classification.take_pretrained(
+        config, workdir.load_config(args['init_from']))
   return config

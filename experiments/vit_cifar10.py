@@ -15,13 +15,13 @@ at magnitude 9) and mixup (alpha 0.8) in place of AutoAugment and CutMix.
 Arguments: data_dir=DIR (TFDS data directory), runlocal.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import image_classification
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/vit_cifar10.py',
-                           known=('data_dir', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/vit_cifar10.py',
+                            known=('data_dir', 'runlocal'))
   config = image_classification.default_config()
   config.data.update(dict(
       source='tfds', tfds_name='cifar10', tfds_data_dir=args.get('data_dir',

@@ -21,17 +21,17 @@ Arguments: init_from=WORKDIR (required), image_size=N, source=, path=,
 tfds_name=, runlocal.
 """
 
-from transformer import config_args
-from transformer import train
+from transformer import configs
+from transformer import workdir
 from transformer.tasks import image_classification
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(
+  args = configs.parse_args(
       arg, name='experiments/vit_finetune.py',
       known=('init_from', 'image_size', 'source', 'path', 'tfds_name',
              'runlocal'), required=('init_from',))
-  pretrained = train.load_config(args['init_from'])
+  pretrained = workdir.load_config(args['init_from'])
   config = image_classification.default_config()
   config.train.init_from = args['init_from']
   config.model = pretrained.model  # the sizes; kept in this run's config

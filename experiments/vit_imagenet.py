@@ -23,7 +23,7 @@ none was run here. Fine-tune the result at 384 with
 Arguments: S/16 or B/16 (any ViT size), data_dir=DIR, runlocal.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import image_classification
 
 TRAIN_IMAGES = 1_281_167
@@ -31,9 +31,9 @@ TRAIN_IMAGES = 1_281_167
 
 def get_config(arg: str = 'S/16'):
   size = (arg or 'S/16').split(',')[0]
-  args = config_args.parse(arg[len(size):].lstrip(','),
-                           name='experiments/vit_imagenet.py',
-                           known=('data_dir', 'runlocal'))
+  args = configs.parse_args(arg[len(size):].lstrip(','),
+                            name='experiments/vit_imagenet.py',
+                            known=('data_dir', 'runlocal'))
   config = image_classification.default_config()
   config.data.update(dict(
       source='tfds', tfds_name='imagenet2012', stream=True,

@@ -12,13 +12,13 @@ with --config.train.num_steps=4700 (10 epochs): 98.82%, 13 min 33 s. Arguments: 
 runlocal.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import image_classification
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/vit_mnist.py',
-                           known=('path', 'runlocal'))
+  args = configs.parse_args(arg, name='experiments/vit_mnist.py',
+                            known=('path', 'runlocal'))
   config = image_classification.default_config()
   config.data.update(dict(source='mnist',
                           path=args.get('path', '../shared/data/mnist'),

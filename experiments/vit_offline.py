@@ -11,13 +11,13 @@ cosine decay. Measured on a 2-core CPU: 65.05% test accuracy (top-5
 97.30%) in 7 min 49 s. `:runlocal` is a seconds-long variant for tests.
 """
 
-from transformer import config_args
+from transformer import configs
 from transformer.tasks import image_classification
 
 
 def get_config(arg: str = ''):
-  args = config_args.parse(arg, name='experiments/vit_offline.py',
-                           known=('runlocal',))
+  args = configs.parse_args(arg, name='experiments/vit_offline.py',
+                            known=('runlocal',))
   config = image_classification.default_config()
   config.data.update(dict(source='offline', num_train=20_000, num_eval=2_000,
                           image_size=32, batch_size=128, crop='pad',

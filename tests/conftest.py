@@ -1,7 +1,6 @@
 """Shared test helpers."""
 
 import gzip
-import importlib.util
 import os
 
 # Test programs are tiny and compile time dominates: skip most of XLA's
@@ -15,29 +14,22 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def load_experiment(name: str, arg: str = ''):
-  """`get_config(arg)` of experiments/<name>.py, as config_flags loads it."""
-  path = os.path.join(REPO, 'experiments', f'{name}.py')
-  spec = importlib.util.spec_from_file_location(f'experiment_{name}', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
+  """`get_config(arg)` of experiments/<name>.py, as --config loads it."""
+  from transformer import configs  # pylint: disable=g-import-not-at-top
+  return configs.load_experiment(
+      os.path.join(REPO, 'experiments', f'{name}.py') + (f':{arg}' if arg
+                                                         else ''))
 
 
 def convert_and_restore(published_dir: str, workdir: str):
-  """`python -m transformer.convert --from=hf` of a published directory,
-  then the workdir's trainer and restored parameters (checkpoint 0)."""
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  from transformer import train  # pylint: disable=g-import-not-at-top
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.convert', '--from=hf',
-       f'--input={published_dir}', f'--output={workdir}'],
-      capture_output=True, text=True, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  trainer = train.Trainer(train.load_config(workdir), workdir)
-  params, step = trainer.restore_params(1)
-  assert step == 0
-  return trainer, params, workdir
+  """`interop.workdirs.convert` of a published Hugging Face directory, then
+  (the workdir restored at checkpoint 0, its parameters, the workdir)."""
+  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  workdirs.convert('hf', published_dir, workdir)
+  restored = workdir_lib.restore(workdir)
+  assert restored.step == 0
+  return restored, restored.params, workdir
 
 
 @pytest.fixture

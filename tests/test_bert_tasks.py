@@ -1,11 +1,15 @@
 """BERT end to end: MLM pretraining, then fine-tuned classification."""
 
+import shutil
+
 import jax
 import numpy as np
 import pytest
 
 from conftest import load_experiment
 from transformer import train
+from transformer import workdir as workdir_lib
+from transformer.data import offline_sentiment
 from transformer.tasks import text_classification
 
 
@@ -33,28 +37,45 @@ def test_mlm_training_lowers_loss(pretrained):
 
 
 def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
-  _, mlm_workdir, _ = pretrained
-  config = load_experiment('sst2', f'init_from={mlm_workdir},runlocal')
+  pretrained_config, mlm_workdir, _ = pretrained
+  source = str(tmp_path / 'mlm')
+  shutil.copytree(mlm_workdir, source)
+  config = load_experiment('sst2', f'init_from={source},runlocal')
+  # The experiment takes the pretrained sizes and context into its config.
+  assert config.model.d_model == pretrained_config.model.d_model
+  assert config.data.max_length == pretrained_config.data.max_length
   config.train.num_steps = 2  # two steps barely move the encoder
   config.optimizer.warmup_steps = 1
-  train.train_and_evaluate(config, str(tmp_path))
-  tuned, _ = train.Trainer(config, str(tmp_path)).restore_params()
-  source = train.Trainer(train.load_config(mlm_workdir), mlm_workdir)
-  loaded, _ = source.restore_params()
+  tuned_workdir = str(tmp_path / 'tuned')
+  train.train_and_evaluate(config, tuned_workdir)
+  loaded = workdir_lib.restore(source).params
+  shutil.rmtree(source)  # the fine-tuned workdir needs nothing of it
+  tuned = workdir_lib.restore(tuned_workdir).params
   moved = np.abs(np.asarray(tuned['embed']['embed']['embedding']) -
                  np.asarray(loaded['embed']['embed']['embedding'])).max()
   assert moved < 0.01  # started from, not re-initialised
   assert 'classifier' in tuned and 'classifier' not in loaded
 
 
+def test_fine_tuning_refuses_a_workdir_of_another_task(tmp_path):
+  config = load_experiment('sst2', 'runlocal')
+  classifier = str(tmp_path / 'classifier')
+  train.train_and_evaluate(config, classifier)
+  with pytest.raises(ValueError, match='masked_language_modeling'):
+    load_experiment('sst2', f'init_from={classifier},runlocal')
+  config.train.init_from = classifier  # set directly, not by the experiment
+  with pytest.raises(ValueError, match='masked_language_modeling'):
+    train.train_and_evaluate(config, str(tmp_path / 'tuned'))
+
+
 def test_offline_sentiment_and_tsv(tmp_path):
-  examples = text_classification.offline_sentiment(200, 0, 'train')
+  examples = offline_sentiment.examples(200, 0, 'train')
   labels = [label for _, label in examples]
   assert 0.3 < np.mean(labels) < 0.7
   for sentence, label in examples[:50]:
     words = sentence.split()
-    score = (sum(w in text_classification.PLEASANT for w in words) -
-             sum(w in text_classification.UNPLEASANT for w in words))
+    score = (sum(w in offline_sentiment.PLEASANT for w in words) -
+             sum(w in offline_sentiment.UNPLEASANT for w in words))
     assert score != 0 and label == int(score > 0)
   (tmp_path / 'train.tsv').write_text('a fine film\t1\nawful\t0\n')
   config = load_experiment('sst2', f'source=tsv,path={tmp_path},runlocal')

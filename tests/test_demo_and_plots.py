@@ -35,12 +35,12 @@ def test_plot_attention_writes_png_and_checks_labels(tmp_path):
 
 @pytest.mark.parametrize('modules', [
     'transformer.attention, transformer.layers, transformer.plots, '
-    'transformer.demo, transformer.train, transformer.tasks.translation, '
+    'transformer.tools.demo, transformer.train, transformer.tasks.translation, '
     'transformer.data.offline_mt, transformer.data.parallel_text, '
     'transformer.data.tfds_source, transformer.main, '
     'transformer.tasks.language_modeling, transformer.models.rnn',
     # Entry points of their own: their flags would clash.
-    'transformer.translate', 'transformer.generate', 'transformer.compare',
+    'transformer.tools.translate', 'transformer.tools.generate', 'transformer.tools.compare',
 ])
 def test_training_path_does_not_import_tensorflow(modules):
   code = (f'import sys, {modules}; print(sorted(m for m in sys.modules '

@@ -162,7 +162,7 @@ def test_predict_command_and_attention_maps(trained, tmp_path):
     paths.append(str(tmp_path / f'image{i}.png'))
     Image.fromarray(pictures[i]).save(paths[i])
   out = subprocess.run(
-      [sys.executable, '-m', 'transformer.predict', f'--workdir={workdir}',
+      [sys.executable, '-m', 'transformer.tools.predict', f'--workdir={workdir}',
        '--top_k=3', f'--attention_dir={tmp_path / "maps"}', *paths],
       check=True, cwd=REPO, capture_output=True, text=True).stdout
   lines = out.strip().split('\n')

@@ -12,6 +12,7 @@ import pytest
 from conftest import convert_and_restore
 from conftest import load_experiment
 from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.data import text
 
 torch = pytest.importorskip('torch')
@@ -81,9 +82,9 @@ def test_text_classification_fine_tunes_the_converted_encoder(converted,
   config.train.num_steps = 2
   config.optimizer.warmup_steps = 1
   train.train_and_evaluate(config, str(tmp_path))
-  trainer = train.Trainer(config, str(tmp_path))
-  tuned, _ = trainer.restore_params()
-  assert type(trainer.task.tokenizer).__name__ == 'BertTokenizer'
+  restored = workdir_lib.restore(str(tmp_path))
+  tuned = restored.params
+  assert type(restored.task.tokenizer).__name__ == 'BertTokenizer'
   moved = np.abs(np.asarray(tuned['embed']['embed']['embedding']) -
                  np.asarray(loaded['embed']['embed']['embedding'])).max()
   assert moved < 0.01  # started from the converted weights

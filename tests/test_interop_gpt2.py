@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import convert_and_restore
-from transformer import metrics
+from transformer import losses
 from transformer.data import text
 from transformer.interop import files
 from transformer.interop import gpt2
@@ -89,7 +89,7 @@ def test_logits_and_smoothed_loss_match_the_reference(published, converted):
   assert error < 1e-5
   assert (ours[..., 0] < -1e8).all()  # padding is never predicted
   targets = jnp.asarray([tokenizer.gpt2_to_ours(ids + [eos])])
-  loss, _ = metrics.smoothed_cross_entropy(jnp.asarray(ours), targets, 0.1)
+  loss, _ = losses.smoothed_cross_entropy(jnp.asarray(ours), targets, 0.1)
   assert float(loss.mean()) == pytest.approx(float(hf_loss), rel=1e-5)
 
 
@@ -98,7 +98,7 @@ def test_generate_command_matches_reference_greedy_search(published,
   model, reference, _ = published
   _, _, workdir = converted
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.generate', f'--workdir={workdir}',
+      [sys.executable, '-m', 'transformer.tools.generate', f'--workdir={workdir}',
        '--greedy', '--max_new_tokens=10'] +
       [f'--prompt={p}' for p in PROMPTS],
       capture_output=True, text=True, check=False)

@@ -106,7 +106,7 @@ def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
   _, params, path = checkpoint
   workdir = tmp_path / 'converted'
   run = subprocess.run(
-      [sys.executable, '-m', 'transformer.convert', '--from=vit_npz',
+      [sys.executable, '-m', 'transformer.tools.convert', '--from=vit_npz',
        f'--input={path}', f'--output={workdir}'], cwd=REPO,
       capture_output=True, text=True, check=False)
   assert run.returncode == 0, run.stderr[-2000:]
@@ -118,12 +118,12 @@ def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
   image = tmp_path / 'x.png'
   Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
   run = subprocess.run(
-      [sys.executable, '-m', 'transformer.predict', f'--workdir={workdir}',
+      [sys.executable, '-m', 'transformer.tools.predict', f'--workdir={workdir}',
        str(image)], cwd=REPO, capture_output=True, text=True, check=False)
   assert run.returncode == 0, run.stderr[-2000:]
   assert 'class_' in run.stdout
   again = subprocess.run(
-      [sys.executable, '-m', 'transformer.convert', '--from=vit_npz',
+      [sys.executable, '-m', 'transformer.tools.convert', '--from=vit_npz',
        f'--input={path}', f'--output={workdir}'], cwd=REPO,
       capture_output=True, text=True, check=False)
   assert again.returncode == 1 and 'already has checkpoints' in again.stderr

@@ -102,7 +102,7 @@ def test_generation_continues_past_the_context(trained):
 def test_generate_command(trained, tmp_path):
   _, workdir, _ = trained
   out = subprocess.run(
-      [sys.executable, '-m', 'transformer.generate', f'--workdir={workdir}',
+      [sys.executable, '-m', 'transformer.tools.generate', f'--workdir={workdir}',
        '--prompt=The red', '--prompt=A', '--max_new_tokens=5', '--seed=3'],
       cwd=REPO, capture_output=True, text=True, check=True)
   lines = out.stdout.split('\n')

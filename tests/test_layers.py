@@ -156,7 +156,7 @@ def manual_encoder_block(config, params, x):
 def test_encoder_block_residual_order(norm_position):
   config = CONFIG.replace(norm_position=norm_position)
   x = normal(0, 2, 5, 16)
-  block = layers.EncoderBlock(config)
+  block = layers.SelfAttentionBlock(config)
   params = randomize(init(block, x, deterministic=True))
   out = block.apply(params, x, deterministic=True)
   np.testing.assert_allclose(out, manual_encoder_block(config,
@@ -166,8 +166,8 @@ def test_encoder_block_residual_order(norm_position):
 
 def test_post_and_pre_ln_blocks_differ_as_specified():
   x = normal(0, 2, 5, 16) * 5 + 2
-  post = layers.EncoderBlock(CONFIG)
-  pre = layers.EncoderBlock(CONFIG.replace(norm_position='pre'))
+  post = layers.SelfAttentionBlock(CONFIG)
+  pre = layers.SelfAttentionBlock(CONFIG.replace(norm_position='pre'))
   params = init(post, x, deterministic=True)  # LN at init: scale 1, bias 0
   post_out = post.apply(params, x, deterministic=True)
   pre_out = pre.apply(params, x, deterministic=True)
@@ -192,8 +192,8 @@ def test_stacks_have_n_layers_and_final_norm_only_for_pre_ln():
   x, enc = normal(0, 2, 5, 16), normal(1, 2, 4, 16)
   for norm_position, has_final in (('post', False), ('pre', True)):
     config = CONFIG.replace(norm_position=norm_position, num_layers=3)
-    enc_params = init(layers.EncoderStack(config), x, deterministic=True)
-    dec_params = init(layers.DecoderStack(config), x, enc,
+    enc_params = init(layers.SelfAttentionStack(config), x, deterministic=True)
+    dec_params = init(layers.CrossAttentionStack(config), x, enc,
                       deterministic=True)
     for p in (enc_params['params'], dec_params['params']):
       assert sorted(k for k in p if k.startswith('layer_')) == [
@@ -205,11 +205,11 @@ def test_stacks_have_n_layers_and_final_norm_only_for_pre_ln():
 def test_residual_dropout_only_when_not_deterministic():
   config = CONFIG.replace(dropout_rate=0.3)
   x = normal(0, 2, 5, 16)
-  block = layers.EncoderBlock(config)
+  block = layers.SelfAttentionBlock(config)
   params = init(block, x, deterministic=True)
   clean = block.apply(params, x, deterministic=True)
   np.testing.assert_array_equal(
-      clean, layers.EncoderBlock(CONFIG).apply(params, x, deterministic=True))
+      clean, layers.SelfAttentionBlock(CONFIG).apply(params, x, deterministic=True))
   noisy = block.apply(params, x, deterministic=False,
                       rngs={'dropout': jax.random.key(1)})
   assert np.abs(np.asarray(noisy - clean)).max() > 1e-2
@@ -217,7 +217,7 @@ def test_residual_dropout_only_when_not_deterministic():
 
 def test_decoder_block_is_causal_and_uses_cross_mask():
   y, enc = normal(0, 2, 6, 16), normal(1, 2, 4, 16)
-  block = layers.DecoderBlock(CONFIG)
+  block = layers.CrossAttentionBlock(CONFIG)
   params = randomize(init(block, y, enc, deterministic=True))
   f = lambda y, enc, mask=None: block.apply(params, y, enc, cross_mask=mask,
                                             deterministic=True)
@@ -247,9 +247,9 @@ class TinyDecoder(nn.Module):
     x = layers.TokenEmbedding(20, self.config.d_model)(tokens)
     x = layers.PositionalEncoding(16, decode=self.config.decode)(x)
     if self.cross:
-      return layers.DecoderStack(self.config)(x, encoded,
+      return layers.CrossAttentionStack(self.config)(x, encoded,
                                               deterministic=deterministic)
-    return layers.EncoderStack(self.config)(x, causal=True,
+    return layers.SelfAttentionStack(self.config)(x, causal=True,
                                             deterministic=deterministic)
 
 
@@ -286,7 +286,7 @@ def test_stack_kv_cache_decoding_equals_full_forward(cross, chunks):
 def test_every_parameter_has_logical_axis_names():
   y, enc = jnp.zeros((2, 6, 16)), jnp.zeros((2, 4, 16))
   config = CONFIG.replace(norm_position='pre')
-  variables = layers.DecoderStack(config).init(jax.random.key(0), y, enc,
+  variables = layers.CrossAttentionStack(config).init(jax.random.key(0), y, enc,
                                                deterministic=True)
   boxed = jax.tree.leaves(variables, is_leaf=lambda x: isinstance(
       x, nn.LogicallyPartitioned))

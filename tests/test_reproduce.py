@@ -193,7 +193,7 @@ def test_print_mode_gives_one_launch_command_per_unfinished_row(
 
 def test_command_line_prints_slurm_lines(spec_path, tmp_path):
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.reproduce', f'--table={spec_path}',
+      [sys.executable, '-m', 'transformer.tools.reproduce', f'--table={spec_path}',
        f'--workdir={tmp_path}', '--rows=h2,B', '--launch=print'],
       cwd=REPO, capture_output=True, text=True, check=False,
       env={**os.environ, 'PYTHONPATH': REPO})
@@ -203,7 +203,7 @@ def test_command_line_prints_slurm_lines(spec_path, tmp_path):
                              'launch/slurm_gpu.sbatch --config=')
   assert lines[1].startswith('# novel: not expressible')
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.reproduce', f'--table={spec_path}',
+      [sys.executable, '-m', 'transformer.tools.reproduce', f'--table={spec_path}',
        f'--workdir={tmp_path}', '--rows=Z'], cwd=REPO, capture_output=True,
       text=True, check=False, env={**os.environ, 'PYTHONPATH': REPO})
   assert result.returncode == 1

@@ -1,4 +1,5 @@
-"""Orbax checkpoints of the train state, resume, and checkpoint averaging.
+"""Orbax checkpoints of the train state: saving, restoring the latest one
+that really restores (resume), averaging, and warm starts.
 
 A checkpoint holds two items, 'params' and 'opt_state', under
 `workdir/checkpoints/<step>`. The data position is the step itself: the
@@ -120,3 +121,144 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
   return jax.tree.map(
       lambda t, a: (t / len(steps)).astype(a.dtype), total,
       abstract_params), steps
+
+
+def restore_params(workdir: str, abstract_params: Any, average: int = 1
+                   ) -> tuple[Any, int]:
+  """The latest parameters of a workdir (or the mean of its last `average`
+  checkpoints) onto the shardings of `abstract_params`, and the step."""
+  mngr = manager(workdir, read_only=True)
+  step = mngr.latest_step()
+  if step is None:
+    raise FileNotFoundError(
+        f'No checkpoint in {directory(workdir)}; train first: python -m '
+        f'transformer.main --workdir={workdir}')
+  if average > 1:
+    params, _ = averaged_params(mngr, abstract_params, average)
+  else:
+    params = restore(mngr, step, {'params': abstract_params})['params']
+  mngr.close()
+  return params, step
+
+
+# -- Resuming -----------------------------------------------------------------
+
+
+class IncompatibleCheckpoint(ValueError):
+  """The workdir's checkpoints belong to another model or vocabulary."""
+
+
+def incompatible(changes: dict[str, tuple[Any, Any]], reason: str
+                 ) -> IncompatibleCheckpoint:
+  """The refusal to resume, listing the config fields that changed."""
+  listed = '; '.join(f'{field}: {old!r} -> {new!r}'
+                     for field, (old, new) in changes.items())
+  return IncompatibleCheckpoint(
+      f'This workdir holds checkpoints of another model: {reason}. '
+      f'Changed fields: {listed or "none"}. Restore those values, or train '
+      f'into a new --workdir (with --config.train.init_from=OLD_WORKDIR to '
+      f'start from its parameters).')
+
+
+def check_shapes(mngr: ocp.CheckpointManager, step: int,
+                 abstract_params: Any, changes: dict[str, tuple[Any, Any]]
+                 ) -> None:
+  """Refuses a checkpoint whose parameters differ in names or shapes from
+  the model of the config, listing the config fields that changed."""
+  saved = param_shapes(mngr, step)
+  wanted = {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in
+            jax.tree_util.tree_flatten_with_path(abstract_params)[0]}
+  if saved == wanted:
+    return
+  differing = sorted(name for name in set(saved) | set(wanted)
+                     if saved.get(name) != wanted.get(name))
+  shown = ', '.join(f'{name} {saved.get(name)} -> {wanted.get(name)}'
+                    for name in differing[:6])
+  more = f' and {len(differing) - 6} more' if len(differing) > 6 else ''
+  raise incompatible(
+      {f: c for f, c in changes.items() if f.startswith(('model.', 'data.'))},
+      f'checkpoint {step} has parameters of other names or shapes '
+      f'({shown}{more})')
+
+
+def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
+                   abstract: dict[str, Any],
+                   changes: dict[str, tuple[Any, Any]]
+                   ) -> tuple[dict[str, Any] | None, int]:
+  """The items of the latest checkpoint that restores, and its step
+  ((None, 0) when there is none).
+
+  A checkpoint that cannot be read (truncated or missing files) is reported
+  and the one before it is tried; once one restores, the unreadable newer
+  ones are set aside under workdir/unreadable_checkpoints/ (so the run can
+  save those steps again). If none restores, nothing is moved. A checkpoint
+  of another model is refused (`check_shapes`; `changes` are the config
+  fields that changed since, for the message).
+  """
+  failures = []
+  for step in sorted(mngr.all_steps(), reverse=True):
+    try:
+      try:
+        param_shapes(mngr, step)
+      except Exception:  # pylint: disable=broad-except
+        pass  # unreadable metadata: the restore below says why
+      else:
+        check_shapes(mngr, step, abstract['params'], changes)
+      restored = restore(mngr, step, abstract)
+    except IncompatibleCheckpoint:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      # Orbax and TensorStore raise plain Exceptions for damaged files.
+      reason = str(e).strip().splitlines()[0][:300] if str(e) else repr(e)
+      print(f'Checkpoint {step} cannot be restored: {reason}', flush=True)
+      failures.append((step, e))
+      continue
+    for failed, _ in failures:
+      target = set_aside(workdir, failed)
+      print(f'Moved unreadable checkpoint {failed} to {target}; resuming '
+            f'from checkpoint {step}.', flush=True)
+    if failures:
+      mngr.reload()
+    return restored, step
+  if failures:
+    raise RuntimeError(
+        f'No checkpoint in {directory(workdir)} could be restored (steps '
+        f'{[s for s, _ in failures]}). Fix the storage, or start a new '
+        f'--workdir.') from failures[0][1]
+  return None, 0
+
+
+# -- Warm starts --------------------------------------------------------------
+
+
+def warm_start(params: Any, loaded: Any, *, source: str, step: int) -> Any:
+  """`params` with every array that `loaded` (the parameters of workdir
+  `source` at `step`, as the task adapted them) has at the same path and
+  shape, e.g. a pretrained encoder under a new head."""
+  flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
+  copied, new, mismatched = [], [], []
+
+  def pick(path, value):
+    name = jax.tree_util.keystr(path)
+    if path not in flat_loaded:
+      new.append(name)
+      return value
+    if flat_loaded[path].shape != value.shape:
+      mismatched.append(f'{name} {flat_loaded[path].shape} != {value.shape}')
+      return value
+    copied.append(name)
+    return jax.device_put(flat_loaded[path].astype(value.dtype),
+                          value.sharding)
+
+  params = jax.tree_util.tree_map_with_path(pick, params)
+  if mismatched:
+    raise ValueError(f'{source} (step {step}) has parameters of other shapes '
+                     f'(different vocabulary or sizes?): {mismatched}')
+  if not copied:
+    raise ValueError(f'{source} (step {step}) shares no parameter with this '
+                     f'model: it is not a checkpoint of the same architecture.')
+  unused = sorted(set(map(jax.tree_util.keystr, flat_loaded)) - set(copied))
+  print(f'Initialised {len(copied)} parameter arrays from {source} (step '
+        f'{step}); newly initialised: {new or "none"}; not used: '
+        f'{unused or "none"}', flush=True)
+  return params

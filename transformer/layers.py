@@ -1,4 +1,7 @@
-"""Transformer building blocks: embeddings, positions, feed-forward, blocks.
+"""Transformer building blocks: embeddings, positions, feed-forward,
+residual sublayers, the self-attention stack (encoders, GPT, ViT) and the
+cross-attention stack (decoders of encoder-decoders), decoder inputs and
+masks, and the attention weights a model sows.
 
 Shapes use the letters of `transformer.attention`. Every parameter carries
 logical axis names ('vocab', 'embed', 'mlp', 'heads', 'kv') and block
@@ -129,6 +132,26 @@ class TransformerConfig:
   @property
   def mlp_dim(self) -> int:
     return self.d_ff or 4 * self.d_model
+
+
+def shift_right(targets: Array, segmentation: Array | None = None) -> Array:
+  """Decoder inputs: targets moved one step right, 0 at each segment start."""
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  if segmentation is not None:
+    previous = jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1]
+    shifted = jnp.where(segmentation == previous, shifted, 0)
+  return shifted
+
+
+def segment_mask(query_segments: Array, key_segments: Array) -> Array:
+  """[B, T], [B, S] segment ids -> [B, 1, T, S]: same segment, key not pad."""
+  same = query_segments[:, :, None] == key_segments[:, None, :]
+  return (same & (key_segments[:, None, :] > 0))[:, None]
+
+
+def key_padding_mask(tokens: Array) -> Array:
+  """[B, S] tokens -> [B, 1, 1, S], True at real (non-zero) tokens."""
+  return (tokens > 0)[:, None, None, :]
 
 
 def count_parameters(init: Callable[..., Any], *inputs: Any) -> int:
@@ -329,10 +352,10 @@ def _feed_forward(config: TransformerConfig) -> nn.Module:
                      name='mlp')
 
 
-class EncoderBlock(nn.Module):
-  """Self-attention and feed-forward, each inside a `Sublayer`.
-
-  `causal=True` makes it a decoder-only (GPT) block.
+class SelfAttentionBlock(nn.Module):
+  """Self-attention and feed-forward, each inside a `Sublayer`: an encoder
+  block (BERT, ViT, the encoder of an encoder-decoder), or with
+  `causal=True` a decoder-only (GPT) block.
   """
   config: TransformerConfig
 
@@ -360,8 +383,9 @@ class EncoderBlock(nn.Module):
     return _rematerialised(forward, self.config)(self, x, mask, positions)
 
 
-class DecoderBlock(nn.Module):
-  """Masked self-attention, cross-attention to the encoder, feed-forward."""
+class CrossAttentionBlock(nn.Module):
+  """Masked self-attention, cross-attention to the encoder, feed-forward:
+  the decoder block of an encoder-decoder."""
   config: TransformerConfig
 
   @nn.compact
@@ -406,8 +430,9 @@ class DecoderBlock(nn.Module):
         self, y, encoded, self_mask, cross_mask, positions)
 
 
-class EncoderStack(nn.Module):
-  """N encoder blocks (causal ones for a GPT), then a LayerNorm if pre-LN."""
+class SelfAttentionStack(nn.Module):
+  """N `SelfAttentionBlock`s (causal ones for a GPT), then a LayerNorm if
+  pre-LN."""
   config: TransformerConfig
 
   @nn.compact
@@ -416,11 +441,11 @@ class EncoderStack(nn.Module):
                deterministic: bool) -> Array:
     """x: [B, T, D] embedded inputs -> [B, T, D]."""
     if self.config.scan_layers:
-      x, _ = _scanned(_ScannedEncoderBlock, self.config)(
+      x, _ = _scanned(_ScannedSelfAttentionBlock, self.config)(
           self.config, causal, deterministic, name=SCANNED)(
               x, mask, positions)
     for i in range(0 if self.config.scan_layers else self.config.num_layers):
-      x = EncoderBlock(self.config, name=f'layer_{i}')(
+      x = SelfAttentionBlock(self.config, name=f'layer_{i}')(
           x, mask=mask, causal=causal, positions=positions,
           deterministic=deterministic)
     if self.config.norm_position == 'pre':
@@ -428,8 +453,9 @@ class EncoderStack(nn.Module):
     return x
 
 
-class DecoderStack(nn.Module):
-  """N decoder blocks attending to the encoder, then a LayerNorm if pre-LN."""
+class CrossAttentionStack(nn.Module):
+  """N `CrossAttentionBlock`s attending to the encoder, then a LayerNorm if
+  pre-LN."""
   config: TransformerConfig
 
   @nn.compact
@@ -440,11 +466,11 @@ class DecoderStack(nn.Module):
                deterministic: bool) -> Array:
     """y: [B, T, D] embedded targets, encoded: [B, S, D] -> [B, T, D]."""
     if self.config.scan_layers:
-      y, _ = _scanned(_ScannedDecoderBlock, self.config)(
+      y, _ = _scanned(_ScannedCrossAttentionBlock, self.config)(
           self.config, deterministic, name=SCANNED)(
               y, encoded, self_mask, cross_mask, positions)
     for i in range(0 if self.config.scan_layers else self.config.num_layers):
-      y = DecoderBlock(self.config, name=f'layer_{i}')(
+      y = CrossAttentionBlock(self.config, name=f'layer_{i}')(
           y, encoded, self_mask=self_mask, cross_mask=cross_mask,
           positions=positions, deterministic=deterministic)
     if self.config.norm_position == 'pre':
@@ -464,8 +490,8 @@ def _rematerialised(forward: Callable[..., Array],
                   prevent_cse=not config.scan_layers)
 
 
-class _ScannedEncoderBlock(nn.Module):
-  """An `EncoderBlock` as a scan body: static options as attributes, the
+class _ScannedSelfAttentionBlock(nn.Module):
+  """An `SelfAttentionBlock` as a scan body: static options as attributes, the
   activations as carry, the per-layer output unused."""
   config: TransformerConfig
   causal: bool
@@ -473,19 +499,19 @@ class _ScannedEncoderBlock(nn.Module):
 
   @nn.compact
   def __call__(self, x, mask, positions):
-    return EncoderBlock(self.config, name='block')(
+    return SelfAttentionBlock(self.config, name='block')(
         x, mask=mask, causal=self.causal, positions=positions,
         deterministic=self.deterministic), None
 
 
-class _ScannedDecoderBlock(nn.Module):
-  """A `DecoderBlock` as a scan body (see `_ScannedEncoderBlock`)."""
+class _ScannedCrossAttentionBlock(nn.Module):
+  """A `CrossAttentionBlock` as a scan body (see `_ScannedSelfAttentionBlock`)."""
   config: TransformerConfig
   deterministic: bool
 
   @nn.compact
   def __call__(self, y, encoded, self_mask, cross_mask, positions):
-    return DecoderBlock(self.config, name='block')(
+    return CrossAttentionBlock(self.config, name='block')(
         y, encoded, self_mask=self_mask, cross_mask=cross_mask,
         positions=positions, deterministic=self.deterministic), None
 
@@ -520,3 +546,28 @@ def unstack_layers(tree: Any) -> Any:
     else:
       result[key] = unstack_layers(value)
   return result
+
+
+def attention_weights(intermediates: Any) -> dict[str, Array]:
+  """The attention weights a model sowed, by the path of the layer that
+  sowed them: {'decoder/layer_0/cross_attention': [B, N, T, S], ...} (scanned
+  stacks unstacked, in the order the layers ran). Additive attention's
+  weights, sown by the model itself as [B, T, S], come as 'attention'
+  [B, 1, T, S]. The one attention hook of every model family:
+
+      _, state = model.apply(variables, ..., mutable=['intermediates'])
+      weights = layers.attention_weights(state['intermediates'])
+  """
+  found = {}
+
+  def walk(node: Any, path: tuple[str, ...]) -> None:
+    for key, value in node.items():
+      if key == 'attention_weights':
+        weights = value[0]
+        found['/'.join(path) or 'attention'] = (
+            weights if path else weights[:, None])
+      elif hasattr(value, 'items'):
+        walk(value, path + (key,))
+
+  walk(unstack_layers(intermediates), ())
+  return found

@@ -4,24 +4,21 @@
         --workdir=DIR [--config.train.num_steps=100 ...]
 
 With no flags it runs the default experiment (`experiments/mt_offline.py`)
-into DEFAULT_WORKDIR. Entry points (this one and `translate`) are the only
-modules that define flags.
+into DEFAULT_WORKDIR. Exit codes are those of `tools/cli.py` (75: preempted
+after a checkpoint, rerun to resume). The other commands are in
+`transformer/tools/`.
 """
 
 import os
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 import jax
 from ml_collections import config_flags
 
 from transformer import checkpoints
-from transformer import commands
-from transformer import faults
 from transformer import train
-from transformer.data import tfds_source
+from transformer.tools import cli
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'experiments', 'mt_offline.py')
@@ -47,23 +44,26 @@ def _env_int(name: str) -> int | None:
   return int(value) if value else None
 
 
-@commands.user_errors_exit
-def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+def _workdir() -> str:
   workdir = _WORKDIR.value
   if workdir is None:
     if flags.FLAGS['config'].present:
-      raise app.UsageError('Give --workdir=DIR for a --config experiment.')
+      raise ValueError('Give --workdir=DIR for a --config experiment.')
     workdir = DEFAULT_WORKDIR
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
           f'{os.path.abspath(workdir)}', flush=True)
   if '://' in workdir:
-    raise app.UsageError(
+    raise ValueError(
         f'--workdir={workdir} is a URL, but the trainer writes through the '
         f'filesystem: mount the bucket on every host (gcsfuse --implicit-dirs '
         f'BUCKET /gcs/BUCKET; launch/tpu_vm.sh does this) and pass '
         f'--workdir=/gcs/BUCKET/...')
+  return workdir
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  workdir = _workdir()
   if _multi_process():
     # CPU processes (tests, laptops) exchange data over gloo; GPUs and TPUs
     # use their own collectives and ignore this.
@@ -73,13 +73,7 @@ def main(argv):
     jax.distributed.initialize(num_processes=_env_int('JAX_NUM_PROCESSES'),
                                process_id=_env_int('JAX_PROCESS_ID'))
   logging.info('JAX devices: %s', jax.devices())
-  try:
-    result = train.train_and_evaluate(_CONFIG.value, workdir)
-  except faults.Preempted as e:
-    print(e, flush=True)
-    sys.exit(faults.PREEMPTED_EXIT_CODE)
-  except tfds_source.DatasetNotFoundError as e:
-    sys.exit(f'Error: {e}')
+  result = train.train_and_evaluate(_CONFIG.value, workdir)
   print('Final evaluation: ' + '  '.join(
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
   workdir = os.path.abspath(workdir)
@@ -88,5 +82,10 @@ def main(argv):
         f'Reports and plots: {workdir}/reports, {workdir}/plots')
 
 
+def run() -> None:
+  """The `transformer-train` console script."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=commands.parse_flags)
+  run()

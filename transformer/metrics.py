@@ -1,4 +1,5 @@
-"""Metrics: sums normalised on the host, BLEU, and metric writing.
+"""Metrics: sums normalised on the host, BLEU, and TensorBoard scalars
+(written during training, read back for tables).
 
 Steps return every metric as a (sum, count) pair; they are added up across
 steps and devices and divided once on the host (`normalize`), so averages
@@ -13,11 +14,9 @@ from typing import Any, Mapping, Sequence
 
 from absl import logging
 import jax
-import jax.numpy as jnp
 import numpy as np
 import sacrebleu
 
-from transformer import layers
 
 Sums = Mapping[str, tuple[Any, Any]]
 
@@ -36,22 +35,6 @@ def normalize(sums: Sums) -> dict[str, float]:
   if 'nll' in result:
     result['perplexity'] = math.exp(min(result['nll'], 100.0))
   return result
-
-
-def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
-                           smoothing: float) -> tuple[jax.Array, jax.Array]:
-  """Per-token label-smoothed loss and plain negative log-likelihood.
-
-  The smoothed target puts 1 - smoothing on the label and smoothing / V on
-  every token; written without a one-hot so [B, T, V] is never built twice.
-  Ids a model masks out (`layers.MASKED_LOGIT`, e.g. a converted GPT-2's
-  padding) are not among the V.
-  """
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32))
-  nll = -jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
-  possible = logits > layers.MASKED_LOGIT / 2
-  uniform = -jnp.where(possible, log_probs, 0.0).sum(-1) / possible.sum(-1)
-  return (1.0 - smoothing) * nll + smoothing * uniform, nll
 
 
 def bleu(hypotheses: Sequence[str], references: Sequence[str],
@@ -109,3 +92,31 @@ class MetricWriter:
     if self._writer is not None:
       self._writer.close()
       logging.info('Metrics written to %s', self._writer.logdir)
+
+
+def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
+  """{tag: {step: value}} of every TensorBoard event file in `workdir`,
+  oldest file first, so a rerun's values win. Event files are TFRecords
+  (length, crc, data, crc) of Event protos; a record still being written is
+  left out."""
+  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
+  scalars: dict[str, dict[int, float]] = {}
+  if not os.path.isdir(workdir):
+    return scalars
+  names = sorted((n for n in os.listdir(workdir)
+                  if n.startswith('events.out.tfevents')),
+                 key=lambda n: os.path.getmtime(os.path.join(workdir, n)))
+  for name in names:
+    with open(os.path.join(workdir, name), 'rb') as f:
+      data = f.read()
+    offset = 0
+    while offset + 12 <= len(data):
+      length = int.from_bytes(data[offset:offset + 8], 'little')
+      end = offset + 12 + length
+      if end + 4 > len(data):
+        break
+      event = event_pb2.Event.FromString(data[offset + 12:end])
+      for value in event.summary.value:
+        scalars.setdefault(value.tag, {})[event.step] = value.simple_value
+      offset = end + 4
+  return scalars

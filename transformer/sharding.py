@@ -8,8 +8,9 @@ Models name their parameter and activation axes logically ('batch', 'embed',
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from absl import logging
 import flax.linen as nn
@@ -113,6 +114,37 @@ def check_divisible(shapes: Any, shardings: Any) -> None:
         'The mesh does not divide these arrays: ' + '; '.join(problems) +
         '. Change config.mesh, the model size, or map the logical axis to '
         'None in config.axis_rules.')
+
+
+def sharded_init(init: Callable[[jax.Array], Any], rng: jax.Array,
+                 mesh: Mesh, rules: Sequence[tuple[str, Any]]
+                 ) -> tuple[Callable[[], Any], Any]:
+  """Sharded initialisation: eval_shape -> logical specs -> shardings ->
+  jit(init, out_shardings), so arrays are created already sharded and never
+  gathered on one device.
+
+  Args:
+    init: rng -> a tree whose leaves may be `nn.LogicallyPartitioned`.
+    rng: its key.
+    mesh, rules: where the logical axes go.
+
+  Returns:
+    A function that creates the tree, and the abstract tree
+    (ShapeDtypeStructs carrying the shardings, for restoring).
+  """
+  boxed = jax.eval_shape(init, rng)
+  shardings = logical_shardings(boxed, mesh, rules)
+  initialise = jax.jit(lambda r: nn.unbox(init(r)), out_shardings=shardings)
+  # Plain unboxing: outside jit there is nothing to constrain.
+  unboxed = jax.tree.map(
+      lambda x: x.unbox(apply_constraint=False)
+      if isinstance(x, nn.LogicallyPartitioned) else x, boxed,
+      is_leaf=lambda x: isinstance(x, nn.LogicallyPartitioned))
+  check_divisible(unboxed, shardings)
+  abstract = jax.tree.map(
+      lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s),
+      unboxed, shardings)
+  return functools.partial(initialise, rng), abstract
 
 
 def batch_sharding(mesh: Mesh) -> NamedSharding:

@@ -3,9 +3,9 @@ the base and big models on newstest2014, with the paper's evaluation
 protocol (checkpoint averaging, beam 4, alpha 0.6, maximum output length
 input + 50).
 
-    python -m transformer.reproduce --table=experiments/paper/vaswani2017_table2.py \
+    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table2.py \
         --workdir=/shared/runs/table2 --scale=paper --launch=print
-    python -m transformer.reproduce --table=experiments/paper/vaswani2017_table2.py \
+    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table2.py \
         --workdir=workdirs/table2_reduced --scale=reduced --rows=base_ende
 
 Protocol (section 6.1 of the paper): base models average the last 5
@@ -25,7 +25,7 @@ of 300K), averaging the last 5 and 20. Multi30k here has no French, so the
 EN-FR rows have no reduced equivalent.
 """
 
-from transformer.paper_tables import Column, Row, Scale
+from transformer.reproduce.specs import Column, Row, Scale
 
 TITLE = ('Vaswani et al. 2017, Table 2: BLEU on newstest2014 with checkpoint '
          'averaging')

@@ -1,12 +1,14 @@
-"""Translation pairs (WMT), texts (lm1b) and labelled images (cifar10, mnist)
-from TensorFlow Datasets.
+"""TensorFlow Datasets as a data source: translation pairs (wmt14), texts
+(lm1b), labelled sentences (glue/sst2), labelled images (cifar10, mnist, ...),
+captioned images (coco_captions), and imagenet2012 streamed.
 
-Each split is read once, into a list.
+Each split is read once, into a list or arrays, except `stream_images`,
+which decodes on the fly.
 
 TensorFlow stays at the edge: importing this module does not import
-TensorFlow or TFDS. `load_translation` and `load_text` import them when
-called and hide TensorFlow's GPUs first, so that TensorFlow never allocates
-accelerator memory beside JAX.
+TensorFlow or TFDS. Every loader imports them when called and hides
+TensorFlow's GPUs first, so that TensorFlow never allocates accelerator
+memory beside JAX.
 
 Nothing here downloads: a dataset must be prepared beforehand, e.g.
 
@@ -23,8 +25,9 @@ _SPLIT_ALIASES = {'val': 'validation', 'valid': 'validation',
                   'dev': 'validation'}
 
 
-class DatasetNotFoundError(Exception):
-  """A TFDS dataset is unknown, or not prepared in the data directory."""
+class DatasetNotFoundError(FileNotFoundError):
+  """A TFDS dataset is unknown, or not prepared in the data directory (the
+  tools exit with their missing-input code)."""
 
 
 def _import_tfds():

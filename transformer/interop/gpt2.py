@@ -7,7 +7,7 @@ weights are [in, out]) split into query, key and value [D, N, H], attn.c_proj
 -> out [N, H, D], mlp.c_fc/c_proj -> wi/wo, ln_f -> the final norm. GPT-2's
 'gelu_new' is the tanh approximation, which `nn.gelu` computes by default.
 
-Workdirs (`python -m transformer.convert`) use our ids (`with_our_ids`):
+Workdirs (`python -m transformer.tools.convert`) use our ids (`with_our_ids`):
 GPT-2 has no padding token, so the table gains a zero row at id 0 that the
 model never predicts (`mask_padding`), <|endoftext|> moves to id 1 (EOS)
 and the other ids follow in order (`vocabularies.GPT2Tokenizer`). Export

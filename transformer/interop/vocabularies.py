@@ -28,7 +28,7 @@ def _workdir_files(folder: str, names: Sequence[str], kind: str
   if missing:
     raise FileNotFoundError(
         f'{", ".join(missing)} missing: a {kind} workdir holds the files '
-        'that `python -m transformer.convert --from=hf` writes.')
+        'that `python -m transformer.tools.convert --from=hf` writes.')
   return paths
 
 

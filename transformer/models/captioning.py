@@ -141,7 +141,7 @@ class ImageGrid(nn.Module):
     x = x.reshape(x.shape[0], -1, c.d_model)
     x = x + self.param('patch_positions', nn.initializers.normal(0.02),
                        x.shape[1:]).astype(x.dtype)
-    return layers.EncoderStack(text.replace(decode=False), name='vit')(
+    return layers.SelfAttentionStack(text.replace(decode=False), name='vit')(
         x, deterministic=deterministic)
 
 
@@ -175,7 +175,7 @@ class ShowAttendTell(nn.Module):
     """Teacher forcing: images [B, S, S, C], targets [B, T] -> logits
     [B, T, V]; sows the attention weights [B, T, g*g]."""
     memory, carry = self.encode(images, deterministic=deterministic)
-    embedded = self.embed(encoder_decoder.shift_right(targets))
+    embedded = self.embed(layers.shift_right(targets))
     scan = nn.scan(lambda module, carry, x: module(
         carry, x, memory, deterministic=deterministic),
                    variable_broadcast='params',
@@ -207,7 +207,7 @@ class TransformerCaptioner(nn.Module):
     self.grid_positions = self.param(
         'grid_positions', nn.initializers.normal(0.02),
         (c.grid_size**2, c.d_model))
-    self.encoder = layers.EncoderStack(text.replace(decode=False))
+    self.encoder = layers.SelfAttentionStack(text.replace(decode=False))
     # Its token encoder is never called, so it has no parameters.
     self.text = encoder_decoder.Transformer(text)
 
@@ -228,7 +228,7 @@ class TransformerCaptioner(nn.Module):
   def __call__(self, images: Array, targets: Array, *,
                deterministic: bool) -> Array:
     encoded = self.encode(images, deterministic=deterministic)
-    return self.decode(encoded, encoder_decoder.shift_right(targets),
+    return self.decode(encoded, layers.shift_right(targets),
                        deterministic=deterministic)
 
 
@@ -278,14 +278,13 @@ def word_attention(model: nn.Module, params: Any, images: Array,
   c = model.config
   _, state = model.apply({'params': params}, images, captions,
                          deterministic=True, mutable=['intermediates'])
-  found = state['intermediates']
+  weights = layers.attention_weights(state['intermediates'])
   if isinstance(model, ShowAttendTell):
-    weights = found['attention_weights'][0]  # [B, T, g*g]
+    word_maps = weights['attention'][:, 0]  # [B, T, g*g]
   else:
-    decoder = layers.unstack_layers(found)['text']['decoder']
-    last = decoder[f'layer_{c.num_layers - 1}']['cross_attention']
-    weights = last['attention_weights'][0].mean(axis=1)  # over heads
-  return weights.reshape(*weights.shape[:2], c.grid_size, c.grid_size)
+    last = weights[f'text/decoder/layer_{c.num_layers - 1}/cross_attention']
+    word_maps = last.mean(axis=1)  # over heads
+  return word_maps.reshape(*word_maps.shape[:2], c.grid_size, c.grid_size)
 
 
 def param_count(config: Config) -> int:

@@ -1,9 +1,8 @@
 """Decoder-only Transformer language model (GPT).
 
 Token embedding plus learned or sinusoidal positions (or rotary positions
-inside the attention layers), a stack of pre-LN
-causal self-attention blocks (`layers.EncoderStack` with `causal=True`),
-a final LayerNorm, and the softmax tied to the token embedding. Packed rows
+inside the attention layers), a stack of pre-LN causal self-attention blocks
+(`layers.SelfAttentionStack` with `causal=True`), a final LayerNorm, and the softmax tied to the token embedding. Packed rows
 carry segment ids so that no token attends across documents.
 """
 
@@ -17,7 +16,6 @@ import jax.numpy as jnp
 
 from transformer import attention
 from transformer import layers
-from transformer.models import encoder_decoder
 
 Array = jax.Array
 
@@ -81,7 +79,7 @@ class Decoder(nn.Module):
         c.max_length, c.positional_encoding, c.sinusoidal_layout,
         decode=c.decode, param_dtype=c.param_dtype)
     self.dropout = nn.Dropout(c.dropout_rate)
-    self.blocks = layers.EncoderStack(c)
+    self.blocks = layers.SelfAttentionStack(c)
 
   def __call__(self, tokens: Array, *, positions: Array | None = None,
                segmentation: Array | None = None,
@@ -102,7 +100,7 @@ class Decoder(nn.Module):
     """
     x = self.positions(self.embed(tokens), positions=positions)
     x = self.dropout(x, deterministic=deterministic)
-    mask = None if segmentation is None else encoder_decoder.segment_mask(
+    mask = None if segmentation is None else layers.segment_mask(
         segmentation, segmentation)
     if key_mask is not None:
       mask = attention.combine_masks(mask, key_mask[:, None, None, :])

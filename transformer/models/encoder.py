@@ -1,8 +1,8 @@
 """Encoder-only Transformer (BERT): masked language model and classifier.
 
 Token + learned position + token-type embeddings, LayerNorm and dropout,
-post-LN encoder blocks (`layers.EncoderStack`), a pooler (tanh dense on the
-first token, [CLS]), and two heads: the masked-language-model head (dense,
+post-LN encoder blocks (`layers.SelfAttentionStack`), a pooler (tanh dense
+on the first token, [CLS]), and two heads: the masked-language-model head (dense,
 GELU, LayerNorm, then the tied embedding plus a bias) and a sequence
 classifier on the pooled output.
 """
@@ -74,7 +74,7 @@ class Bert(nn.Module):
         embedding_init=nn.with_logical_partitioning(init, (None, 'embed')))
     self.embedding_norm = layers.layer_norm(c)
     self.dropout = nn.Dropout(c.dropout_rate)
-    self.blocks = layers.EncoderStack(c)
+    self.blocks = layers.SelfAttentionStack(c)
     self.pooler = nn.Dense(c.d_model, dtype=c.dtype,
                            param_dtype=c.param_dtype)
 

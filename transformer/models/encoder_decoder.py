@@ -58,26 +58,6 @@ def config_for(size: str, **overrides) -> Config:
   return Config(**{**SIZES[size], **overrides})
 
 
-def shift_right(targets: Array, segmentation: Array | None = None) -> Array:
-  """Decoder inputs: targets moved one step right, 0 at each segment start."""
-  shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
-  if segmentation is not None:
-    previous = jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1]
-    shifted = jnp.where(segmentation == previous, shifted, 0)
-  return shifted
-
-
-def segment_mask(query_segments: Array, key_segments: Array) -> Array:
-  """[B, T], [B, S] segment ids -> [B, 1, T, S]: same segment, key not pad."""
-  same = query_segments[:, :, None] == key_segments[:, None, :]
-  return (same & (key_segments[:, None, :] > 0))[:, None]
-
-
-def key_padding_mask(tokens: Array) -> Array:
-  """[B, S] tokens -> [B, 1, 1, S], True at real (non-zero) tokens."""
-  return (tokens > 0)[:, None, None, :]
-
-
 class Transformer(nn.Module):
   """Encoder-decoder Transformer.
 
@@ -98,8 +78,8 @@ class Transformer(nn.Module):
     self.decoder_positions = layers.PositionalEncoding(
         c.max_length, c.positional_encoding, c.sinusoidal_layout,
         decode=c.decode, param_dtype=c.param_dtype)
-    self.encoder = layers.EncoderStack(c.replace(decode=False))
-    self.decoder = layers.DecoderStack(c)
+    self.encoder = layers.SelfAttentionStack(c.replace(decode=False))
+    self.decoder = layers.CrossAttentionStack(c)
     self.dropout = nn.Dropout(c.dropout_rate)
     if not c.tie_embeddings:
       self.logits_projection = nn.Dense(
@@ -122,7 +102,7 @@ class Transformer(nn.Module):
     x = self.dropout(x, deterministic=deterministic)
     segments = (inputs > 0).astype(jnp.int32) if inputs_segmentation is None \
         else inputs_segmentation
-    return self.encoder(x, mask=segment_mask(segments, segments),
+    return self.encoder(x, mask=layers.segment_mask(segments, segments),
                         positions=inputs_positions,
                         deterministic=deterministic)
 
@@ -136,7 +116,7 @@ class Transformer(nn.Module):
     Args:
       encoded: [B, S, D] from `encode`.
       inputs: [B, S] source tokens (for the source padding mask).
-      decoder_inputs: [B, T] shifted targets (`shift_right`), or in decode
+      decoder_inputs: [B, T] shifted targets (`layers.shift_right`), or in decode
         mode the newest T tokens.
       targets_positions: [B, T] positions within packed segments.
       inputs_segmentation: [B, S] segment ids of packed rows.
@@ -150,10 +130,10 @@ class Transformer(nn.Module):
     y = self.decoder_positions(y, positions=targets_positions)
     y = self.dropout(y, deterministic=deterministic)
     if targets_segmentation is None or inputs_segmentation is None:
-      self_mask, cross_mask = None, key_padding_mask(inputs)
+      self_mask, cross_mask = None, layers.key_padding_mask(inputs)
     else:
-      self_mask = segment_mask(targets_segmentation, targets_segmentation)
-      cross_mask = segment_mask(targets_segmentation, inputs_segmentation)
+      self_mask = layers.segment_mask(targets_segmentation, targets_segmentation)
+      cross_mask = layers.segment_mask(targets_segmentation, inputs_segmentation)
     y = self.decoder(y, encoded, self_mask=self_mask, cross_mask=cross_mask,
                      positions=targets_positions,
                      deterministic=deterministic)
@@ -176,7 +156,7 @@ class Transformer(nn.Module):
                           inputs_segmentation=inputs_segmentation,
                           deterministic=deterministic)
     return self.decode(
-        encoded, inputs, shift_right(targets, targets_segmentation),
+        encoded, inputs, layers.shift_right(targets, targets_segmentation),
         targets_positions=targets_positions,
         inputs_segmentation=inputs_segmentation,
         targets_segmentation=targets_segmentation,
@@ -222,21 +202,6 @@ def decoding_step(model: Transformer, params: Any, tokens: Array,
       state['inputs'], tokens, deterministic=True, method='decode',
       mutable=['cache'])
   return logits[:, -1], {'cache': cache['cache'], 'inputs': state['inputs']}
-
-
-def attention_maps(intermediates: dict[str, Any]
-                  ) -> dict[str, tuple[Array, list[str]]]:
-  """{layer: ([N + 1, T, S], titles)}: every cross-attention head of example
-  0 and their mean, for plots."""
-  decoder = layers.unstack_layers(intermediates)['decoder']
-  maps = {}
-  for layer in sorted(decoder, key=lambda name: int(name.split('_')[-1])):
-    weights = decoder[layer]['cross_attention']['attention_weights'][0][0]
-    heads = weights.shape[0]
-    maps[layer] = (jnp.concatenate([weights, weights.mean(0, keepdims=True)]),
-                   [f'{layer} head {h}' for h in range(heads)] +
-                   [f'{layer} mean'])
-  return maps
 
 
 def param_count(config: Config) -> int:

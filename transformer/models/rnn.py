@@ -29,7 +29,6 @@ import jax.numpy as jnp
 
 from transformer import attention
 from transformer import layers
-from transformer.models import encoder_decoder
 
 Array = jax.Array
 ATTENTION = ('none', 'additive', 'dot')
@@ -192,15 +191,17 @@ class Seq2Seq(nn.Module):
       raise ValueError('The RNN model takes unpacked rows: set '
                        'config.data.packing=False.')
     memory, carry = self.encode(inputs, deterministic=deterministic)
-    embedded = self.embed(encoder_decoder.shift_right(targets))
+    embedded = self.embed(layers.shift_right(targets))
     scan = nn.scan(lambda module, carry, x: module(
         carry, x, memory, deterministic=deterministic),
                    variable_broadcast='params',
                    split_rngs={'params': False, 'dropout': True},
-                   variable_axes={'intermediates': 1}, in_axes=1, out_axes=1)
+                   in_axes=1, out_axes=1)
+    # The alignment a_{t,i} of every step, [B, T, S] (`layers.
+    # attention_weights`); what the step's own attention sows is dropped.
     _, (outputs, weights) = scan(self.step, carry, embedded)
     if self.config.attention != 'none':  # without attention there is none
-      self.sow('intermediates', 'cross_attention_weights', weights)
+      self.sow('intermediates', 'attention_weights', weights)
     return self.embed.attend(outputs).astype(jnp.float32)
 
   def decode_step(self, tokens: Array, state: dict[str, Any]):
@@ -231,13 +232,3 @@ def init_decoding(model: Seq2Seq, params: Any, inputs: Array,
 def decoding_step(model: Seq2Seq, params: Any, tokens: Array,
                   state: dict[str, Any]) -> tuple[Array, dict[str, Any]]:
   return model.apply({'params': params}, tokens, state, method='decode_step')
-
-
-def attention_maps(intermediates: dict[str, Any]
-                  ) -> dict[str, tuple[Array, list[str]]]:
-  """{'alignment': ([1, T, S], titles)}: a_{t,i} of example 0, for plots
-  (nothing for the variant without attention)."""
-  if 'cross_attention_weights' not in intermediates:
-    return {}
-  weights = intermediates['cross_attention_weights'][0][0]  # [T, S]
-  return {'alignment': (weights[None], ['alignment a_{t,i}'])}

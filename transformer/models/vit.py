@@ -3,8 +3,8 @@
 An image [B, H, W, C] is cut into P x P patches, each linearly embedded (a
 strided convolution, or the equivalent `patchify` + dense), a learned class
 token is prepended, position embeddings added (learned, or fixed 2-D sincos),
-and the sequence goes through pre-LN encoder blocks (`layers.EncoderStack`)
-ending in a LayerNorm. The class token's state (or the mean of the patch
+and the sequence goes through pre-LN encoder blocks
+(`layers.SelfAttentionStack`) ending in a LayerNorm. The class token's state (or the mean of the patch
 states) feeds a linear classifier that starts at zero, so fine-tuning starts
 from the prior.
 """
@@ -30,7 +30,7 @@ Array = jax.Array
 # implementation counts Ti/16 5,717,416, S/16 22,050,664, B/16 86,567,656,
 # B/32 88,224,232 and L/16 304,326,632 parameters; H/16 (the reference
 # defines H/14) counts 632,199,400 by the same architecture.
-VARIANTS = {
+SIZES = {
     'mu': dict(d_model=32, num_layers=2, d_ff=64, num_heads=2),
     'Ti': dict(d_model=192, num_layers=12, d_ff=768, num_heads=3),
     'S': dict(d_model=384, num_layers=12, d_ff=1536, num_heads=6),
@@ -86,16 +86,16 @@ class Config(layers.TransformerConfig):
 def parse_size(name: str) -> tuple[str, int]:
   """'B/16' -> ('B', 16)."""
   match = re.fullmatch(r'(\w+)/(\d+)', name)
-  if not match or match.group(1) not in VARIANTS:
+  if not match or match.group(1) not in SIZES:
     raise ValueError(f'ViT size {name!r}: expected VARIANT/PATCH with VARIANT '
-                     f'one of {tuple(VARIANTS)}, e.g. "B/16" or "S/32".')
+                     f'one of {tuple(SIZES)}, e.g. "B/16" or "S/32".')
   return match.group(1), int(match.group(2))
 
 
 def config_for(name: str, **overrides) -> Config:
   """Config of a named size such as 'S/16', with field overrides."""
   variant, patch_size = parse_size(name)
-  return Config(**{**VARIANTS[variant], 'patch_size': patch_size,
+  return Config(**{**SIZES[variant], 'patch_size': patch_size,
                    **overrides})
 
 
@@ -155,6 +155,27 @@ def resize_position_embedding(embedding: Array, new_grid: int, *,
   return jnp.concatenate([token, grid.reshape(1, new_grid * new_grid, -1)], 1)
 
 
+def adapt_channels(kernel: Array, channels: int, config: Config) -> Array:
+  """A patch-embedding kernel trained on `channels` input channels, for a
+  model of `config.num_channels`: grey from colour sums the colour kernels
+  (the colour model's response to a grey image copied into every channel);
+  colour from grey spreads the grey kernel evenly over the channels."""
+  mine, p = config.num_channels, config.patch_size
+  if channels == mine:
+    return kernel
+  full = jnp.asarray(kernel).reshape(p, p, channels, -1)
+  if mine == 1:
+    full = full.sum(axis=2, keepdims=True)
+  elif channels == 1:
+    full = jnp.repeat(full / mine, mine, axis=2)
+  else:
+    raise ValueError(f'Cannot fine-tune a {channels}-channel model on '
+                     f'{mine}-channel images.')
+  if config.patch_embedding == 'dense':
+    return full.reshape(p * p * mine, -1)
+  return full
+
+
 class VisionTransformer(nn.Module):
   """ViT: images [B, H, W, C] -> class logits [B, num_classes]."""
   config: Config
@@ -189,7 +210,7 @@ class VisionTransformer(nn.Module):
               nn.initializers.normal(stddev=0.02), (None, None, 'embed')),
           (1, c.num_tokens, c.d_model), c.param_dtype)
     self.dropout = nn.Dropout(c.dropout_rate)
-    self.encoder = layers.EncoderStack(c)
+    self.encoder = layers.SelfAttentionStack(c)
     self.head = nn.Dense(
         c.num_classes, dtype=c.dtype, param_dtype=c.param_dtype,
         name='head',
@@ -253,23 +274,6 @@ def param_count(config: Config) -> int:
           key, x, deterministic=True),
       jax.ShapeDtypeStruct((1, config.image_size, config.image_size,
                             config.num_channels), jnp.float32))
-
-
-def attention_weights(model: VisionTransformer, params: Any, images: Array
-                      ) -> list[Array]:
-  """Self-attention weights of every layer, [B, N, T, T] each (T tokens,
-  class token first), from the 'intermediates' the attention layers sow."""
-  _, state = model.apply({'params': params}, images, deterministic=True,
-                         mutable=['intermediates'])
-  return attention_weights_from(state, model.config)
-
-
-def attention_weights_from(state: dict[str, Any], config: Config
-                           ) -> list[Array]:
-  """The per-layer weights in the 'intermediates' of an apply."""
-  encoder = layers.unstack_layers(state['intermediates'])['encoder']
-  return [encoder[f'layer_{i}']['self_attention']['attention_weights'][0]
-          for i in range(config.num_layers)]
 
 
 def attention_rollout(weights: list[Array]) -> Array:

@@ -21,29 +21,28 @@ import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
-from ml_collections import config_dict
 import numpy as np
 
+from transformer import configs
 from transformer import decoding
+from transformer import losses
 from transformer import metrics
 from transformer import plots
-from transformer import tasks
-from transformer import train
 from transformer.data import batching
 from transformer.data import captions as caption_data
 from transformer.data import tokenizers
 from transformer.models import captioning
+from transformer.tasks import base
+from transformer.tasks import vocabularies
 
-MODEL_FIELDS = dict(
-    model=str, encoder=str, num_layers=int, d_model=int, num_heads=int,
-    d_ff=int, dropout_rate=float, embed_dim=int, hidden_dim=int,
-    attention_dim=int, patch_size=int)
+# Set by the task from the data.
+MODEL_EXCLUDE = ('vocab_size', 'max_length', 'image_size', 'num_channels')
 SOURCES = ('offline', 'folder', 'tfds')
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Every setting of a captioning experiment."""
-  config = train.default_config()
+  config = configs.default_config()
   config.task = 'captioning'
   config.train.label_smoothing = 0.0
   # lambda of Xu et al.'s doubly stochastic attention (Show, Attend and Tell
@@ -64,10 +63,8 @@ def default_config() -> ml_collections.ConfigDict:
       vocab_size=8_000, tokenizer_model_type='unigram',  # sentencepiece
       max_length=24,  # caption tokens, EOS included; longer ones truncated
       batch_size=64, eval_batch_size=128))
-  config.model = ml_collections.ConfigDict(dict(
-      size='small', dtype='float32',
-      **{field: config_dict.placeholder(kind)
-         for field, kind in MODEL_FIELDS.items()}))
+  config.model = configs.model_section(
+      captioning.Config, exclude=MODEL_EXCLUDE, size='small', dtype='float32')
   config.eval.update(dict(beam_size=1, length_penalty=0.6,
                           num_examples=0,  # captioned images; 0: all
                           num_print=3, num_plots=2))
@@ -100,7 +97,7 @@ def read_split(data: ml_collections.ConfigDict, split: str
   return images, [[r.strip().lower() for r in refs] for refs in references]
 
 
-class CaptioningTask:
+class CaptioningTask(base.Task):
   """The `transformer.tasks.Task` for image captioning."""
 
   unit = 'tokens'
@@ -110,17 +107,17 @@ class CaptioningTask:
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     data = config.data
-    tasks.check_batch_sizes(data, batch_divisor)
-    self.tokenizer = tasks.text_tokenizer(
+    base.check_batch_sizes(data, batch_divisor)
+    self.tokenizer = vocabularies.text_tokenizer(
         data, workdir, lambda: [caption for refs in
                                 self.split(data.train_split)[1]
                                 for caption in refs])
-    overrides = {k: config.model[k] for k in MODEL_FIELDS
-                 if config.model.get(k) is not None}
     self.model_config = captioning.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size,
         max_length=data.max_length, image_size=data.image_size,
-        dtype=jnp.dtype(config.model.dtype), **overrides)
+        dtype=jnp.dtype(config.model.dtype),
+        **configs.model_overrides(config.model, captioning.Config,
+                                  MODEL_EXCLUDE))
     self.model = captioning.build(self.model_config)
     self.decoder = captioning.build(self.model_config, decode=True)
 
@@ -199,14 +196,10 @@ class CaptioningTask:
         {'params': params}, images, targets, deterministic=deterministic,
         rngs=None if rng is None else {'dropout': rng},
         mutable=['intermediates'])
+    sums = losses.token_sums(logits, targets,
+                             self.config.train.label_smoothing)
+    total, count = sums.pop('loss')
     weights = (targets > 0).astype(jnp.float32)
-    loss, nll = metrics.smoothed_cross_entropy(
-        logits, targets, self.config.train.label_smoothing)
-    count = weights.sum()
-    correct = (logits.argmax(-1) == targets) * weights
-    sums = {'nll': ((nll * weights).sum(), count),
-            'accuracy': (correct.sum(), count)}
-    total = (loss * weights).sum()
     strength = self.config.train.doubly_stochastic
     if self.model_config.model == 'show_attend_tell':
       # sum_i (1 - sum_t a_{t,i})^2 per caption, over its real words.
@@ -217,7 +210,7 @@ class CaptioningTask:
                                    (weights.sum(-1) > 0).sum())
       total = total + strength * penalty.sum()
     sums['loss'] = (total, count)
-    return total / jnp.maximum(count, 1.0), sums
+    return losses.mean(sums), sums
 
   # -- Captioning -------------------------------------------------------------
 

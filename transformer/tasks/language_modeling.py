@@ -20,30 +20,26 @@ import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
-from ml_collections import config_dict
 import numpy as np
 
+from transformer import configs
 from transformer import decoding
 from transformer import layers
-from transformer import metrics
-from transformer import tasks
-from transformer import train
+from transformer import losses
 from transformer.data import batching
 from transformer.data import text
 from transformer.data import tokenizers
 from transformer.models import decoder
+from transformer.tasks import base
+from transformer.tasks import vocabularies
 
-MODEL_FIELDS = dict(
-    num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
-    head_dim=int, d_ff=int, dropout_rate=float, attention_dropout_rate=float,
-    activation=str, norm_position=str, positional_encoding=str,
-    layer_norm_epsilon=float, mask_padding=bool,
-    attention_implementation=str, **layers.MEMORY_FIELDS)
+# Set by the task from the data.
+MODEL_EXCLUDE = ('vocab_size', 'max_length')
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Every setting of a language-modelling experiment."""
-  config = train.default_config()
+  config = configs.default_config()
   config.task = 'language_modeling'
   config.train.label_smoothing = 0.0
   # nanoGPT's optimiser: AdamW (0.9, 0.99, 1e-8), weight decay 0.1, cosine
@@ -67,10 +63,8 @@ def default_config() -> ml_collections.ConfigDict:
       vocab_size=8_000,  # SentencePiece only
       max_length=256,  # context length
       tokens_per_batch=16_384, eval_rows=64))
-  config.model = ml_collections.ConfigDict(dict(
-      size='tiny', dtype='float32',
-      **{field: config_dict.placeholder(kind)
-         for field, kind in MODEL_FIELDS.items()}))
+  config.model = configs.model_section(
+      decoder.Config, exclude=MODEL_EXCLUDE, size='tiny', dtype='float32')
   config.eval.update(dict(
       prompts=('',), max_new_tokens=200, temperature=0.8, top_k=0,
       top_p=1.0, sample_seed=0))
@@ -106,11 +100,10 @@ def read_documents(data: ml_collections.ConfigDict, split: str) -> list[str]:
 
 def model_config(config: ml_collections.ConfigDict,
                  vocab_size: int) -> decoder.Config:
-  overrides = {k: config.model[k] for k in MODEL_FIELDS
-               if config.model.get(k) is not None}
-  return decoder.config_for(config.model.size, vocab_size=vocab_size,
-                            max_length=config.data.max_length,
-                            dtype=jnp.dtype(config.model.dtype), **overrides)
+  return decoder.config_for(
+      config.model.size, vocab_size=vocab_size,
+      max_length=config.data.max_length, dtype=jnp.dtype(config.model.dtype),
+      **configs.model_overrides(config.model, decoder.Config, MODEL_EXCLUDE))
 
 
 def _token_lengths(tokenizer) -> np.ndarray:
@@ -156,16 +149,9 @@ def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
       segmentation=batch['inputs_segmentation'], deterministic=deterministic,
       rngs=None if rng is None else {'dropout': rng})
   targets = batch['targets']
-  weights = (targets > 0).astype(jnp.float32)
-  loss, nll = metrics.smoothed_cross_entropy(logits, targets, label_smoothing)
-  count = weights.sum()
-  sums = {
-      'loss': ((loss * weights).sum(), count),
-      'nll': ((nll * weights).sum(), count),
-      'accuracy': (((logits.argmax(-1) == targets) * weights).sum(), count),
-  }
+  sums = losses.token_sums(logits, targets, label_smoothing)
   if token_lengths is not None:
-    bits = (nll * weights).sum() / math.log(2)
+    bits = sums['nll'][0] / math.log(2)
     # A target whose input is EOS starts a document (the model's start
     # symbol); inside documents EOS is only ever a target.
     starts = (batch['inputs'] == tokenizers.EOS_ID).astype(jnp.int32)
@@ -173,7 +159,7 @@ def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
     sums['bits_per_byte'] = (bits, lengths[2 * starts, targets].sum())
     sums['bits_per_character'] = (bits,
                                   lengths[2 * starts + 1, targets].sum())
-  return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+  return losses.mean(sums), sums
 
 
 def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
@@ -228,8 +214,10 @@ def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
       first_logits=logits[:, -1])
 
 
-class LanguageModelingTask:
-  """The `transformer.tasks.Task` for decoder-only language models."""
+class CorpusTask(base.Task):
+  """What the tasks on a text corpus share (language modelling here,
+  masked language modelling): the documents of the configured corpus, the
+  tokenizer built from them, and their chunks of at most max_length."""
 
   unit = 'tokens'
 
@@ -237,19 +225,8 @@ class LanguageModelingTask:
                batch_divisor: int = 1):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
-    self.tokenizer = self._tokenizer()
-    self._build_models()
-
-  def _build_models(self) -> None:
-    self.model_config = model_config(self.config, self.tokenizer.vocab_size)
-    self.model = decoder.build(self.model_config)
-    self.decoder = decoder.build(self.model_config, decode=True)
-    self.token_lengths = _token_lengths(self.tokenizer)
-
-  def _tokenizer(self):
-    return tasks.text_tokenizer(
-        self.config.data, self.workdir,
-        lambda: self.documents(self.config.data.train_split))
+    self.tokenizer = vocabularies.text_tokenizer(
+        config.data, workdir, lambda: self.documents(config.data.train_split))
 
   @functools.cache
   def documents(self, split: str) -> list[str]:
@@ -259,6 +236,18 @@ class LanguageModelingTask:
   def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
     ids = self.tokenizer.encode_batch(self.documents(split), add_eos=False)
     return text.lm_examples(ids, self.config.data.max_length)
+
+
+class LanguageModelingTask(CorpusTask):
+  """The `transformer.tasks.Task` for decoder-only language models."""
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    super().__init__(config, workdir, batch_divisor=batch_divisor)
+    self.model_config = model_config(config, self.tokenizer.vocab_size)
+    self.model = decoder.build(self.model_config)
+    self.decoder = decoder.build(self.model_config, decode=True)
+    self.token_lengths = _token_lengths(self.tokenizer)
 
   # -- Task interface -------------------------------------------------------
 

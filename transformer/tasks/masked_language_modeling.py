@@ -15,20 +15,16 @@ from typing import Any, Iterable, Iterator
 import jax
 import jax.numpy as jnp
 import ml_collections
-from ml_collections import config_dict
 import numpy as np
 
-from transformer import layers
-from transformer import metrics
+from transformer import configs
+from transformer import losses
 from transformer.data import batching
 from transformer.models import encoder
 from transformer.tasks import language_modeling
 
-MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
-                    dropout_rate=float, activation=str,
-                    layer_norm_epsilon=float, type_vocab_size=int,
-                    attention_implementation=str,
-                    **layers.MEMORY_FIELDS)
+# Set by the task from the data.
+MODEL_EXCLUDE = ('vocab_size', 'max_length', 'num_classes')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -40,24 +36,24 @@ def default_config() -> ml_collections.ConfigDict:
                                b2=0.999, eps=1e-6, weight_decay=0.01,
                                grad_clip_norm=1.0))
   config.data.update(dict(max_length=128, mask_rate=0.15))
-  config.model = ml_collections.ConfigDict(dict(
-      size='tiny', dtype='float32',
-      **{field: config_dict.placeholder(kind)
-         for field, kind in MODEL_FIELDS.items()}))
+  config.model = configs.model_section(
+      encoder.Config, exclude=MODEL_EXCLUDE, size='tiny', dtype='float32')
   return config
 
 
-class MaskedLanguageModelingTask(language_modeling.LanguageModelingTask):
+class MaskedLanguageModelingTask(language_modeling.CorpusTask):
   """The `transformer.tasks.Task` for BERT pretraining."""
 
-  def _build_models(self) -> None:
-    overrides = {k: self.config.model[k] for k in MODEL_FIELDS
-                 if self.config.model.get(k) is not None}
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    super().__init__(config, workdir, batch_divisor=batch_divisor)
     self.mask_id = self.tokenizer.vocab_size
     self.model_config = encoder.config_for(
-        self.config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
-        max_length=self.config.data.max_length,
-        dtype=jnp.dtype(self.config.model.dtype), **overrides)
+        config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
+        max_length=config.data.max_length,
+        dtype=jnp.dtype(config.model.dtype),
+        **configs.model_overrides(config.model, encoder.Config,
+                                  MODEL_EXCLUDE))
     self.model = encoder.Bert(self.model_config)
 
   def rows(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -100,14 +96,9 @@ class MaskedLanguageModelingTask(language_modeling.LanguageModelingTask):
         {'params': params}, inputs, deterministic=deterministic,
         method='mlm_logits',
         rngs=None if dropout_key is None else {'dropout': dropout_key})
-    weights = (targets > 0).astype(jnp.float32)
-    _, nll = metrics.smoothed_cross_entropy(logits, targets, 0.0)
-    count = weights.sum()
-    sums = {'loss': ((nll * weights).sum(), count),
-            'nll': ((nll * weights).sum(), count),
-            'mlm_accuracy': (((logits.argmax(-1) == targets) * weights).sum(),
-                             count)}
-    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+    sums = losses.token_sums(logits, targets, 0.0)
+    sums['mlm_accuracy'] = sums.pop('accuracy')
+    return losses.mean(sums), sums
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     del params, label  # MLM accuracy comes from the evaluation batches

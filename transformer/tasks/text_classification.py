@@ -2,48 +2,42 @@
 
 Sources: TFDS `glue/sst2`, local TSV files (`{split}.tsv`, lines of
 `text<TAB>label`), or an offline sentiment set generated from the grammar
-(the label says whether the sentence's adjectives are mostly pleasant).
-Usually fine-tuned from a masked-language-model workdir
-(`config.train.init_from`), whose vocabulary it then reuses.
+(`data.offline_sentiment`: the label says whether the sentence's adjectives
+are mostly pleasant). Usually fine-tuned from a masked-language-model
+workdir (`config.train.init_from`), whose vocabulary it then copies; the
+experiment takes that workdir's model sizes into its config
+(`experiments/sst2.py`).
 """
 
 from __future__ import annotations
 
 import functools
 import os
-import random
 import shutil
 from typing import Any, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
 import ml_collections
-from ml_collections import config_dict
 import numpy as np
 
-from transformer import layers
-from transformer import metrics
-from transformer import tasks
-from transformer import train
+from transformer import configs
+from transformer import losses
 from transformer.data import batching
-from transformer.data import offline_mt
+from transformer.data import offline_sentiment
 from transformer.data import tokenizers
 from transformer.models import encoder
+from transformer.tasks import base
+from transformer.tasks import vocabularies
 
-MODEL_FIELDS = dict(num_layers=int, d_model=int, num_heads=int, d_ff=int,
-                    dropout_rate=float, activation=str,
-                    layer_norm_epsilon=float, type_vocab_size=int,
-                    attention_implementation=str,
-                    **layers.MEMORY_FIELDS)
-# Adjectives of the offline grammar with a polarity; the rest are neutral.
-PLEASANT = frozenset('beautiful happy rich famous clean sweet bright brave '
-                     'clever funny strong'.split())
-UNPLEASANT = frozenset('ugly sad poor strange dirty angry weak tired hungry '
-                       'lazy empty'.split())
+# Set by the task from the data.
+MODEL_EXCLUDE = ('vocab_size', 'max_length', 'num_classes')
+# Vocabulary files of each tokenizer, as a masked-LM workdir keeps them.
+VOCABULARY_FILES = {'sentencepiece': 'spm.model', 'bert': 'bert_ids.json'}
 
 
 def default_config() -> ml_collections.ConfigDict:
-  config = train.default_config()
+  config = configs.default_config()
   config.task = 'text_classification'
   config.train.label_smoothing = 0.0
   # BERT's optimiser (Devlin et al.): AdamW (0.9, 0.999, 1e-6), weight decay
@@ -57,37 +51,38 @@ def default_config() -> ml_collections.ConfigDict:
       num_train=10_000, num_eval=500, seed=0,  # offline
       path='',  # tsv: folder of {split}.tsv
       tfds_name='glue/sst2', tfds_data_dir='', max_examples_per_split=0,
-      num_classes=2, vocab_size=1_000, max_length=64,
-      tokens_per_batch=4_096, eval_rows=64))
-  config.model = ml_collections.ConfigDict(dict(
-      size='tiny', dtype='float32',
-      **{field: config_dict.placeholder(kind)
-         for field, kind in MODEL_FIELDS.items()}))
+      num_classes=2,
+      # 'sentencepiece' (trained here, or copied from train.init_from) or
+      # 'bert' (a converted BERT's WordPiece, copied from train.init_from)
+      tokenizer='sentencepiece',
+      vocab_size=1_000, max_length=64, tokens_per_batch=4_096, eval_rows=64))
+  config.model = configs.model_section(
+      encoder.Config, exclude=MODEL_EXCLUDE, size='tiny', dtype='float32')
   return config
 
 
-def offline_sentiment(num_examples: int, seed: int,
-                      split: str) -> list[tuple[str, int]]:
-  """Generated sentences labelled 1 when they hold more pleasant than
-  unpleasant adjectives (ties and sentences without either are skipped):
-  the label depends on words anywhere in the sentence."""
-  rng = random.Random(f'sentiment:{split}:{seed}')
-  examples = []
-  while len(examples) < num_examples:
-    sentence = offline_mt.sample_sentence(rng).english()
-    words = sentence.split()
-    score = sum(w in PLEASANT for w in words) - sum(w in UNPLEASANT
-                                                    for w in words)
-    if score:
-      examples.append((sentence, int(score > 0)))
-  return examples
+def take_pretrained(config: ml_collections.ConfigDict,
+                    pretrained: ml_collections.ConfigDict) -> None:
+  """Gives `config` (fine-tuning from `config.train.init_from`) the model
+  sizes, context and tokenizer of that masked-LM workdir's config
+  `pretrained`, keeping its own dropout and dtype."""
+  if pretrained.task != 'masked_language_modeling':
+    raise ValueError(f'config.train.init_from={config.train.init_from} '
+                     f'trained a {pretrained.task!r} task; fine-tune from a '
+                     f'masked_language_modeling (experiments/bert_mlm.py) '
+                     f'workdir.')
+  own = dict(dropout_rate=config.model.dropout_rate, dtype=config.model.dtype)
+  config.model.update(pretrained.model.to_dict())
+  config.model.update(own)
+  config.data.update(dict(max_length=pretrained.data.max_length,
+                          tokenizer=pretrained.data.tokenizer))
 
 
 def read_split(data: ml_collections.ConfigDict,
                split: str) -> list[tuple[str, int]]:
   """(text, label) pairs of one split."""
   if data.source == 'offline':
-    return offline_sentiment(
+    return offline_sentiment.examples(
         data.num_train if split == data.train_split else data.num_eval,
         data.seed, split)
   if data.source == 'tsv':
@@ -117,7 +112,7 @@ def read_split(data: ml_collections.ConfigDict,
                    f"'tsv' or 'tfds'.")
 
 
-class TextClassificationTask:
+class TextClassificationTask(base.Task):
   """The `transformer.tasks.Task` for sentence classification."""
 
   unit = 'sentences'
@@ -126,59 +121,55 @@ class TextClassificationTask:
                batch_divisor: int = 1):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
-    # Fine-tuning takes the model sizes, context and vocabulary of the
-    # pretrained workdir, so that every one of its parameters fits.
-    source = config.train.init_from
-    self.source_config = train.load_config(source) if source else None
-    if self.source_config and (self.source_config.task !=
-                               'masked_language_modeling'):
-      raise ValueError(f'config.train.init_from={source} trained a '
-                       f'{self.source_config.task!r} task; fine-tune from a '
-                       f'masked_language_modeling (experiments/bert_mlm.py) '
-                       f'workdir.')
-    model_cfg = (self.source_config or config).model
-    self.max_length = (self.source_config or config).data.max_length
+    self.max_length = config.data.max_length
     self.tokenizer = self._tokenizer()
-    overrides = {k: model_cfg[k] for k in MODEL_FIELDS
-                 if model_cfg.get(k) is not None}
-    if self.source_config:  # the task's own dropout applies
-      overrides['dropout_rate'] = config.model.dropout_rate
     self.model = encoder.Bert(encoder.config_for(
-        model_cfg.size, vocab_size=self.tokenizer.vocab_size + 1,
+        config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
         num_classes=config.data.num_classes, max_length=self.max_length,
-        dtype=jnp.dtype(config.model.dtype), **overrides))
+        dtype=jnp.dtype(config.model.dtype),
+        **configs.model_overrides(config.model, encoder.Config,
+                                  MODEL_EXCLUDE)))
 
   def _tokenizer(self):
-    """The pretrained workdir's SentencePiece model (or a converted BERT's
-    WordPiece) when fine-tuning, else one trained on this training text."""
-    if self.source_config and self.source_config.data.tokenizer == 'bert':
-      source = os.path.join(self.config.train.init_from, 'vocab')
-
-      def copy(path: str) -> None:
-        if not os.path.exists(path):
-          shutil.copytree(source, os.path.dirname(path), dirs_exist_ok=True)
-
-      tasks.workdir_vocabulary(self.workdir, 'bert_ids.json', copy)
-      return tasks.published_tokenizer('bert', self.workdir)
-    if self.source_config and (self.source_config.data.tokenizer !=
-                               'sentencepiece'):
-      raise ValueError(
-          f'{self.config.train.init_from} uses a '
-          f'{self.source_config.data.tokenizer!r} tokenizer; text '
-          f'classification fine-tunes SentencePiece models.')
+    """With `train.init_from`, the pretrained workdir's vocabulary
+    (SentencePiece, or a converted BERT's WordPiece), copied into this
+    workdir; else a SentencePiece model trained on this training text."""
+    data, source = self.config.data, self.config.train.init_from
+    if data.tokenizer not in VOCABULARY_FILES:
+      raise ValueError(f'config.data.tokenizer={data.tokenizer!r}; choose '
+                       f'one of {sorted(VOCABULARY_FILES)}.')
+    if data.tokenizer == 'bert' and not source:
+      raise ValueError("config.data.tokenizer='bert' is a converted BERT's: "
+                       "set config.train.init_from to its workdir.")
 
     def build(path: str) -> None:
-      if not self.source_config:
+      if os.path.exists(path):
+        return
+      if source:  # the whole folder: WordPiece keeps several files
+        shutil.copytree(os.path.join(source, 'vocab'), os.path.dirname(path),
+                        dirs_exist_ok=True)
+      else:
         tokenizers.load_or_train(
-            path, lambda: [t for t, _ in self.pairs(
-                self.config.data.train_split)], self.config.data.vocab_size)
-      elif not os.path.exists(path):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        shutil.copy(os.path.join(self.config.train.init_from, 'vocab',
-                                 'spm.model'), path)
+            path, lambda: [t for t, _ in self.pairs(data.train_split)],
+            data.vocab_size)
 
-    return tokenizers.SentencePieceTokenizer(
-        tasks.workdir_vocabulary(self.workdir, 'spm.model', build))
+    path = vocabularies.in_workdir(self.workdir,
+                                   VOCABULARY_FILES[data.tokenizer], build)
+    if data.tokenizer == 'bert':
+      return vocabularies.published_tokenizer('bert', self.workdir)
+    return tokenizers.SentencePieceTokenizer(path)
+
+  def adapt_pretrained(self, loaded: Any, params: Any,
+                       source: base.Task) -> Any:
+    """The encoder of a masked-LM workdir (its MLM head is not used; the
+    classifier starts fresh)."""
+    del params
+    if source.config.task != 'masked_language_modeling':
+      raise ValueError(f'config.train.init_from={source.workdir} trained a '
+                       f'{source.config.task!r} task; fine-tune from a '
+                       f'masked_language_modeling (experiments/bert_mlm.py) '
+                       f'workdir.')
+    return loaded
 
   @functools.cache
   def pairs(self, split: str) -> list[tuple[str, int]]:
@@ -230,13 +221,13 @@ class TextClassificationTask:
         method='classify', rngs=None if rng is None else {'dropout': rng})
     labels = batch['targets'][:, 0] - 1  # -1 for filler rows
     weights = (labels >= 0).astype(jnp.float32)
-    _, nll = metrics.smoothed_cross_entropy(logits, jnp.maximum(labels, 0),
-                                            0.0)
+    _, nll = losses.smoothed_cross_entropy(logits, jnp.maximum(labels, 0),
+                                           0.0)
     count = weights.sum()
     sums = {'loss': ((nll * weights).sum(), count),
             'accuracy': (((logits.argmax(-1) == labels) * weights).sum(),
                          count)}
-    return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+    return losses.mean(sums), sums
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     del params, label  # accuracy comes from the evaluation batches

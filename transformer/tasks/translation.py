@@ -17,46 +17,33 @@ import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import ml_collections
-from ml_collections import config_dict
 import numpy as np
 
+from transformer import configs
 from transformer import decoding
 from transformer import layers
+from transformer import losses
 from transformer import metrics
 from transformer import plots
-from transformer import tasks
-from transformer import train
 from transformer.data import batching
 from transformer.data import tokenizers
 from transformer.models import encoder_decoder
 from transformer.models import rnn
+from transformer.tasks import base
+from transformer.tasks import vocabularies
 
 Pairs = list[tuple[str, str]]
-# Model families: the module (with `config_for`, `build`, `init_decoding`,
-# `decoding_step`, `attention_maps`) and the fields an experiment may
-# override, with their types (so that a field left at None, meaning "the
-# named size's value", is still overridable on the command line).
-FAMILIES = {
-    'transformer': (encoder_decoder, dict(
-        num_layers=int, d_model=int, num_heads=int, num_kv_heads=int,
-        head_dim=int, value_head_dim=int, d_ff=int, dropout_rate=float,
-        attention_dropout_rate=float, activation=str, norm_position=str,
-        positional_encoding=str, sinusoidal_layout=str, tie_embeddings=bool,
-        scale_embeddings=bool, final_logits_bias=bool,
-        layer_norm_epsilon=float, attention_implementation=str,
-        **layers.MEMORY_FIELDS)),
-    'rnn': (rnn, dict(
-        num_layers=int, embed_dim=int, hidden_dim=int, bidirectional=bool,
-        attention=str, attention_dim=int, dropout_rate=float)),
-}
-MODEL_FIELDS = {name: kind for _, fields in FAMILIES.values()
-                for name, kind in fields.items()}
+# Model families: modules with `Config`, `config_for`, `build`,
+# `init_decoding` and `decoding_step`. A config may set any field of the
+# family's Config but these, which the task sets from the data.
+FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn}
+MODEL_EXCLUDE = ('vocab_size', 'max_length')
 
 
 def default_config() -> ml_collections.ConfigDict:
   """Every setting of a translation experiment, with the paper's values
   where the paper gives one; experiment files change what they need."""
-  config = train.default_config()
+  config = configs.default_config()
   config.task = 'translation'
   config.data = ml_collections.ConfigDict(dict(
       source='offline',  # 'offline' | 'local' | 'tfds'
@@ -75,12 +62,11 @@ def default_config() -> ml_collections.ConfigDict:
       tokens_per_batch=25_000,  # per side, as in the paper
       packing=True,  # False: length-bucketed rows of one example (RNNs)
       eval_batch_size=64))
-  config.model = ml_collections.ConfigDict(dict(
-      family='transformer',  # a key of FAMILIES
-      size='base', dtype='float32',
-      # None: the named size's value (SIZES of the family's module).
-      **{field: config_dict.placeholder(kind)
-         for field, kind in MODEL_FIELDS.items()}))
+  # family: a key of FAMILIES; fields left at None take the named size's
+  # value (SIZES of the family's module).
+  config.model = configs.model_section(
+      *(family.Config for family in FAMILIES.values()), exclude=MODEL_EXCLUDE,
+      family='transformer', size='base', dtype='float32')
   config.eval.update(dict(
       beam_size=4, length_penalty=0.6, max_length_offset=50,
       num_bleu_examples=0,  # 0: the whole eval split
@@ -110,7 +96,7 @@ def read_split(data: ml_collections.ConfigDict, split: str) -> Pairs:
 
 
 def model_family(config: ml_collections.ConfigDict):
-  """The module of `config.model.family` and its overridable fields."""
+  """The module of `config.model.family`."""
   if config.model.family not in FAMILIES:
     raise ValueError(f'config.model.family={config.model.family!r}; choose '
                      f'one of {sorted(FAMILIES)}.')
@@ -119,11 +105,14 @@ def model_family(config: ml_collections.ConfigDict):
 
 def model_config(config: ml_collections.ConfigDict, vocab_size: int):
   """The model's dataclass from the named size and the config's overrides."""
-  family, fields = model_family(config)
-  overrides = {k: config.model[k] for k in fields
-               if config.model.get(k) is not None}
-  ignored = sorted(k for k in MODEL_FIELDS if k not in fields
-                   and config.model.get(k) is not None)
+  family = model_family(config)
+  overrides = configs.model_overrides(config.model, family.Config,
+                                      MODEL_EXCLUDE)
+  ignored = sorted(
+      field for other in FAMILIES.values() if other is not family
+      for field in configs.model_overrides(config.model, other.Config,
+                                           MODEL_EXCLUDE)
+      if field not in overrides)
   if ignored:
     raise ValueError(f'config.model fields {ignored} do not apply to the '
                      f'{config.model.family!r} family; remove them.')
@@ -149,19 +138,11 @@ def translation_loss(model: Any, params: Any,
       targets_segmentation=batch.get('targets_segmentation'),
       deterministic=deterministic,
       rngs=None if rng is None else {'dropout': rng})
-  targets = batch['targets']
-  weights = (targets > 0).astype(jnp.float32)
-  loss, nll = metrics.smoothed_cross_entropy(logits, targets,
-                                             label_smoothing)
-  count = weights.sum()
-  correct = (logits.argmax(-1) == targets) * weights
-  sums = {'loss': ((loss * weights).sum(), count),
-          'nll': ((nll * weights).sum(), count),
-          'accuracy': (correct.sum(), count)}
-  return sums['loss'][0] / jnp.maximum(count, 1.0), sums
+  sums = losses.token_sums(logits, batch['targets'], label_smoothing)
+  return losses.mean(sums), sums
 
 
-class TranslationTask:
+class TranslationTask(base.Task):
   """The `transformer.tasks.Task` for machine translation."""
 
   unit = 'tokens'
@@ -171,7 +152,7 @@ class TranslationTask:
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     self.tokenizer = self._tokenizer()
-    self.family, _ = model_family(config)
+    self.family = model_family(config)
     self.model_config = model_config(config, self.tokenizer.vocab_size)
     self.model = self.family.build(self.model_config)
     self.decoder = self.family.build(self.model_config, decode=True)
@@ -182,11 +163,11 @@ class TranslationTask:
     a converted Marian model."""
     data = self.config.data
     if data.tokenizer == 'marian':
-      return tasks.published_tokenizer('marian', self.workdir)
+      return vocabularies.published_tokenizer('marian', self.workdir)
     if data.tokenizer != 'sentencepiece':
       raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
                        f"'sentencepiece' or 'marian'.")
-    return tokenizers.SentencePieceTokenizer(tasks.workdir_vocabulary(
+    return tokenizers.SentencePieceTokenizer(vocabularies.in_workdir(
         self.workdir, 'spm.model', lambda path: tokenizers.load_or_train(
             path, lambda: [s for pair in self.pairs(data.train_split)
                            for s in pair], data.vocab_size,
@@ -354,8 +335,9 @@ class TranslationTask:
                          np.int32)
     _, state = self.model.apply({'params': params}, inputs, targets,
                                 deterministic=True, mutable=['intermediates'])
-    maps = self.family.attention_maps(multihost_utils.process_allgather(
-        state.get('intermediates', {}), tiled=True))
+    weights = multihost_utils.process_allgather(
+        layers.attention_weights(state.get('intermediates', {})), tiled=True)
+    maps = _cross_attention_maps(weights)
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
     if jax.process_index() != 0 or not maps:
       return []
@@ -366,6 +348,24 @@ class TranslationTask:
     print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} files)',
           flush=True)
     return paths
+
+
+def _cross_attention_maps(weights: dict[str, Any]
+                          ) -> dict[str, tuple[np.ndarray, list[str]]]:
+  """{layer: ([N + 1, T, S] of example 0, titles)}: every cross-attention
+  head of each decoder layer and their mean, or the RNN's alignment."""
+  maps = {}
+  for name, layer_weights in weights.items():
+    layer_weights = np.asarray(layer_weights[0])
+    if name == 'attention':  # the RNN's a_{t,i}
+      maps['alignment'] = (layer_weights, ['alignment a_{t,i}'])
+    elif name.startswith('decoder/') and name.endswith('/cross_attention'):
+      layer = name.split('/')[1]
+      maps[layer] = (
+          np.concatenate([layer_weights, layer_weights.mean(0, keepdims=True)]),
+          [f'{layer} head {h}' for h in range(len(layer_weights))] +
+          [f'{layer} mean'])
+  return maps
 
 
 TASK = TranslationTask

@@ -12,7 +12,8 @@ defines:
   COLUMNS  (Column, ...): what the table shows.
   NOTES    text printed under the table (assumptions, caveats).
 
-`transformer.reproduce` runs, prints or collects the rows of a spec.
+`reproduce.rows` (the command `python -m transformer.tools.reproduce`)
+runs, prints or collects the rows of a spec.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ from typing import Any
 
 import ml_collections
 
-from transformer import config_args
-
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from transformer import configs
+from transformer.models import encoder_decoder
+from transformer.tasks import translation
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,10 +68,6 @@ class Column:
   paper: bool = False
 
 
-class NotExpressible(ValueError):
-  """A row sets a field that this codebase's config does not have."""
-
-
 def load_spec(path: str):
   """The table specification module at `path`, checked."""
   if not os.path.exists(path):
@@ -83,7 +80,7 @@ def load_spec(path: str):
              if not hasattr(module, name)]
   if missing:
     raise ValueError(f'{path} does not define {", ".join(missing)}; see the '
-                     f'docstring of transformer/paper_tables.py.')
+                     f'docstring of transformer/reproduce/specs.py.')
   names = [row.name for row in module.ROWS]
   if len(set(names)) != len(names):
     raise ValueError(f'{path}: row names must be unique (they name the '
@@ -103,36 +100,6 @@ def select_rows(spec, selectors: list[str]) -> list[Row]:
                      f'table: {", ".join(sorted(known))}.')
   return [row for row in spec.ROWS
           if row.group in selectors or row.name in selectors]
-
-
-def load_experiment(config: str) -> ml_collections.ConfigDict:
-  """get_config(arg) of 'file.py[:arg]' (relative to the working directory,
-  else to the repository root)."""
-  path, _, arg = config.partition(':')
-  if not os.path.exists(path) and os.path.exists(os.path.join(REPO, path)):
-    path = os.path.join(REPO, path)
-  spec = importlib.util.spec_from_file_location('experiment', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg) if arg else module.get_config()
-
-
-def apply(config: ml_collections.ConfigDict, overrides: dict[str, Any]
-          ) -> ml_collections.ConfigDict:
-  """A copy of `config` with {'a.b': value} set; a field the config lacks
-  raises NotExpressible (never silently added or ignored)."""
-  config = config.copy_and_resolve_references()
-  for field, value in overrides.items():
-    *parents, name = field.split('.')
-    node = config
-    for parent in parents:
-      node = node[parent] if parent in node else None
-      if node is None:
-        break
-    if node is None or name not in node:
-      raise NotExpressible(f'config has no field {field}')
-    node[name] = value
-  return config
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,11 +123,8 @@ class RowSetup:
 
 def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
   """The row at `scale` with `extra` ('a.b=v,...', for every row) applied.
-
-  A model field that the model has but the task's config does not expose
-  (e.g. a new attention option) still gives the row's model, for its
-  parameter count, while the row is reported as not trainable.
-  """
+  A row setting a field the config does not have is not expressible here:
+  reported as such, never trained as something else."""
   if scale not in spec.SCALES:
     raise ValueError(f'--scale={scale}: this table has scales '
                      f'{sorted(spec.SCALES)}.')
@@ -169,55 +133,28 @@ def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
                     f'no {scale}-scale equivalent in the table spec')
   experiment = row.configs.get(scale, spec.SCALES[scale].config)
   overrides = {**spec.SCALES[scale].overrides, **row.changes[scale]}
-  extra_flags = {field: value for field, _, value in (
-      item.partition('=') for item in filter(None, extra.split(',')))}
-  base = load_experiment(experiment)
-  shown = {**overrides, **extra_flags}
+  extra_flags = configs.parse_assignments(extra)
+  base = configs.load_experiment(experiment)
+  shown = {**overrides, **{k: v for k, _, v in (
+      item.partition('=') for item in filter(None, extra.split(',')))}}
   try:
-    config = config_args.override(apply(base, overrides), extra)
-  except NotExpressible as e:
-    return _without_missing_fields(
-        RowSetup(row, experiment, shown, None, None,
-                 f'not expressible: the {base.task} {e}'), base, overrides,
-        extra)
-  except KeyError as e:  # from `extra`
-    raise ValueError(f'--set={extra}: {e.args[0]}') from e
+    config = configs.override(base, overrides)
+  except configs.UnknownField as e:
+    return RowSetup(row, experiment, shown, None, None,
+                    f'not expressible: the {base.task} {e}')
   try:
-    return RowSetup(row, experiment, shown, config, _model(config))
+    config = configs.override(config, extra_flags)
+  except configs.UnknownField as e:
+    raise ValueError(f'--set={extra}: {e}') from e
+  try:
+    return RowSetup(row, experiment, shown, config,
+                    translation.model_config(config, config.data.vocab_size))
   except ValueError as e:  # e.g. d_model not divisible by num_heads
     return RowSetup(row, experiment, shown, config, None, f'invalid: {e}')
 
 
-def _without_missing_fields(row_setup: RowSetup, base, overrides, extra
-                            ) -> RowSetup:
-  """A row that cannot be trained, with the config of the fields that
-  exist and, where the model dataclass has the missing model fields, its
-  model (so its parameters are still counted)."""
-  missing = {k.split('.', 1)[1]: v for k, v in overrides.items()
-             if k.startswith('model.') and k.split('.', 1)[1] not in
-             base.model}
-  rest = {k: v for k, v in overrides.items()
-          if not (k.startswith('model.') and k.split('.', 1)[1] in missing)}
-  try:
-    config = config_args.override(apply(base, rest), extra)
-    model = _model(config, missing)
-  except (NotExpressible, TypeError, ValueError):
-    return row_setup
-  return dataclasses.replace(row_setup, config=config, model=model)
-
-
-def _model(config: ml_collections.ConfigDict,
-           extra_fields: dict[str, Any] | None = None):
-  """The model dataclass a translation config builds, at the config's
-  vocabulary size, with fields the task does not expose set directly."""
-  from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
-  model = translation.model_config(config, config.data.vocab_size)
-  return model.replace(**(extra_fields or {}))
-
-
 def parameters(config_model) -> int:
   """Exact parameter count of a model dataclass, from shapes alone."""
-  from transformer.models import encoder_decoder  # pylint: disable=g-import-not-at-top
   return encoder_decoder.param_count(config_model)
 
 

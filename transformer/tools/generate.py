@@ -1,24 +1,26 @@
-"""Generate text with a trained language-model workdir.
+r"""Generate text with a trained language-model workdir.
 
-    python -m transformer.generate --workdir=DIR --prompt="ROMEO:" \
+    python -m transformer.tools.generate --workdir=DIR --prompt="ROMEO:" \
         --max_new_tokens=300 --temperature=0.8 --top_k=200 --seed=1
-    python -m transformer.generate --workdir=DIR --prompts_file=prompts.txt \
-        --greedy --stop="\n\n"
+    python -m transformer.tools.generate --workdir=DIR \
+        --prompts_file=prompts.txt --greedy --stop="\n\n"
 
 Prompts (several --prompt flags, or one per line of --prompts_file) are
 generated as one batch, whatever their lengths: the KV cache is filled with
 the left-padded prompts at once and then extended one token per step.
+`generate(workdir, prompts, ...)` does the same from python.
 """
 
-import sys
+from __future__ import annotations
 
-from absl import app
+import sys
+from typing import Sequence
+
 from absl import flags
 
-from transformer import commands
-from transformer import sharding
-from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.data import text
+from transformer.tools import cli
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'A language-model workdir.',
                                required=True)
@@ -39,30 +41,42 @@ _AVERAGE = flags.DEFINE_integer('average', 1,
                                 'Average the last N checkpoints.')
 
 
-@commands.user_errors_exit
+def generate(workdir: str, prompts: Sequence[str], *,
+             max_new_tokens: int = 200, temperature: float = 1.0,
+             top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
+             seed: int = 0, stop: Sequence[str] = (), average: int = 1
+             ) -> tuple[list[str], int]:
+  """The continuation of each prompt, and the step of the checkpoint used
+  (see `LanguageModelingTask.generate` for the options)."""
+  if not prompts:
+    raise ValueError('Give --prompt (repeatable) or --prompts_file; '
+                     '--prompt="" generates from nothing.')
+  config = workdir_lib.load_config(workdir)
+  if config.task != 'language_modeling':
+    raise ValueError(f'{workdir} trained a {config.task!r} task; generate '
+                     f'needs a language model.')
+  restored = workdir_lib.restore(workdir, average=average)
+  with restored.active():
+    samples = restored.task.generate(
+        restored.params, prompts, max_new_tokens=max_new_tokens,
+        temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
+        seed=seed, stop=stop)
+  return samples, restored.step
+
+
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
+  cli.no_arguments(argv)
   prompts = list(_PROMPT.value)
   if _PROMPTS_FILE.value:
     prompts += text.utf8_lines(_PROMPTS_FILE.value)
-  if not prompts:
-    raise app.UsageError('Give --prompt (repeatable) or --prompts_file; '
-                         '--prompt="" generates from nothing.')
-  config = train.load_config(_WORKDIR.value)
-  if config.task != 'language_modeling':
-    raise app.UsageError(f'{_WORKDIR.value} trained a {config.task!r} task; '
-                         f'generate needs a language model.')
-  trainer = train.Trainer(config, _WORKDIR.value)
-  params, step = trainer.restore_params(_AVERAGE.value)
   # Backslash escapes ('\\n') become characters; other text stays as typed.
   stop = [s.encode('latin-1', 'backslashreplace').decode('unicode_escape')
           for s in _STOP.value]
-  with sharding.active(trainer.mesh, trainer.rules):
-    samples = trainer.task.generate(
-        params, prompts, max_new_tokens=_MAX_NEW_TOKENS.value,
-        temperature=_TEMPERATURE.value, top_k=_TOP_K.value,
-        top_p=_TOP_P.value, greedy=_GREEDY.value, seed=_SEED.value, stop=stop)
+  samples, step = generate(
+      _WORKDIR.value, prompts, max_new_tokens=_MAX_NEW_TOKENS.value,
+      temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
+      greedy=_GREEDY.value, seed=_SEED.value, stop=stop,
+      average=_AVERAGE.value)
   for prompt, sample in zip(prompts, samples):
     sys.stdout.write(f'{prompt}{sample}\n')
     if len(prompts) > 1:
@@ -70,5 +84,10 @@ def main(argv):
   print(f'Generated with the checkpoint of step {step}.', file=sys.stderr)
 
 
+def run() -> None:
+  """The `transformer-generate` console script."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

@@ -1,7 +1,8 @@
 r"""Reproduce a published table: run its rows, print their cluster launch
 commands, or collect their results, and write our values beside the paper's.
 
-    python -m transformer.reproduce --table=experiments/paper/vaswani2017_table3.py \
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/vaswani2017_table3.py \
         --workdir=workdirs/table3_reduced --scale=reduced [--rows=base,A] \
         [--launch=local|print|collect] [--set=train.num_steps=1000]
 
@@ -23,12 +24,10 @@ so `--launch=collect` on an empty workdir already gives it.
 import shlex
 import sys
 
-from absl import app
 from absl import flags
 
-from transformer import commands
-from transformer import faults
-from transformer import reproduce_rows
+from transformer.reproduce import rows
+from transformer.tools import cli
 
 _TABLE = flags.DEFINE_string('table', None, 'Table spec file, e.g. '
                              'experiments/paper/vaswani2017_table3.py.',
@@ -40,14 +39,14 @@ _SCALE = flags.DEFINE_string('scale', 'paper', 'A scale of the table spec: '
                              'paper (the published setting) or reduced.')
 _ROWS = flags.DEFINE_list('rows', [], 'Groups or row names (default all), '
                           'e.g. base,A,C.')
-_LAUNCH = flags.DEFINE_enum('launch', 'local', reproduce_rows.LAUNCHES,
+_LAUNCH = flags.DEFINE_enum('launch', 'local', rows.LAUNCHES,
                             'local: train here; print: print launch '
                             'commands; collect: only read results.')
 _SET = flags.DEFINE_string('set', '', 'Overrides for every row, e.g. '
                            'train.num_steps=1000,eval.beam_size=1; stated '
                            'in the table.')
 _LAUNCHER = flags.DEFINE_enum('launcher', 'slurm_gpu',
-                              reproduce_rows.LAUNCHERS,
+                              rows.LAUNCHERS,
                               'The launch/ script of --launch=print.')
 _LAUNCHER_ARGS = flags.DEFINE_string(
     'launcher_args', '', 'Words put into every printed command: sbatch '
@@ -55,23 +54,23 @@ _LAUNCHER_ARGS = flags.DEFINE_string(
     '"--zone=Z --accelerator_type=T" for tpu_vm, options of local.sh.')
 
 
-@commands.user_errors_exit
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  try:
-    text = reproduce_rows.reproduce(
-        _TABLE.value, _WORKDIR.value, scale=_SCALE.value, rows=_ROWS.value,
-        launch=_LAUNCH.value, extra=_SET.value, launcher=_LAUNCHER.value,
-        launcher_args=_LAUNCHER_ARGS.value,
-        command='python -m transformer.reproduce ' + shlex.join(sys.argv[1:]))
-  except faults.Preempted as e:
-    print(e, flush=True)
-    sys.exit(faults.PREEMPTED_EXIT_CODE)
+  cli.no_arguments(argv)
+  text = rows.reproduce(
+      _TABLE.value, _WORKDIR.value, scale=_SCALE.value, rows=_ROWS.value,
+      launch=_LAUNCH.value, extra=_SET.value, launcher=_LAUNCHER.value,
+      launcher_args=_LAUNCHER_ARGS.value,
+      command='python -m transformer.tools.reproduce ' +
+      shlex.join(sys.argv[1:]))
   print(text)
   if _LAUNCH.value != 'print':
     print(f'Written: {_WORKDIR.value}/table.md, {_WORKDIR.value}/table.csv')
 
 
+def run() -> None:
+  """The `transformer-reproduce` console script."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main, flags_parser=commands.parse_flags)
+  run()

@@ -1,6 +1,6 @@
 """The model-size table of the lectures, with this codebase's counts.
 
-    python -m transformer.sizes
+    python -m transformer.tools.sizes
 
 For every model of the table in the lectures (Transformer base and big,
 BERT, RoBERTa, GPT-2, Megatron-LM, Turing-NLG, GPT-3, Gopher) prints the
@@ -12,8 +12,7 @@ published figure. Our configurations use each family's architecture here
 largest models differ where their papers changed those details.
 """
 
-from absl import app
-
+from transformer.tools import cli
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder
@@ -61,9 +60,14 @@ def _short(count: float) -> str:
 
 
 def main(argv):
-  del argv
+  cli.no_arguments(argv)
   print(table())
 
 
+def run() -> None:
+  """The `transformer-sizes` console script."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

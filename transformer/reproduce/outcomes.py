@@ -1,7 +1,7 @@
-"""What a training workdir holds, read without training or evaluating:
-its final evaluation (from the TensorBoard events), its progress, and a
-failure note left by `transformer.reproduce`. The same reading serves runs
-made here and runs a cluster made into a shared workdir.
+"""Where a row's run stands, read from its workdir without training or
+evaluating: its final evaluation (TensorBoard events), its progress, and a
+failure note left by `reproduce.rows`. The same reading serves runs made
+here and runs a cluster made into a shared workdir.
 """
 
 from __future__ import annotations
@@ -12,38 +12,10 @@ import traceback
 
 import ml_collections
 
-from transformer import resume
-from transformer import train
+from transformer import metrics
+from transformer import workdir as workdir_lib
 
 FAILURE_NOTE = 'reproduce_failure.txt'
-
-
-def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
-  """{tag: {step: value}} of every TensorBoard event file in `workdir`,
-  oldest file first, so a rerun's values win. Event files are TFRecords
-  (length, crc, data, crc) of Event protos; a record still being written is
-  left out."""
-  from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
-  scalars: dict[str, dict[int, float]] = {}
-  if not os.path.isdir(workdir):
-    return scalars
-  names = sorted((n for n in os.listdir(workdir)
-                  if n.startswith('events.out.tfevents')),
-                 key=lambda n: os.path.getmtime(os.path.join(workdir, n)))
-  for name in names:
-    with open(os.path.join(workdir, name), 'rb') as f:
-      data = f.read()
-    offset = 0
-    while offset + 12 <= len(data):
-      length = int.from_bytes(data[offset:offset + 8], 'little')
-      end = offset + 12 + length
-      if end + 4 > len(data):
-        break
-      event = event_pb2.Event.FromString(data[offset + 12:end])
-      for value in event.summary.value:
-        scalars.setdefault(value.tag, {})[event.step] = value.simple_value
-      offset = end + 4
-  return scalars
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +36,8 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
   to config.train.num_steps, evaluated there (and evaluated averaged, when
   the config averages checkpoints), with the same config."""
   steps = config.train.num_steps
-  progress = (train.load_progress(workdir)
-              if os.path.exists(os.path.join(workdir, 'progress.json'))
-              else {})
-  scalars = read_scalars(workdir)
+  progress = workdir_lib.load_progress(workdir)
+  scalars = metrics.read_scalars(workdir)
   final = {tag: values[steps] for tag, values in scalars.items()
            if steps in values and tag.startswith(('eval/', 'eval_averaged/'))}
   step, seconds = int(progress.get('step', 0)), progress.get('train_seconds',
@@ -75,7 +45,7 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
   needed = ['eval/loss'] + (['eval_averaged/loss']
                             if config.eval.average_checkpoints > 1 else [])
   if step >= steps and all(tag in final for tag in needed):
-    changes = resume.config_changes(workdir, config)
+    changes = workdir_lib.config_changes(workdir, config)
     if changes:
       return Outcome('changed', final, step, seconds,
                      'finished with another config: ' + ', '.join(changes))
@@ -89,7 +59,7 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
   if step:
     return Outcome('unfinished', final, step, seconds,
                    f'trained to step {step:,} of {steps:,}')
-  if os.path.exists(os.path.join(workdir, 'config.json')):
+  if os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE)):
     return Outcome('unfinished', detail='started, no checkpoint yet')
   return Outcome('not run')
 

@@ -7,16 +7,16 @@ import csv
 import os
 from typing import Any, Sequence
 
-from transformer import paper_tables
-from transformer import run_results
+from transformer.reproduce import outcomes
+from transformer.reproduce import specs
 
 
-def _ours(column: paper_tables.Column, setup: paper_tables.RowSetup,
-          outcome: run_results.Outcome, params: int | None) -> Any:
+def _ours(column: specs.Column, setup: specs.RowSetup,
+          outcome: outcomes.Outcome, params: int | None) -> Any:
   """Our value of one cell (None: nothing to show)."""
   kind, _, name = column.source.partition(':')
   if kind == 'setting':
-    return paper_tables.settings(setup).get(name)
+    return specs.settings(setup).get(name)
   if kind == 'params':
     return None if params is None else params / 1e6
   if outcome.status != 'finished':
@@ -41,25 +41,25 @@ def _text(value: Any, digits: int) -> str:
   return str(value)
 
 
-def _status(outcome: run_results.Outcome) -> str:
+def _status(outcome: outcomes.Outcome) -> str:
   detail = outcome.detail.replace('|', '/')
   if len(detail) > 120:
     detail = detail[:117] + '...'
   return f'{outcome.status}: {detail}' if detail else outcome.status
 
 
-def write(spec, scale: str, setups: Sequence[paper_tables.RowSetup],
-          outcomes: Sequence[run_results.Outcome], workdir: str, *,
+def write(spec, scale: str, setups: Sequence[specs.RowSetup],
+          results: Sequence[outcomes.Outcome], workdir: str, *,
           extra: str, about: str) -> str:
   """Writes WORKDIR/table.md and WORKDIR/table.csv; returns the markdown."""
-  params = [paper_tables.parameters(s.model) if s.model is not None else None
+  params = [specs.parameters(s.model) if s.model is not None else None
             for s in setups]
   header = ['row']
   for column in spec.COLUMNS:
     header += [column.title] + (['paper'] if column.paper else [])
   header.append('status')
   table_rows, csv_rows = [], []
-  for setup, outcome, count in zip(setups, outcomes, params):
+  for setup, outcome, count in zip(setups, results, params):
     cells, record = [setup.row.label], {
         'row': setup.row.name, 'label': setup.row.label,
         'status': outcome.status, 'detail': outcome.detail,

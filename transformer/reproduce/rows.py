@@ -1,6 +1,7 @@
 """Running the rows of a table spec: train each here, print its launch/
 command, or only read its results; then write the table. The logic of
-`transformer.reproduce`, without flags (so tests and notebooks call it)."""
+`python -m transformer.tools.reproduce`, without flags (so tests and
+notebooks call it)."""
 
 import datetime
 import os
@@ -9,16 +10,16 @@ import shlex
 import jax
 
 from transformer import faults
-from transformer import paper_tables
-from transformer import reproduce_table
-from transformer import run_results
 from transformer import train
+from transformer.reproduce import outcomes
+from transformer.reproduce import specs
+from transformer.reproduce import tables
 
 LAUNCHES = ('local', 'print', 'collect')
 LAUNCHERS = ('slurm_gpu', 'tpu_vm', 'local')
 
 
-def launch_command(setup: paper_tables.RowSetup, rowdir: str, *,
+def launch_command(setup: specs.RowSetup, rowdir: str, *,
                    launcher: str, launcher_args: str, prefix: str) -> str:
   """The shell command that trains one row with a launch/ script."""
   extra = shlex.split(launcher_args)
@@ -34,10 +35,10 @@ def launch_command(setup: paper_tables.RowSetup, rowdir: str, *,
   return shlex.join(words)
 
 
-def train_row(setup: paper_tables.RowSetup, rowdir: str) -> None:
+def train_row(setup: specs.RowSetup, rowdir: str) -> None:
   """Trains and evaluates one row; a failure is recorded, not raised, so
   that the other rows still run."""
-  run_results.clear_failure(rowdir)
+  outcomes.clear_failure(rowdir)
   print(f'== Row {setup.row.name} ({setup.row.label}) into {rowdir}',
         flush=True)
   try:
@@ -45,7 +46,7 @@ def train_row(setup: paper_tables.RowSetup, rowdir: str) -> None:
   except faults.Preempted:
     raise
   except Exception as e:  # pylint: disable=broad-except
-    reason = run_results.record_failure(rowdir, e)
+    reason = outcomes.record_failure(rowdir, e)
     print(f'== Row {setup.row.name} failed: {reason}', flush=True)
 
 
@@ -84,10 +85,10 @@ def _cpu_model() -> str:
   return f', {names[0]}' if names else ''
 
 
-def _unrunnable(problem: str) -> run_results.Outcome:
+def _unrunnable(problem: str) -> outcomes.Outcome:
   """'not expressible: why' -> status 'not expressible', detail 'why'."""
   status, _, detail = problem.partition(': ')
-  return run_results.Outcome(status, detail=detail)
+  return outcomes.Outcome(status, detail=detail)
 
 
 def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
@@ -112,9 +113,9 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
   if launch not in LAUNCHES or launcher not in LAUNCHERS:  # as the flags
     raise ValueError(f'launch={launch!r}, launcher={launcher!r}; choose '
                      f'from {LAUNCHES} and {LAUNCHERS}.')
-  spec = paper_tables.load_spec(table)
-  selected = paper_tables.select_rows(spec, rows)
-  setups = [paper_tables.setup(spec, row, scale, extra) for row in selected]
+  spec = specs.load_spec(table)
+  selected = specs.select_rows(spec, rows)
+  setups = [specs.setup(spec, row, scale, extra) for row in selected]
   # A bucket (gs://...) can take the cluster's runs but is read here only
   # through a mount.
   remote = '://' in workdir
@@ -131,7 +132,7 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
     rowdir = os.path.join(workdir, setup.row.name)
     if setup.problem:
       lines.append(f'# {setup.row.name}: {setup.problem}')
-    elif (not remote and run_results.outcome(rowdir, setup.config).status
+    elif (not remote and outcomes.outcome(rowdir, setup.config).status
           == 'finished'):
       lines.append(f'# {setup.row.name}: finished, not run again (results '
                    f'in {rowdir})')
@@ -144,9 +145,9 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
       print(lines.pop(), flush=True)
   if launch == 'print':
     return '\n'.join(lines)
-  outcomes = [run_results.outcome(os.path.join(workdir, s.row.name), s.config)
-              if not s.problem else _unrunnable(s.problem) for s in setups]
-  about = (f'Produced by `{command or "transformer.reproduce"}` on '
+  results = [outcomes.outcome(os.path.join(workdir, s.row.name), s.config)
+             if not s.problem else _unrunnable(s.problem) for s in setups]
+  about = (f'Produced by `{command or "transformer.tools.reproduce"}` on '
            f'{_hardware()}, {datetime.date.today().isoformat()}.')
-  return reproduce_table.write(spec, scale, setups, outcomes, workdir,
-                               extra=extra, about=about)
+  return tables.write(spec, scale, setups, results, workdir, extra=extra,
+                      about=about)

@@ -1,6 +1,6 @@
 """Attention learns an alignment: a short demo of the library on the CPU.
 
-    python -m transformer.demo [OUTPUT_DIR]
+    python -m transformer.tools.demo [OUTPUT_DIR]
 
 Trains two one-layer Transformer encoders to reverse random token sequences
 (output position t must copy input position L-1-t), one with sinusoidal
@@ -43,7 +43,8 @@ class Reverser(nn.Module):
     x = embed(tokens)
     if self.use_positions:
       x = layers.PositionalEncoding(LENGTH)(x)
-    x = layers.EncoderStack(self.config)(x, deterministic=deterministic)
+    x = layers.SelfAttentionStack(self.config, name='encoder')(
+        x, deterministic=deterministic)
     return embed.attend(x)
 
 
@@ -102,8 +103,8 @@ def run(output_dir: str, steps: int = 400) -> dict[str, float]:
       tokens, _ = next(batches(7, 1))
       _, state = model.apply(params, tokens, deterministic=True,
                              mutable=['intermediates'])
-      weights = state['intermediates']['EncoderStack_0']['layer_0'][
-          'self_attention']['attention_weights'][0][0]  # [N, T, S]
+      weights = layers.attention_weights(state['intermediates'])[
+          'encoder/layer_0/self_attention'][0]  # [N, T, S]
       averaged = np.asarray(weights.mean(0))
       print(f'{"":>18}  key attended most by each query: '
             f'{averaged.argmax(-1).tolist()} (reversal: '

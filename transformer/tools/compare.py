@@ -1,7 +1,7 @@
 """Compare translation models trained on the same data: table and length plot.
 
-    python -m transformer.compare --workdir=workdirs/compare
-    python -m transformer.compare --workdir=workdirs/compare_multi30k \
+    python -m transformer.tools.compare --workdir=workdirs/compare
+    python -m transformer.tools.compare --workdir=workdirs/compare_multi30k \
         --args=path=../shared/data/multi30k,src=de,tgt=en,eval=test_2016_flickr
 
 Trains each model of `--models` (an experiment argument `model=NAME` of
@@ -10,44 +10,44 @@ finished; then translates the evaluation split with each and writes
 WORKDIR/comparison.md (BLEU, exact match, parameters, training time,
 tokens/s) and WORKDIR/bleu_by_length.png (BLEU against source sentence
 length, the plot of Bahdanau et al. 2015). Every run also leaves its
-attention heatmaps in WORKDIR/NAME/plots.
+attention heatmaps in WORKDIR/NAME/plots. On SIGTERM the running model
+checkpoints and the command exits 75: rerun it to resume. `compare(...)`
+does the same from python.
 """
 
-import importlib.util
-import os
+from __future__ import annotations
 
-from absl import app
+import os
+from typing import Sequence
+
 from absl import flags
 import jax
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from transformer import commands
+from transformer import configs
 from transformer import metrics
-from transformer import sharding
 from transformer import train
+from transformer import workdir as workdir_lib
+from transformer.tools import cli
+
+DEFAULT_CONFIG = os.path.join(configs.REPO, 'experiments',
+                              'rnn_vs_transformer.py')
+DEFAULT_MODELS = ('rnn', 'rnn_attention', 'transformer')
+DEFAULT_EDGES = (0, 10, 20, 30, 40, 1000)
 
 _WORKDIR = flags.DEFINE_string('workdir', None, 'Root of the runs.',
                                required=True)
 _CONFIG = flags.DEFINE_string(
-    'config', os.path.join(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__))), 'experiments', 'rnn_vs_transformer.py'),
+    'config', DEFAULT_CONFIG,
     'Experiment file whose get_config takes model=NAME.')
-_MODELS = flags.DEFINE_list('models', ['rnn', 'rnn_attention', 'transformer'],
+_MODELS = flags.DEFINE_list('models', list(DEFAULT_MODELS),
                             'Models to compare.')
 _ARGS = flags.DEFINE_string('args', '', 'More experiment arguments, e.g. '
                             'path=DIR,src=de,tgt=en.')
-_EDGES = flags.DEFINE_list('length_edges', ['0', '10', '20', '30', '40',
-                                            '1000'],
+_EDGES = flags.DEFINE_list('length_edges', [str(e) for e in DEFAULT_EDGES],
                            'Source length buckets (words): [e_i, e_i+1).')
-
-
-def load_config(path: str, arg: str):
-  spec = importlib.util.spec_from_file_location('experiment', path)
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module.get_config(arg)
 
 
 def bleu_by_length(sources, references, hypotheses, edges):
@@ -64,24 +64,25 @@ def bleu_by_length(sources, references, hypotheses, edges):
   return rows
 
 
-def evaluate_model(name: str, workdir: str, edges) -> dict:
-  config = load_config(_CONFIG.value, ','.join(
-      a for a in (f'model={name}', _ARGS.value) if a))
+def evaluate_model(experiment: str, workdir: str, edges: Sequence[int]
+                   ) -> dict:
+  """Trains (or resumes, or only evaluates) `experiment` ('file.py:arg')
+  into `workdir`, then translates its evaluation split."""
+  config = configs.load_experiment(experiment)
   result = train.train_and_evaluate(config, workdir)
-  trainer = train.Trainer(config, workdir)
-  params, _ = trainer.restore_params()
-  pairs = trainer.task.pairs(config.data.eval_split)
+  restored = workdir_lib.restore(workdir)
+  pairs = restored.task.pairs(config.data.eval_split)
   sources = [s for s, _ in pairs]
   references = [t for _, t in pairs]
-  with sharding.active(trainer.mesh, trainer.rules):
-    hypotheses = trainer.task.translate(
-        params, sources, beam_size=config.eval.beam_size,
+  with restored.active():
+    hypotheses = restored.task.translate(
+        restored.params, sources, beam_size=config.eval.beam_size,
         length_penalty=config.eval.length_penalty,
         max_length_offset=config.eval.max_length_offset)
-  progress = train.load_progress(workdir)
+  progress = workdir_lib.load_progress(workdir)
   return {
       'bleu': result['bleu'], 'exact_match': result['exact_match'],
-      'params': sum(x.size for x in jax.tree.leaves(params)),
+      'params': sum(x.size for x in jax.tree.leaves(restored.params)),
       'minutes': progress['train_seconds'] / 60,
       'tokens_per_second': progress['tokens'] / progress['train_seconds'],
       'steps': progress['step'],
@@ -130,20 +131,36 @@ def plot_by_length(results: dict, path: str) -> None:
   figure.savefig(path, dpi=120)
 
 
-@commands.user_errors_exit
+def compare(workdir: str, *, config: str = DEFAULT_CONFIG,
+            models: Sequence[str] = DEFAULT_MODELS, args: str = '',
+            length_edges: Sequence[int] = DEFAULT_EDGES) -> str:
+  """Trains or evaluates each model of `models` (the experiment argument
+  model=NAME of the experiment file `config`, with `args`) into
+  WORKDIR/NAME; writes WORKDIR/comparison.md and bleu_by_length.png and
+  returns the table."""
+  results = {
+      name: evaluate_model(
+          f'{config}:' + ','.join(a for a in (f'model={name}', args) if a),
+          os.path.join(workdir, name), length_edges)
+      for name in models}
+  table = write_table(results, os.path.join(workdir, 'comparison.md'))
+  plot_by_length(results, os.path.join(workdir, 'bleu_by_length.png'))
+  return table
+
+
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'Unexpected arguments: {argv[1:]}')
-  edges = [int(e) for e in _EDGES.value]
-  results = {name: evaluate_model(name, os.path.join(_WORKDIR.value, name),
-                                  edges)
-             for name in _MODELS.value}
-  table = write_table(results, os.path.join(_WORKDIR.value, 'comparison.md'))
-  plot_by_length(results, os.path.join(_WORKDIR.value, 'bleu_by_length.png'))
-  print(table)
+  cli.no_arguments(argv)
+  print(compare(_WORKDIR.value, config=_CONFIG.value, models=_MODELS.value,
+                args=_ARGS.value,
+                length_edges=[int(e) for e in _EDGES.value]))
   print(f'Written: {_WORKDIR.value}/comparison.md, '
         f'{_WORKDIR.value}/bleu_by_length.png')
 
 
+def run() -> None:
+  """The `transformer-compare` console script."""
+  cli.run(main)
+
+
 if __name__ == '__main__':
-  app.run(main)
+  run()

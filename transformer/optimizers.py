@@ -1,0 +1,89 @@
+"""Optimizers and learning-rate schedules, from `config.optimizer`.
+
+Adam (AdamW with weight decay) as Vaswani et al. and nanoGPT, or SGD with
+momentum (ViT fine-tuning); schedules 'rsqrt' (the paper's), 'constant' and
+'cosine' (linear warmup, cosine decay); gradient clipping by global norm.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import optax
+
+
+def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
+  """lrate = learning_rate * min(step^-0.5, step * warmup^-1.5), step >= 1.
+
+  With learning_rate = D^-0.5 this is the schedule of Vaswani et al. (5.3).
+  """
+  def schedule(count):
+    step = jnp.maximum(count + 1, 1).astype(jnp.float32)
+    return learning_rate * jnp.minimum(step**-0.5,
+                                       step * warmup_steps**-1.5)
+  return schedule
+
+
+def decay_mask(params: Any, skip: tuple[str, ...]) -> Any:
+  """Weight-decay mask: arrays of rank >= 2 (kernels, embedding and position
+  tables, as nanoGPT), not biases or LayerNorm gains, and none whose path
+  matches a pattern of `skip`."""
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x.ndim >= 2 and not any(
+          re.search(pattern, jax.tree_util.keystr(path)) for pattern in skip),
+      params)
+
+
+def build(config: ml_collections.ConfigDict, num_steps: int
+                  ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+  """Adam (AdamW with weight_decay > 0), or SGD with momentum b1, with the
+  config's schedule, and gradient clipping if configured.
+
+  Schedules: 'rsqrt' (Vaswani et al.), 'constant', and 'cosine': linear
+  warmup to learning_rate, then cosine decay to learning_rate *
+  end_learning_rate_ratio at the last training step.
+  """
+  if config.schedule == 'rsqrt':
+    schedule = rsqrt_schedule(config.learning_rate, config.warmup_steps)
+  elif config.schedule == 'constant':
+    schedule = optax.constant_schedule(config.learning_rate)
+  elif config.schedule == 'cosine':
+    if config.warmup_steps >= num_steps:
+      raise ValueError(
+          f'optimizer.warmup_steps={config.warmup_steps} must be below '
+          f'train.num_steps={num_steps} for the cosine schedule.')
+    schedule = optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, config.warmup_steps, num_steps,
+        end_value=config.learning_rate * config.end_learning_rate_ratio)
+  else:
+    raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt', "
+                     f"'constant' or 'cosine'.")
+  if config.mu_dtype not in ('float32', 'bfloat16'):
+    raise ValueError(f"optimizer.mu_dtype={config.mu_dtype!r}; choose "
+                     f"'float32' or 'bfloat16'.")
+  if config.name == 'sgd':
+    if config.weight_decay:
+      raise ValueError('optimizer.weight_decay applies to Adam only; SGD '
+                       'fine-tuning runs without it.')
+    optimizer = optax.sgd(schedule, momentum=config.b1 or None)
+  elif config.name != 'adam':
+    raise ValueError(f"optimizer.name={config.name!r}; choose 'adam' or "
+                     f"'sgd'.")
+  elif config.weight_decay:
+    optimizer = optax.adamw(schedule, b1=config.b1, b2=config.b2,
+                            eps=config.eps, mu_dtype=config.mu_dtype,
+                            weight_decay=config.weight_decay,
+                            mask=functools.partial(
+                                decay_mask, skip=config.weight_decay_skip))
+  else:
+    optimizer = optax.adam(schedule, b1=config.b1, b2=config.b2,
+                           eps=config.eps, mu_dtype=config.mu_dtype)
+  if config.grad_clip_norm:
+    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
+                       optimizer), schedule
+  return optimizer, schedule

@@ -1,0 +1,67 @@
+"""The interface between the trainer and a task, and what tasks share.
+
+The trainer (and `workdir.restore`) see a task only through `Task`; task
+classes subclass it, which gives them the default `adapt_pretrained`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Protocol
+
+import jax
+import ml_collections
+
+Batch = dict[str, Any]
+
+
+class Task(Protocol):
+  """What the trainer needs from a task.
+
+  A task is built as `TaskClass(config, workdir, batch_divisor=...)`: every
+  batch it yields has a multiple of `batch_divisor` rows (the data-parallel
+  shards times the micro-batches).
+  """
+
+  unit: str  # what the loss is counted in, for throughput ('tokens')
+  config: ml_collections.ConfigDict
+  workdir: str  # where its vocabulary, reports and plots go
+
+  def init(self, rng: jax.Array) -> Any:
+    """Parameters (with logical axis metadata) for a PRNG key."""
+
+  def train_iter(self, start_step: int) -> Iterator[Batch]:
+    """Training batches from `start_step` on; the same batches for the same
+    step whether or not the run was interrupted."""
+
+  def eval_batches(self) -> Iterable[Batch]:
+    """Held-out batches for the loss metrics."""
+
+  def loss(self, params: Any, batch: Batch, rng: jax.Array | None, *,
+           deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
+    """Scalar training loss and metric (sum, count) pairs; pure, jittable."""
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    """Task metrics computed on the host (BLEU, ...); reports and plots are
+    named with `label` (e.g. 'step2000', 'step2000_average5')."""
+
+  def adapt_pretrained(self, loaded: Any, params: Any, source: Task) -> Any:
+    """The parameters `loaded` from the workdir of `source` (the task it was
+    trained with) made to fit this task's `params` before the trainer
+    copies every array of the same path and shape
+    (`config.train.init_from`): e.g. position embeddings resampled for a new
+    resolution, or a head dropped. By default unchanged."""
+    del params, source
+    return loaded
+
+
+def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,
+                      names: Iterable[str] = ('batch_size', 'eval_batch_size')
+                      ) -> None:
+  """Refuses batch sizes (rows) that the data-parallel shards times the
+  micro-batches do not divide."""
+  for name in names:
+    if data[name] % batch_divisor:
+      raise ValueError(
+          f'config.data.{name}={data[name]} is not a multiple of '
+          f'{batch_divisor} (data-parallel shards x train.microbatches); '
+          f'choose a multiple.')

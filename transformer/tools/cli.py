@@ -1,0 +1,89 @@
+"""What the command-line tools share: flag parsing that refuses a misspelt
+--config field with a message, and one meaning for exit codes:
+
+   0  done
+   1  the run failed: training stopped on non-finite values (the message
+      says what to change)
+   2  user error: bad flags, config, input file or workdir (the message says
+      what to fix)
+  66  missing input: a dataset, file, workdir or checkpoint that is not
+      there (sysexits' EX_NOINPUT)
+  75  preempted: SIGTERM/SIGINT stopped training after writing a
+      checkpoint; rerun the same command to resume (EX_TEMPFAIL)
+
+Errors end with 'Error: <message>' instead of a traceback from inside JAX;
+`--verbosity=1` logs the traceback too.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
+from absl import app
+from absl import flags
+from absl import logging
+
+from transformer import faults
+
+RUN_FAILED = 1
+USER_ERROR = 2
+MISSING_INPUT = 66
+PREEMPTED = faults.PREEMPTED_EXIT_CODE
+
+
+def _exit(code: int, error: BaseException) -> None:
+  logging.debug('Stopped by', exc_info=True)
+  print(f'Error: {error}', file=sys.stderr, flush=True)
+  sys.exit(code)
+
+
+def handle_errors(main: Callable[[list[str]], None]
+                  ) -> Callable[[list[str]], None]:
+  """Wraps an absl `main` so that the library's errors end the command with
+  their message and exit code (see the module docstring)."""
+
+  @functools.wraps(main)
+  def wrapped(argv):
+    try:
+      return main(argv)
+    except faults.Preempted as e:
+      print(e, flush=True)
+      sys.exit(PREEMPTED)
+    except FileNotFoundError as e:  # also a TFDS dataset not prepared
+      _exit(MISSING_INPUT, e)
+    except FloatingPointError as e:
+      _exit(RUN_FAILED, e)
+    except (OSError, ValueError, app.UsageError) as e:
+      _exit(USER_ERROR, e)
+  return wrapped
+
+
+def parse_flags(argv: list[str]) -> list[str]:
+  """absl's flag parsing, with a misspelt --config.field refused by a
+  message (ml_collections raises AttributeError or KeyError there, which
+  absl would show as a traceback); exits USER_ERROR."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as e:
+    print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull '
+          f'to see help on flags.', file=sys.stderr)
+  except (AttributeError, KeyError, TypeError) as e:
+    detail = str(e).strip('\'"').replace('\\n', ' ').replace("\\'", "'")
+    print(f'Error in a --config override: {detail}', file=sys.stderr)
+  sys.exit(USER_ERROR)
+
+
+def run(main: Callable[[list[str]], None]) -> None:
+  """`app.run` of a tool's `main` with the shared flag parsing and error
+  handling: the body of each tool's `if __name__ == '__main__'` and of its
+  console script."""
+  app.run(handle_errors(main), flags_parser=parse_flags)
+
+
+def no_arguments(argv: list[str]) -> None:
+  """Refuses positional arguments (a misspelt flag without its dashes)."""
+  if len(argv) > 1:
+    raise app.UsageError(f'Unexpected arguments: {argv[1:]}; flags are '
+                         f'written --name=value.')

@@ -1,0 +1,44 @@
+"""Turns a published checkpoint into a workdir of this codebase.
+
+    python -m transformer.tools.convert --from=hf --input=DIR --output=WORKDIR
+    python -m transformer.tools.convert --from=vit_npz \
+        --input=ViT-B_16.npz --output=WORKDIR [--image_size=384]
+
+Marian (OPUS-MT) -> `python -m transformer.tools.translate --workdir=WORKDIR`;
+GPT-2 -> `python -m transformer.tools.generate --workdir=WORKDIR`;
+BERT -> fine-tuning with `experiments/sst2.py:init_from=WORKDIR`;
+ViT (`google/vit-*`, or the original .npz) -> `python -m
+transformer.tools.predict --workdir=WORKDIR`, and
+`--config.train.init_from=WORKDIR` fine-tunes it (at another resolution or
+on other classes). See `transformer/interop/workdirs.py`.
+"""
+
+from absl import flags
+
+from transformer.interop import workdirs
+from transformer.tools import cli
+
+_FROM = flags.DEFINE_enum('from', None, list(workdirs.KINDS),
+                          'Checkpoint format.', required=True)
+_INPUT = flags.DEFINE_string('input', None, 'Hugging Face directory or .npz.',
+                             required=True)
+_OUTPUT = flags.DEFINE_string('output', None, 'The workdir to write.',
+                              required=True)
+_IMAGE_SIZE = flags.DEFINE_integer(
+    'image_size', None, 'vit_npz: resample the positions to this size.')
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  written = workdirs.convert(_FROM.value, _INPUT.value, _OUTPUT.value,
+                             image_size=_IMAGE_SIZE.value)
+  print(f'Wrote {_OUTPUT.value}: {written}.')
+
+
+def run() -> None:
+  """The `transformer-convert` console script."""
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

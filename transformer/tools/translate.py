@@ -1,0 +1,95 @@
+"""Translate sentences with a trained workdir.
+
+    echo "the red house" | python -m transformer.tools.translate --workdir=DIR
+    python -m transformer.tools.translate --workdir=DIR --input=src.txt \
+        --output=hyp.txt --beam_size=4 --length_penalty=0.6 --average=5
+
+Reads one sentence per line (a file or stdin), writes one translation per
+line (a file or stdout), from the workdir's latest checkpoint or the average
+of its last `--average` checkpoints. Defaults come from the workdir's config.
+`translate(workdir, sentences)` does the same from python.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from absl import flags
+
+from transformer import workdir as workdir_lib
+from transformer.data import text
+from transformer.tools import cli
+
+_WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.',
+                               required=True)
+_INPUT = flags.DEFINE_string('input', '-', 'Source file; - for stdin.')
+_OUTPUT = flags.DEFINE_string('output', '-', 'Output file; - for stdout.')
+_BEAM_SIZE = flags.DEFINE_integer('beam_size', None,
+                                  'Beam size (1: greedy); default: config.')
+_LENGTH_PENALTY = flags.DEFINE_float(
+    'length_penalty', None, 'GNMT length penalty alpha; default: config.')
+_MAX_LENGTH_OFFSET = flags.DEFINE_integer(
+    'max_length_offset', None,
+    'Output length limit = input length + this; default: config.')
+_AVERAGE = flags.DEFINE_integer(
+    'average', None, 'Average the last N checkpoints; default: config.')
+
+
+def translate(workdir: str, sentences: Sequence[str], *,
+              beam_size: int | None = None,
+              length_penalty: float | None = None,
+              max_length_offset: int | None = None,
+              average: int | None = None) -> tuple[list[str], int]:
+  """Translations of `sentences` and the step of the checkpoint used; every
+  option left at None takes the workdir's config value."""
+  if not sentences:
+    raise ValueError('No sentences to translate: pass them one per line on '
+                     'standard input or in --input=FILE.')
+  config = workdir_lib.load_config(workdir)
+  if config.task != 'translation':
+    raise ValueError(f'{workdir} trained a {config.task!r} task; translate '
+                     f'needs a translation workdir.')
+  pick = lambda value, default: default if value is None else value
+  beam_size = pick(beam_size, config.eval.beam_size)
+  if beam_size < 1:
+    raise ValueError(f'--beam_size={beam_size} must be >= 1.')
+  restored = workdir_lib.restore(
+      workdir, average=pick(average, config.eval.average_checkpoints))
+  with restored.active():
+    translations = restored.task.translate(
+        restored.params, sentences, beam_size=beam_size,
+        length_penalty=pick(length_penalty, config.eval.length_penalty),
+        max_length_offset=pick(max_length_offset,
+                               config.eval.max_length_offset))
+  return translations, restored.step
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  if _INPUT.value == '-':
+    sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
+                                                  'standard input'))
+  else:
+    sentences = text.utf8_lines(_INPUT.value)
+  translations, step = translate(
+      _WORKDIR.value, sentences, beam_size=_BEAM_SIZE.value,
+      length_penalty=_LENGTH_PENALTY.value,
+      max_length_offset=_MAX_LENGTH_OFFSET.value, average=_AVERAGE.value)
+  output = ''.join(t + '\n' for t in translations)
+  if _OUTPUT.value == '-':
+    sys.stdout.write(output)
+  else:
+    with open(_OUTPUT.value, 'w', encoding='utf-8') as f:
+      f.write(output)
+  print(f'Translated {len(sentences)} sentences with the checkpoint of step '
+        f'{step}.', file=sys.stderr)
+
+
+def run() -> None:
+  """The `transformer-translate` console script."""
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()

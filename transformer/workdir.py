@@ -1,0 +1,187 @@
+"""A workdir: what a run leaves behind, and opening it for inference.
+
+    WORKDIR/
+      config.json            the experiment config (`save_config`, `load_config`)
+      progress.json          step, training seconds and units (`load_progress`)
+      checkpoints/<step>/    orbax: params and opt_state (`checkpoints`)
+      vocab/, dataset.json   the task's own files (vocabulary, class names)
+      events.out.tfevents.*  TensorBoard scalars (`metrics.MetricWriter`)
+      reports/, plots/       what evaluations write
+
+`restore(workdir)` gives a trained workdir's task, parameters and step, with
+no optimizer or train step built: the one way commands, fine-tuning and
+tests open a workdir.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+from typing import Any, Iterator, Sequence
+
+import jax
+import ml_collections
+
+from transformer import checkpoints
+from transformer import sharding
+from transformer import tasks
+from transformer.tasks import text_classification
+
+CONFIG_FILE = 'config.json'
+PROGRESS_FILE = 'progress.json'
+# Settings whose change makes old checkpoints mean something else even when
+# every parameter keeps its shape: the task and the token ids.
+REFUSED_CHANGES = ('task', 'data.tokenizer', 'data.tokenizer_model_type',
+                   'data.vocab_size')
+
+
+def check_writable(workdir: str) -> None:
+  """Refuses, before anything is built, a workdir this process cannot
+  write (permissions, read-only or full filesystem)."""
+  probe = os.path.join(workdir, f'.write_test_{jax.process_index()}')
+  try:
+    os.makedirs(workdir, exist_ok=True)
+    with open(probe, 'w') as f:
+      f.write('ok')
+    os.remove(probe)
+  except OSError as e:
+    raise OSError(f'Cannot write to the workdir {workdir}: {e.strerror}. '
+                  f'Fix its permissions or free space, or choose another '
+                  f'--workdir.') from e
+
+
+# -- config.json --------------------------------------------------------------
+
+
+def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
+      f.write(config.to_json_best_effort(indent=2))
+
+
+def _saved(workdir: str) -> dict[str, Any]:
+  path = os.path.join(workdir, CONFIG_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'{path} not found: {workdir} is not a training workdir. Train into '
+        f'it first: python -m transformer.main --workdir={workdir}')
+  with open(path) as f:
+    return json.load(f)
+
+
+def load_config(workdir: str) -> ml_collections.ConfigDict:
+  """The config a workdir was trained with. Settings added to the task
+  since then take their default values."""
+  saved = _saved(workdir)
+  config = tasks.default_config(saved['task'])
+  config.update(saved)
+  if config.task == 'text_classification':
+    _fine_tuned_model(config)
+  return config
+
+
+def _fine_tuned_model(config: ml_collections.ConfigDict) -> None:
+  """Text classification once took the model, context and tokenizer of
+  its `train.init_from` workdir when it was built, not from its own config;
+  workdirs written then restore with them, as they trained. (Experiments
+  now copy them into the config, for which this changes nothing.)"""
+  source = config.train.init_from
+  if source and os.path.exists(os.path.join(source, CONFIG_FILE)):
+    pretrained = load_config(source)
+    if pretrained.task == 'masked_language_modeling':
+      text_classification.take_pretrained(config, pretrained)
+
+
+def _flat(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:
+  flat = {}
+  for key, value in tree.items():
+    if isinstance(value, dict):
+      flat.update(_flat(value, f'{prefix}{key}.'))
+    else:
+      flat[f'{prefix}{key}'] = value
+  return flat
+
+
+def config_changes(workdir: str, config: ml_collections.ConfigDict
+                   ) -> dict[str, tuple[Any, Any]]:
+  """Fields whose value differs from the config.json of the workdir:
+  {field: (saved, now)}; empty for a new workdir."""
+  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+    return {}
+  saved = _flat(_saved(workdir))
+  now = _flat(json.loads(config.to_json_best_effort()))
+  return {field: (saved.get(field), now.get(field))
+          for field in sorted(set(saved) | set(now))
+          if saved.get(field) != now.get(field)}
+
+
+def check_config_change(changes: dict[str, tuple[Any, Any]]) -> None:
+  """Refuses changes no checkpoint survives; reports the others, which the
+  resumed run applies (learning rate, steps, evaluation, mesh, ...)."""
+  refused = {f: c for f, c in changes.items() if f in REFUSED_CHANGES}
+  if refused:
+    raise checkpoints.incompatible(
+        refused, 'the task or the vocabulary changed')
+  if changes:
+    print('Resuming with config changes: ' + '; '.join(
+        f'{field} {old!r} -> {new!r}'
+        for field, (old, new) in changes.items()), flush=True)
+
+
+# -- progress.json ------------------------------------------------------------
+
+
+def load_progress(workdir: str) -> dict[str, float]:
+  """What a training run recorded: 'step', 'train_seconds' and the count of
+  its units (e.g. 'tokens'); empty before its first checkpoint."""
+  path = os.path.join(workdir, PROGRESS_FILE)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    return json.load(f)
+
+
+def save_progress(workdir: str, progress: dict[str, float]) -> None:
+  if jax.process_index() == 0:
+    with open(os.path.join(workdir, PROGRESS_FILE), 'w') as f:
+      json.dump(progress, f)
+
+
+# -- Inference ----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Restored:
+  """A trained workdir ready for inference: run the task's methods on
+  `params` inside `with restored.active():` (mesh and axis rules)."""
+  config: ml_collections.ConfigDict
+  task: tasks.Task
+  params: Any
+  step: int
+  mesh: jax.sharding.Mesh
+  rules: tuple[tuple[str, Any], ...]
+
+  @contextlib.contextmanager
+  def active(self) -> Iterator[None]:
+    with sharding.active(self.mesh, self.rules):
+      yield
+
+
+def restore(workdir: str, *, average: int = 1,
+            devices: Sequence[jax.Device] | None = None) -> Restored:
+  """The task, latest parameters (or the mean of the last `average`
+  checkpoints) and step of a trained workdir, sharded over `devices`
+  (default all) as its config says."""
+  config = load_config(workdir)
+  mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
+  rules = sharding.rules_from_config(config.axis_rules)
+  task = tasks.build(config, workdir,
+                     batch_divisor=sharding.batch_divisor(mesh))
+  with sharding.active(mesh, rules):
+    _, abstract = sharding.sharded_init(task.init, jax.random.key(config.seed),
+                                        mesh, rules)
+  params, step = checkpoints.restore_params(workdir, abstract, average)
+  return Restored(config, task, params, step, mesh, rules)
+
