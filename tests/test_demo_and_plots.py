@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-from transformer import demo
+from transformer.tools import demo
 from transformer import plots
 
 
@@ -40,7 +40,9 @@ def test_plot_attention_writes_png_and_checks_labels(tmp_path):
     'transformer.data.tfds_source, transformer.main, '
     'transformer.tasks.language_modeling, transformer.models.rnn',
     # Entry points of their own: their flags would clash.
-    'transformer.tools.translate', 'transformer.tools.generate', 'transformer.tools.compare',
+    'transformer.tools.translate', 'transformer.tools.generate',
+    'transformer.tools.compare', 'transformer.tools.predict',
+    'transformer.tools.reproduce',
 ])
 def test_training_path_does_not_import_tensorflow(modules):
   code = (f'import sys, {modules}; print(sorted(m for m in sys.modules '

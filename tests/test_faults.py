@@ -16,8 +16,8 @@ from conftest import load_experiment
 from conftest import REPO
 from transformer import checkpoints
 from transformer import faults
-from transformer import resume
 from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.tasks import translation
 
 STEPS = 12
@@ -184,7 +184,7 @@ def test_model_change_on_resume_is_refused_with_the_fields(trained,
   workdir = copy_of(trained, tmp_path)
   config = tiny_config(steps=6)
   config.model.d_model = 48
-  with pytest.raises(resume.IncompatibleCheckpoint) as error:
+  with pytest.raises(checkpoints.IncompatibleCheckpoint) as error:
     train.train_and_evaluate(config, str(workdir))
   message = str(error.value)
   assert 'model.d_model: None -> 48' in message
@@ -196,7 +196,7 @@ def test_vocabulary_change_on_resume_is_refused(trained, tmp_path):
   workdir = copy_of(trained, tmp_path)
   config = tiny_config(steps=6)
   config.data.vocab_size = 257
-  with pytest.raises(resume.IncompatibleCheckpoint, match='data.vocab_size'):
+  with pytest.raises(checkpoints.IncompatibleCheckpoint, match='data.vocab_size'):
     train.train_and_evaluate(config, str(workdir))
 
 
@@ -210,7 +210,7 @@ def test_allowed_changes_apply_on_resume(trained, tmp_path, capsys):
   assert 'Resuming with config changes' in out
   assert 'optimizer.learning_rate' in out and 'train.num_steps 4 -> 6' in out
   assert 'step 5/6' in out  # log_every=1 applied
-  assert train.load_config(str(workdir)).optimizer.learning_rate == 0.5
+  assert workdir_lib.load_config(str(workdir)).optimizer.learning_rate == 0.5
 
 
 def test_unwritable_workdir_is_refused_before_building(tmp_path):

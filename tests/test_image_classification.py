@@ -10,7 +10,10 @@ import pytest
 from conftest import load_experiment
 from conftest import write_mnist
 from transformer import checkpoints
+from transformer import optimizers
 from transformer import train
+from transformer import workdir as workdir_lib
+from transformer.data import image_sources
 from transformer.tasks import image_classification as ic
 
 MNIST = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data',
@@ -20,12 +23,12 @@ MNIST = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data',
 def test_batches_cover_every_image_once_per_epoch_and_resume_anywhere():
   labels = np.arange(10, dtype=np.int32)
   pictures = labels[:, None, None, None].astype(np.uint8)
-  batches = iter(ic.ImageBatches(pictures, labels, batch_size=4, seed=1))
+  batches = iter(image_sources.ImageBatches(pictures, labels, batch_size=4, seed=1))
   seen = np.concatenate([next(batches)['labels'] for _ in range(5)])
   # 20 images = two epochs; each epoch is a permutation, across batch ends.
   assert sorted(seen[:10]) == list(range(10)) == sorted(seen[10:])
   assert list(seen[:10]) != list(seen[10:])
-  later = iter(ic.ImageBatches(pictures, labels, batch_size=4, seed=1,
+  later = iter(image_sources.ImageBatches(pictures, labels, batch_size=4, seed=1,
                                start_step=3))
   np.testing.assert_array_equal(next(later)['labels'], seen[12:16])
   batch = next(later)
@@ -35,7 +38,7 @@ def test_batches_cover_every_image_once_per_epoch_and_resume_anywhere():
 def test_eval_batches_count_every_image_once_and_fill_with_minus_one():
   labels = np.arange(7, dtype=np.int32)
   pictures = np.zeros((7, 2, 2, 1), np.uint8)
-  batches = list(ic.eval_batches(pictures, labels, batch_size=4,
+  batches = list(image_sources.eval_batches(pictures, labels, batch_size=4,
                                  row_multiple=3))
   assert [len(b['labels']) for b in batches] == [6, 3]
   got = np.concatenate([b['labels'] for b in batches])
@@ -71,10 +74,10 @@ def test_resume_ends_with_identical_parameters(trained, tmp_path):
   workdir = str(tmp_path)
   train.train_and_evaluate(partial, workdir)
   train.train_and_evaluate(config, workdir)
-  resumed, step = train.Trainer(config, workdir).restore_params()
-  reference, _ = train.Trainer(config, full_workdir).restore_params()
-  assert step == 6
-  jax.tree.map(np.testing.assert_array_equal, resumed, reference)
+  resumed = workdir_lib.restore(workdir)
+  reference = workdir_lib.restore(full_workdir).params
+  assert resumed.step == 6
+  jax.tree.map(np.testing.assert_array_equal, resumed.params, reference)
 
 
 @pytest.mark.slow
@@ -99,7 +102,7 @@ def test_mnist_experiment_on_idx_files(tmp_path):
 def test_real_mnist_experiment_config_reads_the_shared_files(tmp_path):
   config = load_experiment('vit_mnist', 'runlocal')
   task = ic.ImageClassificationTask(config, str(tmp_path))
-  pictures, labels, _ = task.split('test')
+  pictures, labels, _ = task.images.split('test')
   assert pictures.shape == (10_000, 28, 28, 1) and labels.max() == 9
 
 
@@ -111,7 +114,7 @@ def test_tfds_sources_under_mock_data(name, shape, classes):
   config.data.update(dict(source='tfds', tfds_name=name,
                           image_size=shape[0]))
   with tfds.testing.mock_data(num_examples=6):
-    pictures, labels, names = ic.read_split(config.data, 'train')
+    pictures, labels, names = image_sources.read_split(config.data, 'train')
   assert pictures.shape == (6, *shape) and pictures.dtype == np.uint8
   assert len(names) == classes and 0 <= labels.min() <= labels.max() < classes
 
@@ -126,7 +129,7 @@ def test_folder_source_resizes_to_load_size(tmp_path):
             tmp_path / split / name / f'{i}.jpg')
   config = load_experiment('vit_offline', 'runlocal')
   config.data.update(dict(source='folder', path=str(tmp_path), load_size=20))
-  pictures, labels, names = ic.read_split(config.data, 'train')
+  pictures, labels, names = image_sources.read_split(config.data, 'train')
   assert pictures.shape == (6, 20, 20, 3) and names == ('cat', 'dog')
   result = train.train_and_evaluate(config, str(tmp_path / 'work'))
   assert np.isfinite(result['loss'])
@@ -149,30 +152,25 @@ def test_clear_errors(tmp_path):
     ic.ImageClassificationTask(config, str(tmp_path)).train_iter(0)
 
 
-def test_predict_command_and_attention_maps(trained, tmp_path):
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
+def test_predict_tool_and_attention_maps(trained, tmp_path):
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  from conftest import REPO  # pylint: disable=g-import-not-at-top
-  config, workdir, _ = trained
-  trainer = train.Trainer(config, workdir)
-  pictures, _, _ = trainer.task.split('test')
+  from transformer.tools import predict  # pylint: disable=g-import-not-at-top
+  _, workdir, _ = trained
+  restored = workdir_lib.restore(workdir)
+  task = restored.task
+  pictures, _, _ = task.images.split('test')
   paths = []
   for i in range(2):
     paths.append(str(tmp_path / f'image{i}.png'))
     Image.fromarray(pictures[i]).save(paths[i])
-  out = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.predict', f'--workdir={workdir}',
-       '--top_k=3', f'--attention_dir={tmp_path / "maps"}', *paths],
-      check=True, cwd=REPO, capture_output=True, text=True).stdout
-  lines = out.strip().split('\n')
-  params, _ = trainer.restore_params()
-  probabilities = trainer.task.predict(params, pictures[:2])
-  names = trainer.task.class_names
-  for line, row, path in zip(lines, probabilities, paths):
-    printed = line.split('\t')[1].split('  ')
-    assert line.startswith(path) and len(printed) == 3
-    assert printed[0] == f'{names[row.argmax()]} {row.max():.3f}'
+  predictions, step = predict.classify(
+      workdir, paths, top_k=3, attention_dir=str(tmp_path / 'maps'))
+  assert step == 6
+  probabilities = task.predict(restored.params, pictures[:2])
+  for (path, best), row, expected in zip(predictions, probabilities, paths):
+    assert path == expected and len(best) == 3
+    assert best[0] == (task.class_names[row.argmax()],
+                       pytest.approx(row.max(), abs=1e-6))
     name = os.path.splitext(os.path.basename(path))[0]
     assert os.path.getsize(tmp_path / 'maps' / f'{name}_attention.png') > 5_000
   assert os.path.exists(os.path.join(workdir, 'plots', 'attention_step6.png'))
@@ -200,9 +198,8 @@ def test_fine_tuning_at_a_higher_resolution_resizes_positions(trained,
   assert finetune.optimizer.name == 'sgd' and finetune.data.image_size == 24
   trainer = train.Trainer(finetune, str(tmp_path))
   assert trainer.task.model_config.grid_size == 6
-  pretrained, _ = train.Trainer(config, source).restore_params()
-  params = train.warm_start(trainer.initialise().params, source,
-                            trainer.task.adapt_pretrained)
+  pretrained = workdir_lib.restore(source).params
+  params = train.warm_start(trainer, trainer.initialise().params)
   np.testing.assert_allclose(
       params['pos_embedding'], vit.resize_position_embedding(
           pretrained['pos_embedding'], 6, has_class_token=True), rtol=1e-6)
@@ -226,8 +223,7 @@ def test_fine_tuning_on_other_classes_restarts_the_classifier(trained,
       f'path={tmp_path / "data"},image_size=16,runlocal')
   finetune.data.update(dict(batch_size=2, eval_batch_size=2))
   trainer = train.Trainer(finetune, str(tmp_path / 'work'))
-  params = train.warm_start(trainer.initialise().params, source,
-                            trainer.task.adapt_pretrained)
+  params = train.warm_start(trainer, trainer.initialise().params)
   assert params['head']['kernel'].shape == (32, 3)
   np.testing.assert_array_equal(params['head']['kernel'], 0.0)
 
@@ -241,10 +237,9 @@ def test_fine_tuning_rgb_to_grey_sums_the_patch_kernels(trained, tmp_path):
       f'image_size=16,runlocal')
   finetune.data.update(dict(batch_size=4, eval_batch_size=4))
   trainer = train.Trainer(finetune, str(tmp_path / 'work'))
-  pretrained, _ = train.Trainer(train.load_config(source),
-                                source).restore_params()
-  params = train.warm_start(trainer.initialise().params, source,
-                            trainer.task.adapt_pretrained)
+  source_run = workdir_lib.restore(source)
+  pretrained = source_run.params
+  params = train.warm_start(trainer, trainer.initialise().params)
   kernel = pretrained['embedding']['kernel']
   np.testing.assert_allclose(params['embedding']['kernel'],
                              kernel.sum(axis=2, keepdims=True), rtol=1e-6)
@@ -254,8 +249,7 @@ def test_fine_tuning_rgb_to_grey_sums_the_patch_kernels(trained, tmp_path):
   # A grey image through the grey model = the same image in every colour
   # channel through the colour model (before the classifier).
   grey = rng.integers(0, 256, (2, 16, 16, 1)).astype(np.uint8)
-  model, source_model = trainer.task.model, train.Trainer(
-      train.load_config(source), source).task.model
+  model, source_model = trainer.task.model, source_run.task.model
   embed = lambda m, p, x: m.apply({'params': p}, trainer.task.inputs(x),
                                   method='embed_patches')
   np.testing.assert_allclose(embed(model, params, grey),
@@ -283,8 +277,8 @@ def test_folder_classes_must_not_change_under_a_workdir(tmp_path):
 
 def test_weight_decay_spares_class_token_positions_biases_and_norms(trained):
   config, workdir, _ = trained
-  params, _ = train.Trainer(config, workdir).restore_params()
-  mask = train._decayed(params, config.optimizer.weight_decay_skip)
+  params = workdir_lib.restore(workdir).params
+  mask = optimizers.decay_mask(params, config.optimizer.weight_decay_skip)
   assert not mask['cls'] and not mask['pos_embedding']
   assert mask['embedding']['kernel'] and mask['head']['kernel']
   assert not mask['head']['bias']
@@ -292,7 +286,7 @@ def test_weight_decay_spares_class_token_positions_biases_and_norms(trained):
   assert layer['self_attention']['query']['kernel']
   assert not layer['attention_sublayer']['norm']['scale']
   # Without the skip list (the language models' setting) they are decayed.
-  assert train._decayed(params, ())['pos_embedding']
+  assert optimizers.decay_mask(params, ())['pos_embedding']
 
 
 def test_imagenet_experiment_streams_under_mock_tfds(tmp_path):

@@ -2,8 +2,6 @@
 
 import math
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,7 +11,9 @@ from conftest import REPO
 from transformer import metrics
 from transformer import sharding
 from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.data import text
+from transformer.tools import generate
 
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare',
                            'input.txt')
@@ -47,7 +47,7 @@ def test_training_lowers_loss_and_metrics_are_consistent(trained):
                                                rel=1e-6)
   # Every eval token is predicted once, plus one EOS per document; the
   # bytes are exactly those of the documents' text.
-  params, _ = trainer.restore_params()
+  params = workdir_lib.restore(workdir).params
   sums = eval_sums(trainer, params)
   documents = trainer.task.documents('validation')
   ids = trainer.task.tokenizer.encode_batch(documents, add_eos=False)
@@ -60,53 +60,52 @@ def test_training_lowers_loss_and_metrics_are_consistent(trained):
 
 
 def test_batched_prompts_of_any_length_equal_one_at_a_time(trained):
-  config, workdir, _ = trained
-  trainer = train.Trainer(config, workdir)
-  params, _ = trainer.restore_params()
+  _, workdir, _ = trained
+  restored = workdir_lib.restore(workdir)
+  task, params = restored.task, restored.params
   prompts = ['The red', 'Three big dogs see', '']
-  with sharding.active(trainer.mesh, trainer.rules):
-    batched = trainer.task.generate(params, prompts, max_new_tokens=6,
-                                    greedy=True)
-    alone = [trainer.task.generate(params, [p], max_new_tokens=6,
-                                   greedy=True)[0] for p in prompts]
+  with restored.active():
+    batched = task.generate(params, prompts, max_new_tokens=6, greedy=True)
+    alone = [task.generate(params, [p], max_new_tokens=6, greedy=True)[0]
+             for p in prompts]
   assert batched == alone
   # Greedy with the cache equals recomputing the whole sequence each step.
-  tokenizer = trainer.task.tokenizer
-  ids = [1] + tokenizer.encode(prompts[1], add_eos=False)
+  ids = [1] + task.tokenizer.encode(prompts[1], add_eos=False)
   generated = []
   for _ in range(6):
-    logits = trainer.task.model.apply({'params': params},
-                                      np.asarray([ids + generated]),
-                                      deterministic=True)
+    logits = task.model.apply({'params': params},
+                              np.asarray([ids + generated]),
+                              deterministic=True)
     generated.append(int(np.argmax(logits[0, -1])))
     if generated[-1] == 1:
       break
-  assert alone[1] == tokenizer.decode(generated)
+  assert alone[1] == task.tokenizer.decode(generated)
 
 
 def test_generation_continues_past_the_context(trained):
-  config, workdir, _ = trained
-  trainer = train.Trainer(config, workdir)
-  params, _ = trainer.restore_params()
-  context = trainer.task.model_config.max_length
-  with sharding.active(trainer.mesh, trainer.rules):
-    short = trainer.task.generate(params, ['The'], max_new_tokens=10,
-                                  greedy=True)[0]
-    long = trainer.task.generate(params, ['The'], max_new_tokens=3 * context,
-                                 greedy=True)[0]
+  _, workdir, _ = trained
+  restored = workdir_lib.restore(workdir)
+  task, params = restored.task, restored.params
+  context = task.model_config.max_length
+  with restored.active():
+    short = task.generate(params, ['The'], max_new_tokens=10, greedy=True)[0]
+    long = task.generate(params, ['The'], max_new_tokens=3 * context,
+                         greedy=True)[0]
     with pytest.raises(ValueError, match='top_p'):
-      trainer.task.generate(params, ['The'], max_new_tokens=2, top_p=0.0)
+      task.generate(params, ['The'], max_new_tokens=2, top_p=0.0)
   assert long.startswith(short)
 
 
-def test_generate_command(trained, tmp_path):
+def test_generate_tool(trained):
   _, workdir, _ = trained
-  out = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.generate', f'--workdir={workdir}',
-       '--prompt=The red', '--prompt=A', '--max_new_tokens=5', '--seed=3'],
-      cwd=REPO, capture_output=True, text=True, check=True)
-  lines = out.stdout.split('\n')
-  assert lines[0].startswith('The red') and '-' * 40 in out.stdout
+  samples, step = generate.generate(workdir, ['The red', 'A'],
+                                    max_new_tokens=5, seed=3)
+  assert step == 12 and len(samples) == 2
+  again, _ = generate.generate(workdir, ['The red', 'A'], max_new_tokens=5,
+                               seed=3)
+  assert samples == again  # seeded
+  with pytest.raises(ValueError, match='--prompt'):
+    generate.generate(workdir, [])
 
 
 @pytest.mark.skipif(not os.path.exists(SHAKESPEARE),

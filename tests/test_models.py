@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer import layers
 from transformer.models import encoder_decoder as ed
 
 
@@ -52,9 +53,9 @@ def test_options_change_the_count_as_the_formula_says():
 def test_shift_right_restarts_at_each_segment():
   targets = jnp.asarray([[5, 6, 1, 7, 1, 0]])
   segments = jnp.asarray([[1, 1, 1, 2, 2, 0]])
-  np.testing.assert_array_equal(ed.shift_right(targets),
+  np.testing.assert_array_equal(layers.shift_right(targets),
                                 [[0, 5, 6, 1, 7, 1]])
-  np.testing.assert_array_equal(ed.shift_right(targets, segments),
+  np.testing.assert_array_equal(layers.shift_right(targets, segments),
                                 [[0, 5, 6, 0, 7, 0]])
 
 

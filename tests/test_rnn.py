@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from transformer import decoding
+from transformer import layers
 from transformer.models import rnn
 
 VARIANTS = ('none', 'additive', 'dot')
@@ -40,10 +41,12 @@ def test_shapes_and_padded_sources_get_zero_weight(variant, bidirectional):
   logits, state = model.apply({'params': params}, inputs, targets,
                               deterministic=True, mutable=['intermediates'])
   assert logits.shape == (3, 5, 13)
+  found = layers.attention_weights(state.get('intermediates', {}))
   if variant == 'none':  # no attention, no weights to plot
-    assert 'cross_attention_weights' not in state.get('intermediates', {})
+    assert not found
     return
-  weights = np.asarray(state['intermediates']['cross_attention_weights'][0])
+  assert list(found) == ['attention']  # the alignment only, [B, 1, T, S]
+  weights = np.asarray(found['attention'][:, 0])
   assert weights.shape == (3, 5, 7)
   pad = np.asarray(inputs == 0)
   assert np.all(weights[np.broadcast_to(pad[:, None], weights.shape)] == 0)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from transformer import sizes
+from transformer.tools import sizes
 
 
 def test_every_row_is_near_its_published_count():

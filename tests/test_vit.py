@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer import layers
 from transformer.models import vit
 
 
@@ -132,8 +133,13 @@ def test_clear_errors():
 
 def test_attention_rollout():
   _, model, params, images = tiny()
-  weights = vit.attention_weights(model, params['params'], images)
-  assert len(weights) == 2 and weights[0].shape == (2, 2, 17, 17)
+  _, state = model.apply(params, images, deterministic=True,
+                         mutable=['intermediates'])
+  found = layers.attention_weights(state['intermediates'])
+  assert list(found) == ['encoder/layer_0/self_attention',
+                         'encoder/layer_1/self_attention']
+  weights = list(found.values())
+  assert weights[0].shape == (2, 2, 17, 17)
   np.testing.assert_allclose(weights[0].sum(-1), 1.0, rtol=1e-5)
   rollout = vit.attention_rollout(weights)
   np.testing.assert_allclose(rollout.sum(-1), 1.0, rtol=1e-5)

@@ -297,14 +297,20 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
     return TrainState(step=jnp.asarray(start, jnp.int32), **restored), start
   state = trainer.initialise()
   if config.train.init_from:
-    source = workdir_lib.restore(config.train.init_from)
-    with sharding.active(trainer.mesh, trainer.rules):
-      loaded = trainer.task.adapt_pretrained(source.params, state.params,
-                                             source.task)
-    state = state.replace(params=checkpoints.warm_start(
-        state.params, loaded, source=config.train.init_from,
-        step=source.step))
+    state = state.replace(params=warm_start(trainer, state.params))
   return state, 0
+
+
+def warm_start(trainer: Trainer, params: Any) -> Any:
+  """`params` with every array of the latest checkpoint of
+  `config.train.init_from` that has the same path and shape, after the task
+  adapted them (`Task.adapt_pretrained`: e.g. positions resized)."""
+  source = workdir_lib.restore(trainer.config.train.init_from)
+  with sharding.active(trainer.mesh, trainer.rules):
+    loaded = trainer.task.adapt_pretrained(source.params, params, source.task)
+  return checkpoints.warm_start(params, loaded,
+                                source=trainer.config.train.init_from,
+                                step=source.step)
 
 
 def _train(trainer: Trainer, state: TrainState, start: int, mngr,
