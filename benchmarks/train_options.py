@@ -75,8 +75,8 @@ def main(argv):
   print('-' * len(header))
   for variant in _VARIANTS.value.split(';'):
     with tempfile.TemporaryDirectory() as workdir:
-      row = measure(configs.override(_CONFIG.value, variant),
-                    workdir)
+      changes = '' if variant == 'base' else variant
+      row = measure(configs.override(_CONFIG.value, changes), workdir)
     print(f'{variant:>48} {row["mesh"]:>10} {row["compile_s"]:>10.1f} '
           f'{row["arguments_mib"]:>9.1f} {row["temp_mib"]:>9.1f} '
           f'{row["step_ms"]:>9.1f}', flush=True)

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import load_experiment
 from conftest import REPO
-from transformer import config_args
+from transformer import configs
 from transformer.models import encoder_decoder
 
 # transformer.main's default; not imported, since its flags would clash with
@@ -70,11 +70,13 @@ def test_wmt14_experiments_have_the_paper_settings(variant, size, vocab,
 
 def test_config_overrides_as_on_the_command_line():
   config = load_experiment('lm_offline', 'runlocal')
-  changed = config_args.override(
+  changed = configs.override(
       config, 'model.scan_layers=True,mesh.data=2,optimizer.mu_dtype=bfloat16')
   assert changed.model.scan_layers is True and changed.mesh.data == 2
   assert changed.optimizer.mu_dtype == 'bfloat16'
   assert config.mesh.data == -1  # the original is untouched
-  assert config_args.override(config, 'base') == config
-  with pytest.raises(KeyError, match='model.scan_layer'):
-    config_args.override(config, 'model.scan_layer=True')
+  assert configs.override(config, '') == config
+  with pytest.raises(configs.UnknownField, match='model.scan_layer'):
+    configs.override(config, 'model.scan_layer=True')
+  with pytest.raises(ValueError, match='not field=value'):
+    configs.override(config, 'model.scan_layers')

@@ -98,32 +98,20 @@ def test_npz_with_a_wrong_array_lists_it(checkpoint, tmp_path):
 
 
 def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  from conftest import REPO  # pylint: disable=g-import-not-at-top
-  from transformer import train  # pylint: disable=g-import-not-at-top
+  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  from transformer.tools import predict  # pylint: disable=g-import-not-at-top
   _, params, path = checkpoint
-  workdir = tmp_path / 'converted'
-  run = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--from=vit_npz',
-       f'--input={path}', f'--output={workdir}'], cwd=REPO,
-      capture_output=True, text=True, check=False)
-  assert run.returncode == 0, run.stderr[-2000:]
-  restored, step = train.Trainer(train.load_config(str(workdir)),
-                                 str(workdir)).restore_params()
-  assert step == 0
-  for a, b in zip(jax.tree.leaves(restored), jax.tree.leaves(params)):
+  workdir = str(tmp_path / 'converted')
+  assert '32x32 images' in workdirs.convert('vit_npz', path, workdir)
+  restored = workdir_lib.restore(workdir)
+  assert restored.step == 0
+  for a, b in zip(jax.tree.leaves(restored.params), jax.tree.leaves(params)):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), atol=1e-6)
   image = tmp_path / 'x.png'
   Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
-  run = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.predict', f'--workdir={workdir}',
-       str(image)], cwd=REPO, capture_output=True, text=True, check=False)
-  assert run.returncode == 0, run.stderr[-2000:]
-  assert 'class_' in run.stdout
-  again = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--from=vit_npz',
-       f'--input={path}', f'--output={workdir}'], cwd=REPO,
-      capture_output=True, text=True, check=False)
-  assert again.returncode == 1 and 'already has checkpoints' in again.stderr
+  predictions, _ = predict.classify(workdir, [str(image)])
+  assert predictions[0][1][0][0].startswith('class_')
+  with pytest.raises(ValueError, match='already has checkpoints'):
+    workdirs.convert('vit_npz', path, workdir)

@@ -16,11 +16,11 @@ from ml_collections import config_flags
 import pytest
 
 from transformer import attention
-from transformer import paper_tables
-from transformer import reproduce_rows
-from transformer import run_results
+from transformer import metrics
 from transformer import train
-from transformer.tasks import translation
+from transformer.reproduce import outcomes
+from transformer.reproduce import rows as reproduce_rows
+from transformer.reproduce import specs
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE2 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table2.py')
@@ -29,7 +29,7 @@ TABLE3 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table3.py')
 # Two tiny rows that train, one whose config the trainer refuses (a failed
 # row), one that sets a field the config does not have.
 TINY_SPEC = """
-from transformer.paper_tables import Column, Row, Scale
+from transformer.reproduce.specs import Column, Row, Scale
 
 TITLE = 'Tiny table'
 SCALES = {'paper': Scale('experiments/mt_offline.py:runlocal', 'tiny offline',
@@ -78,17 +78,17 @@ def test_tiny_table_trains_rows_and_renders_ours_beside_paper(ran, spec_path):
   assert text == open(os.path.join(workdir, 'table.md')).read()
   assert 'Scale: **paper**: tiny offline' in text
   assert '`tiny command`' in text and text.rstrip().endswith('Tiny notes.')
-  spec = paper_tables.load_spec(spec_path)
+  spec = specs.load_spec(spec_path)
   for name, label, heads in (('base', 'base', 4), ('h2', 'h=2', 2)):
-    setup = paper_tables.setup(spec, spec.ROWS[0 if name == 'base' else 1],
-                               'paper')
-    final = run_results.read_scalars(os.path.join(workdir, name))
+    setup = specs.setup(spec, spec.ROWS[0 if name == 'base' else 1],
+                        'paper')
+    final = metrics.read_scalars(os.path.join(workdir, name))
     _, h, ppl, ppl_paper, bleu, _, params, _, status = _cells(text, label)
     assert (h, status) == (str(heads), 'finished')
     assert float(ppl) == pytest.approx(final['eval/perplexity'][4], abs=5e-3)
     assert float(bleu) == pytest.approx(final['eval/bleu'][4], abs=5e-3)
     assert float(params) == pytest.approx(
-        paper_tables.parameters(setup.model) / 1e6, abs=5e-5)
+        specs.parameters(setup.model) / 1e6, abs=5e-5)
     assert ppl_paper == {'base': '9.99', 'h2': '8.88'}[name]
   assert _cells(text, 'base')[7] == '1'  # the paper's figure
   # Heads do not change the parameter count (d_k = D / h).
@@ -105,7 +105,7 @@ def test_failed_and_inexpressible_rows_are_reported_not_dropped(ran):
   assert status.startswith('failed: ValueError: config.train.keep_checkpoints')
   assert _cells(text, 'no checkpoints')[2] == ''  # no perplexity shown
   assert os.path.exists(os.path.join(workdir, 'broken',
-                                     run_results.FAILURE_NOTE))
+                                     outcomes.FAILURE_NOTE))
   assert _cells(text, 'a new field')[-1].startswith(
       'not expressible: the translation config has no field model.no_such')
 
@@ -133,14 +133,14 @@ def test_finished_rows_are_not_run_again_and_failed_ones_are(
 
 
 def test_a_row_stopped_part_way_is_unfinished(spec_path, tmp_path):
-  spec = paper_tables.load_spec(spec_path)
-  config = paper_tables.setup(spec, spec.ROWS[0], 'paper').config
-  assert run_results.outcome(str(tmp_path), config).status == 'not run'
+  spec = specs.load_spec(spec_path)
+  config = specs.setup(spec, spec.ROWS[0], 'paper').config
+  assert outcomes.outcome(str(tmp_path), config).status == 'not run'
   (tmp_path / 'config.json').write_text(config.to_json())
-  assert run_results.outcome(str(tmp_path), config).detail == (
+  assert outcomes.outcome(str(tmp_path), config).detail == (
       'started, no checkpoint yet')
   (tmp_path / 'progress.json').write_text('{"step": 2, "train_seconds": 1}')
-  state = run_results.outcome(str(tmp_path), config)
+  state = outcomes.outcome(str(tmp_path), config)
   assert (state.status, state.detail) == ('unfinished',
                                           'trained to step 2 of 4')
 
@@ -173,12 +173,12 @@ def test_print_mode_gives_one_launch_command_per_unfinished_row(
                                   launcher_args='--cpu_devices=2')
   lines = text.splitlines()
   assert len(lines) == 3 and not os.path.exists(tmp_path / 'base')
-  spec = paper_tables.load_spec(spec_path)
+  spec = specs.load_spec(spec_path)
   for line, row in zip(lines, spec.ROWS):
     words = shlex.split(line)
     assert words[:2] == ['launch/local.sh', '--cpu_devices=2']
     assert words[-1] == f'--workdir={tmp_path}/{row.name}'
-    expected = paper_tables.setup(spec, row, 'paper').config
+    expected = specs.setup(spec, row, 'paper').config
     assert _parsed(words).to_dict() == expected.to_dict()
   dry = subprocess.run(['bash', *shlex.split(lines[1]), '--dry_run'],
                        cwd=REPO, capture_output=True, text=True, check=True)
@@ -206,7 +206,7 @@ def test_command_line_prints_slurm_lines(spec_path, tmp_path):
       [sys.executable, '-m', 'transformer.tools.reproduce', f'--table={spec_path}',
        f'--workdir={tmp_path}', '--rows=Z'], cwd=REPO, capture_output=True,
       text=True, check=False, env={**os.environ, 'PYTHONPATH': REPO})
-  assert result.returncode == 1
+  assert result.returncode == 2
   assert "Error: --rows: unknown ['Z']" in result.stderr
 
 
@@ -217,31 +217,30 @@ PAPER_SCALE_PARAMETERS = {'base': (63_082_496, 65), 'B1': (55_990_784, 58),
 
 
 def test_table3_parameter_column_at_paper_scale_without_training():
-  spec = paper_tables.load_spec(TABLE3)
-  setups = {row.name: paper_tables.setup(spec, row, 'paper')
+  spec = specs.load_spec(TABLE3)
+  setups = {row.name: specs.setup(spec, row, 'paper')
             for row in spec.ROWS}
   assert len(setups) == 20
   for name, (exact, paper) in PAPER_SCALE_PARAMETERS.items():
-    assert paper_tables.parameters(setups[name].model) == exact
+    assert specs.parameters(setups[name].model) == exact
     assert spec.ROWS[list(setups).index(name)].paper['params'] == paper
   for name, setup in setups.items():
     assert setup.model.vocab_size == 37_000, name
     published = setup.row.paper.get('params')
     if published:  # within 7% of every rounded figure the paper gives
-      count = paper_tables.parameters(setup.model) / 1e6
+      count = specs.parameters(setup.model) / 1e6
       assert abs(count - published) / published < 0.07, name
-  b1 = paper_tables.settings(setups['B1'])
+  b1 = specs.settings(setups['B1'])
   assert (b1['d_k'], b1['d_v'], b1['h']) == (16, 64, 8)
-  exposed = 'value_head_dim' in translation.MODEL_FIELDS
-  assert bool(setups['B1'].problem) != exposed
-  assert paper_tables.settings(setups['big'])['steps'] == 300_000
+  assert not setups['B1'].problem  # every model field is a config field
+  assert specs.settings(setups['big'])['steps'] == 300_000
   assert setups['base'].config.eval.average_checkpoints == 1
 
 
 def test_table3_reduced_rows_change_the_small_base_as_the_paper_does():
-  spec = paper_tables.load_spec(TABLE3)
-  got = {row.name: paper_tables.settings(
-      paper_tables.setup(spec, row, 'reduced', 'train.num_steps=500'))
+  spec = specs.load_spec(TABLE3)
+  got = {row.name: specs.settings(
+      specs.setup(spec, row, 'reduced', 'train.num_steps=500'))
          for row in spec.ROWS}
   assert got['base'] == dict(N=3, d_model=256, d_ff=512, h=8, d_k=32,
                              d_v=32, P_drop=0.1, eps_ls=0.1,
@@ -260,8 +259,8 @@ def test_table3_reduced_rows_change_the_small_base_as_the_paper_does():
 
 
 def test_table2_rows_follow_the_papers_evaluation_protocol(tmp_path):
-  spec = paper_tables.load_spec(TABLE2)
-  got = {row.name: paper_tables.settings(paper_tables.setup(spec, row,
+  spec = specs.load_spec(TABLE2)
+  got = {row.name: specs.settings(specs.setup(spec, row,
                                                             'paper'))
          for row in spec.ROWS}
   for name, averaged, dropout, vocab in (('base_ende', 5, 0.1, 37_000),
@@ -272,11 +271,11 @@ def test_table2_rows_follow_the_papers_evaluation_protocol(tmp_path):
             got[name]['eval_split']) == (averaged, dropout, vocab, 'test')
     assert (got[name]['beam'], got[name]['alpha'], got[name]['max_output']) \
         == (4, 0.6, 'input + 50')
-  reduced = {row.name: paper_tables.setup(spec, row, 'reduced')
+  reduced = {row.name: specs.setup(spec, row, 'reduced')
              for row in spec.ROWS}
   assert reduced['base_enfr'].problem == ('no reduced-scale equivalent in '
                                           'the table spec')
-  assert paper_tables.settings(reduced['big_ende'])['averaged'] == 20
+  assert specs.settings(reduced['big_ende'])['averaged'] == 20
   # A bucket takes printed commands only.
   printed = reproduce_rows.reproduce(TABLE2, 'gs://b/t2', scale='paper',
                                      rows=['base'], launch='print')

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import REPO
 from transformer import sharding
-from transformer import train
+from transformer import workdir as workdir_lib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -113,8 +113,8 @@ def test_two_processes_agree_with_one(tmp_path):
   assert 'BLEU' in outputs[0] and 'BLEU' in outputs[1]
 
   def final(workdir):
-    config = train.load_config(str(workdir))
-    return train.Trainer(config, str(workdir)).restore_params()
+    restored = workdir_lib.restore(str(workdir))
+    return restored.params, restored.step
 
   (two, two_step), (one, one_step) = final(pair), final(tmp_path / 'one')
   assert two_step == one_step == 3

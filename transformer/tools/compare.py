@@ -37,17 +37,17 @@ DEFAULT_CONFIG = os.path.join(configs.REPO, 'experiments',
 DEFAULT_MODELS = ('rnn', 'rnn_attention', 'transformer')
 DEFAULT_EDGES = (0, 10, 20, 30, 40, 1000)
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Root of the runs.',
-                               required=True)
-_CONFIG = flags.DEFINE_string(
-    'config', DEFAULT_CONFIG,
-    'Experiment file whose get_config takes model=NAME.')
-_MODELS = flags.DEFINE_list('models', list(DEFAULT_MODELS),
-                            'Models to compare.')
-_ARGS = flags.DEFINE_string('args', '', 'More experiment arguments, e.g. '
-                            'path=DIR,src=de,tgt=en.')
-_EDGES = flags.DEFINE_list('length_edges', [str(e) for e in DEFAULT_EDGES],
-                           'Source length buckets (words): [e_i, e_i+1).')
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`): importing the
+  module for its function defines none, so tools import side by side."""
+  flags.DEFINE_string('workdir', None, 'Root of the runs.', required=True)
+  flags.DEFINE_string('config', DEFAULT_CONFIG,
+                      'Experiment file whose get_config takes model=NAME.')
+  flags.DEFINE_list('models', list(DEFAULT_MODELS), 'Models to compare.')
+  flags.DEFINE_string('args', '', 'More experiment arguments, e.g. '
+                      'path=DIR,src=de,tgt=en.')
+  flags.DEFINE_list('length_edges', [str(e) for e in DEFAULT_EDGES],
+                    'Source length buckets (words): [e_i, e_i+1).')
 
 
 def bleu_by_length(sources, references, hypotheses, edges):
@@ -150,15 +150,17 @@ def compare(workdir: str, *, config: str = DEFAULT_CONFIG,
 
 def main(argv):
   cli.no_arguments(argv)
-  print(compare(_WORKDIR.value, config=_CONFIG.value, models=_MODELS.value,
-                args=_ARGS.value,
-                length_edges=[int(e) for e in _EDGES.value]))
-  print(f'Written: {_WORKDIR.value}/comparison.md, '
-        f'{_WORKDIR.value}/bleu_by_length.png')
+  args = flags.FLAGS
+  print(compare(args.workdir, config=args.config, models=args.models,
+                args=args.args,
+                length_edges=[int(e) for e in args.length_edges]))
+  print(f'Written: {args.workdir}/comparison.md, '
+        f'{args.workdir}/bleu_by_length.png')
 
 
 def run() -> None:
   """The `transformer-compare` console script."""
+  define_flags()
   cli.run(main)
 
 

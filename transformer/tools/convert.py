@@ -18,25 +18,30 @@ from absl import flags
 from transformer.interop import workdirs
 from transformer.tools import cli
 
-_FROM = flags.DEFINE_enum('from', None, list(workdirs.KINDS),
-                          'Checkpoint format.', required=True)
-_INPUT = flags.DEFINE_string('input', None, 'Hugging Face directory or .npz.',
-                             required=True)
-_OUTPUT = flags.DEFINE_string('output', None, 'The workdir to write.',
-                              required=True)
-_IMAGE_SIZE = flags.DEFINE_integer(
-    'image_size', None, 'vit_npz: resample the positions to this size.')
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`): importing the
+  module for its function defines none, so tools import side by side."""
+  flags.DEFINE_enum('from', None, list(workdirs.KINDS),
+                    'Checkpoint format.', required=True)
+  flags.DEFINE_string('input', None, 'Hugging Face directory or .npz.',
+                      required=True)
+  flags.DEFINE_string('output', None, 'The workdir to write.', required=True)
+  flags.DEFINE_integer('image_size', None,
+                       'vit_npz: resample the positions to this size.')
 
 
 def main(argv):
   cli.no_arguments(argv)
-  written = workdirs.convert(_FROM.value, _INPUT.value, _OUTPUT.value,
-                             image_size=_IMAGE_SIZE.value)
-  print(f'Wrote {_OUTPUT.value}: {written}.')
+  args = flags.FLAGS
+  written = workdirs.convert(args['from'].value, args.input, args.output,
+                             image_size=args.image_size)
+  print(f'Wrote {args.output}: {written}.')
 
 
 def run() -> None:
   """The `transformer-convert` console script."""
+  define_flags()
   cli.run(main)
 
 

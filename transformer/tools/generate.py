@@ -22,23 +22,24 @@ from transformer import workdir as workdir_lib
 from transformer.data import text
 from transformer.tools import cli
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'A language-model workdir.',
-                               required=True)
-_PROMPT = flags.DEFINE_multi_string('prompt', [], 'A prompt; repeatable.')
-_PROMPTS_FILE = flags.DEFINE_string('prompts_file', None,
-                                    'A file of prompts, one per line.')
-_MAX_NEW_TOKENS = flags.DEFINE_integer('max_new_tokens', 200,
-                                       'Tokens to generate per prompt.')
-_TEMPERATURE = flags.DEFINE_float('temperature', 1.0, 'Sampling temperature.')
-_TOP_K = flags.DEFINE_integer('top_k', 0, 'Sample among the k most likely '
-                              'tokens (0: all).')
-_TOP_P = flags.DEFINE_float('top_p', 1.0, 'Nucleus sampling threshold.')
-_GREEDY = flags.DEFINE_bool('greedy', False, 'Take the most likely token.')
-_SEED = flags.DEFINE_integer('seed', 0, 'Sampling seed.')
-_STOP = flags.DEFINE_multi_string('stop', [], 'Cut a sample at this string; '
-                                  'repeatable ("\\n" is a newline).')
-_AVERAGE = flags.DEFINE_integer('average', 1,
-                                'Average the last N checkpoints.')
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`): importing the
+  module for its function defines none, so tools import side by side."""
+  flags.DEFINE_string('workdir', None, 'A language-model workdir.',
+                      required=True)
+  flags.DEFINE_multi_string('prompt', [], 'A prompt; repeatable.')
+  flags.DEFINE_string('prompts_file', None, 'A file of prompts, one per line.')
+  flags.DEFINE_integer('max_new_tokens', 200, 'Tokens to generate per prompt.')
+  flags.DEFINE_float('temperature', 1.0, 'Sampling temperature.')
+  flags.DEFINE_integer('top_k', 0, 'Sample among the k most likely tokens '
+                       '(0: all).')
+  flags.DEFINE_float('top_p', 1.0, 'Nucleus sampling threshold.')
+  flags.DEFINE_bool('greedy', False, 'Take the most likely token.')
+  flags.DEFINE_integer('seed', 0, 'Sampling seed.')
+  flags.DEFINE_multi_string('stop', [], 'Cut a sample at this string; '
+                            'repeatable ("\\n" is a newline).')
+  flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
 
 
 def generate(workdir: str, prompts: Sequence[str], *,
@@ -66,17 +67,17 @@ def generate(workdir: str, prompts: Sequence[str], *,
 
 def main(argv):
   cli.no_arguments(argv)
-  prompts = list(_PROMPT.value)
-  if _PROMPTS_FILE.value:
-    prompts += text.utf8_lines(_PROMPTS_FILE.value)
+  args = flags.FLAGS
+  prompts = list(args.prompt)
+  if args.prompts_file:
+    prompts += text.utf8_lines(args.prompts_file)
   # Backslash escapes ('\\n') become characters; other text stays as typed.
   stop = [s.encode('latin-1', 'backslashreplace').decode('unicode_escape')
-          for s in _STOP.value]
+          for s in args.stop]
   samples, step = generate(
-      _WORKDIR.value, prompts, max_new_tokens=_MAX_NEW_TOKENS.value,
-      temperature=_TEMPERATURE.value, top_k=_TOP_K.value, top_p=_TOP_P.value,
-      greedy=_GREEDY.value, seed=_SEED.value, stop=stop,
-      average=_AVERAGE.value)
+      args.workdir, prompts, max_new_tokens=args.max_new_tokens,
+      temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+      greedy=args.greedy, seed=args.seed, stop=stop, average=args.average)
   for prompt, sample in zip(prompts, samples):
     sys.stdout.write(f'{prompt}{sample}\n')
     if len(prompts) > 1:
@@ -86,6 +87,7 @@ def main(argv):
 
 def run() -> None:
   """The `transformer-generate` console script."""
+  define_flags()
   cli.run(main)
 
 

@@ -26,17 +26,21 @@ from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
 from transformer.tools import cli
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'An image-classification '
-                               'workdir.', required=True)
-_TOP_K = flags.DEFINE_integer('top_k', 5, 'Classes to print per image.')
-_ATTENTION_DIR = flags.DEFINE_string('attention_dir', None, 'Write attention '
-                                     'maps (PNG) here.')
-_AVERAGE = flags.DEFINE_integer('average', 1,
-                                'Average the last N checkpoints.')
-_BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`): importing the
+  module for its function defines none, so tools import side by side."""
+  flags.DEFINE_string('workdir', None, 'An image-classification workdir.',
+                      required=True)
+  flags.DEFINE_integer('top_k', 5, 'Classes to print per image.')
+  flags.DEFINE_string('attention_dir', None,
+                      'Write attention maps (PNG) here.')
+  flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+  flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
+
 
 # (path, [(class name, probability)] best first) per image.
-Predictions = list[tuple[str, list[tuple[str, float]]]]
+  Predictions = list[tuple[str, list[tuple[str, float]]]]
 
 
 def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
@@ -79,10 +83,11 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
 
 
 def main(argv):
+  args = flags.FLAGS
   predictions, step = classify(
-      _WORKDIR.value, argv[1:], top_k=_TOP_K.value,
-      attention_dir=_ATTENTION_DIR.value, average=_AVERAGE.value,
-      batch_size=_BATCH_SIZE.value)
+      args.workdir, argv[1:], top_k=args.top_k,
+      attention_dir=args.attention_dir, average=args.average,
+      batch_size=args.batch_size)
   for path, best in predictions:
     sys.stdout.write(path + '\t' + '  '.join(
         f'{name} {probability:.3f}' for name, probability in best) + '\n')
@@ -91,6 +96,7 @@ def main(argv):
 
 def run() -> None:
   """The `transformer-predict` console script."""
+  define_flags()
   cli.run(main)
 
 

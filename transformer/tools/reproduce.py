@@ -29,46 +29,49 @@ from absl import flags
 from transformer.reproduce import rows
 from transformer.tools import cli
 
-_TABLE = flags.DEFINE_string('table', None, 'Table spec file, e.g. '
-                             'experiments/paper/vaswani2017_table3.py.',
-                             required=True)
-_WORKDIR = flags.DEFINE_string('workdir', None, 'Root of the rows\' '
-                               'workdirs and of table.md/table.csv.',
-                               required=True)
-_SCALE = flags.DEFINE_string('scale', 'paper', 'A scale of the table spec: '
-                             'paper (the published setting) or reduced.')
-_ROWS = flags.DEFINE_list('rows', [], 'Groups or row names (default all), '
-                          'e.g. base,A,C.')
-_LAUNCH = flags.DEFINE_enum('launch', 'local', rows.LAUNCHES,
-                            'local: train here; print: print launch '
-                            'commands; collect: only read results.')
-_SET = flags.DEFINE_string('set', '', 'Overrides for every row, e.g. '
-                           'train.num_steps=1000,eval.beam_size=1; stated '
-                           'in the table.')
-_LAUNCHER = flags.DEFINE_enum('launcher', 'slurm_gpu',
-                              rows.LAUNCHERS,
-                              'The launch/ script of --launch=print.')
-_LAUNCHER_ARGS = flags.DEFINE_string(
-    'launcher_args', '', 'Words put into every printed command: sbatch '
-    'options for slurm_gpu (e.g. "--nodes=1 --gpus-per-node=8"), '
-    '"--zone=Z --accelerator_type=T" for tpu_vm, options of local.sh.')
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`): importing the
+  module for its function defines none, so tools import side by side."""
+  flags.DEFINE_string('table', None, 'Table spec file, e.g. '
+                      'experiments/paper/vaswani2017_table3.py.',
+                      required=True)
+  flags.DEFINE_string('workdir', None, 'Root of the rows\' workdirs and of '
+                      'table.md/table.csv.', required=True)
+  flags.DEFINE_string('scale', 'paper', 'A scale of the table spec: paper '
+                      '(the published setting) or reduced.')
+  flags.DEFINE_list('rows', [], 'Groups or row names (default all), e.g. '
+                    'base,A,C.')
+  flags.DEFINE_enum('launch', 'local', rows.LAUNCHES, 'local: train here; '
+                    'print: print launch commands; collect: only read '
+                    'results.')
+  flags.DEFINE_string('set', '', 'Overrides for every row, e.g. '
+                      'train.num_steps=1000,eval.beam_size=1; stated in the '
+                      'table.')
+  flags.DEFINE_enum('launcher', 'slurm_gpu', rows.LAUNCHERS,
+                    'The launch/ script of --launch=print.')
+  flags.DEFINE_string(
+      'launcher_args', '', 'Words put into every printed command: sbatch '
+      'options for slurm_gpu (e.g. "--nodes=1 --gpus-per-node=8"), '
+      '"--zone=Z --accelerator_type=T" for tpu_vm, options of local.sh.')
 
 
 def main(argv):
   cli.no_arguments(argv)
+  args = flags.FLAGS
   text = rows.reproduce(
-      _TABLE.value, _WORKDIR.value, scale=_SCALE.value, rows=_ROWS.value,
-      launch=_LAUNCH.value, extra=_SET.value, launcher=_LAUNCHER.value,
-      launcher_args=_LAUNCHER_ARGS.value,
+      args.table, args.workdir, scale=args.scale, rows=args.rows,
+      launch=args.launch, extra=args.set, launcher=args.launcher,
+      launcher_args=args.launcher_args,
       command='python -m transformer.tools.reproduce ' +
       shlex.join(sys.argv[1:]))
   print(text)
-  if _LAUNCH.value != 'print':
-    print(f'Written: {_WORKDIR.value}/table.md, {_WORKDIR.value}/table.csv')
+  if args.launch != 'print':
+    print(f'Written: {args.workdir}/table.md, {args.workdir}/table.csv')
 
 
 def run() -> None:
   """The `transformer-reproduce` console script."""
+  define_flags()
   cli.run(main)
 
 

@@ -21,19 +21,21 @@ from transformer import workdir as workdir_lib
 from transformer.data import text
 from transformer.tools import cli
 
-_WORKDIR = flags.DEFINE_string('workdir', None, 'A training workdir.',
-                               required=True)
-_INPUT = flags.DEFINE_string('input', '-', 'Source file; - for stdin.')
-_OUTPUT = flags.DEFINE_string('output', '-', 'Output file; - for stdout.')
-_BEAM_SIZE = flags.DEFINE_integer('beam_size', None,
-                                  'Beam size (1: greedy); default: config.')
-_LENGTH_PENALTY = flags.DEFINE_float(
-    'length_penalty', None, 'GNMT length penalty alpha; default: config.')
-_MAX_LENGTH_OFFSET = flags.DEFINE_integer(
-    'max_length_offset', None,
-    'Output length limit = input length + this; default: config.')
-_AVERAGE = flags.DEFINE_integer(
-    'average', None, 'Average the last N checkpoints; default: config.')
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`): importing the
+  module for its function defines none, so tools import side by side."""
+  flags.DEFINE_string('workdir', None, 'A training workdir.', required=True)
+  flags.DEFINE_string('input', '-', 'Source file; - for stdin.')
+  flags.DEFINE_string('output', '-', 'Output file; - for stdout.')
+  flags.DEFINE_integer('beam_size', None,
+                       'Beam size (1: greedy); default: config.')
+  flags.DEFINE_float('length_penalty', None,
+                     'GNMT length penalty alpha; default: config.')
+  flags.DEFINE_integer('max_length_offset', None, 'Output length limit = '
+                       'input length + this; default: config.')
+  flags.DEFINE_integer('average', None,
+                       'Average the last N checkpoints; default: config.')
 
 
 def translate(workdir: str, sentences: Sequence[str], *,
@@ -67,20 +69,21 @@ def translate(workdir: str, sentences: Sequence[str], *,
 
 def main(argv):
   cli.no_arguments(argv)
-  if _INPUT.value == '-':
+  args = flags.FLAGS
+  if args.input == '-':
     sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
                                                   'standard input'))
   else:
-    sentences = text.utf8_lines(_INPUT.value)
+    sentences = text.utf8_lines(args.input)
   translations, step = translate(
-      _WORKDIR.value, sentences, beam_size=_BEAM_SIZE.value,
-      length_penalty=_LENGTH_PENALTY.value,
-      max_length_offset=_MAX_LENGTH_OFFSET.value, average=_AVERAGE.value)
+      args.workdir, sentences, beam_size=args.beam_size,
+      length_penalty=args.length_penalty,
+      max_length_offset=args.max_length_offset, average=args.average)
   output = ''.join(t + '\n' for t in translations)
-  if _OUTPUT.value == '-':
+  if args.output == '-':
     sys.stdout.write(output)
   else:
-    with open(_OUTPUT.value, 'w', encoding='utf-8') as f:
+    with open(args.output, 'w', encoding='utf-8') as f:
       f.write(output)
   print(f'Translated {len(sentences)} sentences with the checkpoint of step '
         f'{step}.', file=sys.stderr)
@@ -88,6 +91,7 @@ def main(argv):
 
 def run() -> None:
   """The `transformer-translate` console script."""
+  define_flags()
   cli.run(main)
 
 
