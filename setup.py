@@ -29,6 +29,13 @@ setuptools.setup(
         'numpy>=2.0',
         'pillow>=13.0',  # image files (also under matplotlib)
     ],
+    # python -m transformer.main / transformer.tools.NAME, as commands.
+    entry_points={'console_scripts': [
+        'transformer-train=transformer.main:run',
+        *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
+            'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
+            'reproduce')),
+    ]},
     extras_require={
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8'],
         'gpu': ['jax[cuda12]>=0.10.2'],
