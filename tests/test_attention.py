@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from transformer import attention
-from transformer import layers
+from transformer import masks
+from transformer import positional
 
 IMPLS = ('einsum', 'xla', 'auto')
 
@@ -42,7 +43,7 @@ def random_mask(seed, b, t, s):
   return jnp.asarray(mask)
 
 
-def masks(b, t, s):
+def mask_cases(b, t, s):
   lengths = jnp.asarray([s, 0] + [s - 2] * (b - 2))
   return {
       'none': (None, None, False),
@@ -54,15 +55,15 @@ def masks(b, t, s):
 
 
 def combined(mask, lengths, causal, t, s):
-  return attention.combine_masks(
-      mask, None if lengths is None else attention.padding_mask(lengths, s),
-      attention.causal_mask(t, s) if causal else None)
+  return masks.combine_masks(
+      mask, None if lengths is None else masks.padding_mask(lengths, s),
+      masks.causal_mask(t, s) if causal else None)
 
 
-@pytest.mark.parametrize('kind', list(masks(3, 5, 7)))
+@pytest.mark.parametrize('kind', list(mask_cases(3, 5, 7)))
 def test_weights_are_probabilities_and_masked_keys_get_zero(kind):
   b, t, s = 3, 5, 7
-  mask, lengths, causal = masks(b, t, s)[kind]
+  mask, lengths, causal = mask_cases(b, t, s)[kind]
   _, weights = attention.dot_product_attention(
       normal(0, b, t, 4, 8), normal(1, b, s, 4, 8), normal(2, b, s, 4, 8),
       mask=mask, key_lengths=lengths, causal=causal, return_weights=True)
@@ -96,11 +97,11 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(impl):
 
 
 @pytest.mark.parametrize('impl', IMPLS)
-@pytest.mark.parametrize('kind', list(masks(3, 5, 7)))
+@pytest.mark.parametrize('kind', list(mask_cases(3, 5, 7)))
 @pytest.mark.parametrize('kv_heads', [4, 2, 1])
 def test_matches_float64_numpy_reference(impl, kind, kv_heads):
   b, t, s = 3, 5, 7
-  mask, lengths, causal = masks(b, t, s)[kind]
+  mask, lengths, causal = mask_cases(b, t, s)[kind]
   q, k, v = (normal(0, b, t, 4, 8), normal(1, b, s, kv_heads, 8),
              normal(2, b, s, kv_heads, 8))
   out = jax.jit(lambda q, k, v: attention.dot_product_attention(
@@ -201,7 +202,7 @@ def test_self_attention_is_permutation_equivariant_without_positions():
   np.testing.assert_allclose(f(x[:, perm]), f(x)[:, perm], rtol=1e-5,
                              atol=1e-6)
   # Adding positions first breaks equivariance: f(s(x) + P) != s(f(x + P)).
-  pe = layers.PositionalEncoding(max_length=7)
+  pe = positional.PositionalEncoding(max_length=7)
   g = lambda x: f(pe.apply({}, x))
   assert np.abs(np.asarray(g(x[:, perm]) - g(x)[:, perm])).max() > 1e-2
 
@@ -322,9 +323,9 @@ def test_no_dropout_without_a_key_or_when_deterministic():
 
 
 def test_causal_mask_values():
-  np.testing.assert_array_equal(attention.causal_mask(3),
+  np.testing.assert_array_equal(masks.causal_mask(3),
                                 np.tril(np.ones((3, 3), bool)))
-  np.testing.assert_array_equal(attention.causal_mask(2, 4, offset=1),
+  np.testing.assert_array_equal(masks.causal_mask(2, 4, offset=1),
                                 np.tril(np.ones((2, 4), bool), k=1))
 
 
@@ -401,7 +402,7 @@ def test_kv_cache_overflow_is_an_error():
 
 def test_rotary_embedding_is_a_complex_rotation():
   x, positions = normal(0, 2, 5, 3, 8), jnp.asarray([[0, 1, 2, 7, 30]] * 2)
-  ours = np.asarray(attention.rotary_embedding(x, positions))
+  ours = np.asarray(positional.rotary_embedding(x, positions))
   # Pair i = (x_i, x_{i+H/2}) as the complex number x_i + j x_{i+H/2},
   # multiplied by exp(j p theta_i), theta_i = 10000^(-2i/H).
   z = np.asarray(x[..., :4], np.float64) + 1j * np.asarray(x[..., 4:])
@@ -414,14 +415,14 @@ def test_rotary_embedding_is_a_complex_rotation():
 def test_rotary_scores_depend_only_on_relative_position():
   q, k = normal(0, 1, 1, 1, 16), normal(1, 1, 1, 1, 16)
   def score(m, n):
-    rotated_q = attention.rotary_embedding(q, jnp.asarray([m]))
-    rotated_k = attention.rotary_embedding(k, jnp.asarray([n]))
+    rotated_q = positional.rotary_embedding(q, jnp.asarray([m]))
+    rotated_k = positional.rotary_embedding(k, jnp.asarray([n]))
     return float(jnp.sum(rotated_q * rotated_k))
   assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-4, abs=1e-5)
   assert score(3, 1) == pytest.approx(score(102, 100), rel=1e-4, abs=1e-5)
   assert abs(score(3, 1) - score(3, 2)) > 1e-3
   with pytest.raises(ValueError, match='even'):
-    attention.rotary_embedding(normal(0, 1, 1, 1, 5), jnp.asarray([0]))
+    positional.rotary_embedding(normal(0, 1, 1, 1, 5), jnp.asarray([0]))
 
 
 def test_rotary_positions_refused_in_cross_attention():

@@ -11,6 +11,7 @@ import pytest
 import sentencepiece as spm
 
 from transformer import layers
+from transformer import positional
 from transformer.data import offline_mt
 from transformer.interop import bert
 from transformer.interop import gpt2
@@ -84,7 +85,7 @@ def test_marian_checkpoint_problems_are_named():
              np.zeros((32, 16), np.float32)}
   with pytest.raises(ValueError, match='learned positions'):
     marian.params_from_hf(learned, config, order)
-  sinusoids = layers.sinusoidal_encoding(32, 16, layout='concatenated')
+  sinusoids = positional.sinusoidal_encoding(32, 16, layout='concatenated')
   fixed = {**tensors, 'model.decoder.embed_positions.weight': sinusoids,
            'lm_head.weight': tensors['model.shared.weight']}
   marian.params_from_hf(fixed, config, order)  # checked, then dropped

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer import layers
+from transformer import positional
 
 CONFIG = layers.TransformerConfig(num_layers=2, d_model=16, num_heads=4,
                                   d_ff=24, dropout_rate=0.0)
@@ -35,7 +36,7 @@ def randomize(params, seed=0):
 
 
 def test_sinusoidal_encoding_matches_formula():
-  table = layers.sinusoidal_encoding(50, 16)
+  table = positional.sinusoidal_encoding(50, 16)
   for pos in (0, 1, 7, 49):
     for i in range(8):
       angle = pos / 10000**(2 * i / 16)
@@ -46,21 +47,21 @@ def test_sinusoidal_encoding_matches_formula():
 def test_concatenated_sinusoids_hold_the_same_values_as_sin_then_cos():
   # Marian's layout: PE(pos, i) = sin(pos / 10000^(2i/D)), PE(pos, D/2 + i)
   # = cos(same), i < D/2.
-  interleaved = layers.sinusoidal_encoding(50, 16)
-  concatenated = layers.sinusoidal_encoding(50, 16, layout='concatenated')
+  interleaved = positional.sinusoidal_encoding(50, 16)
+  concatenated = positional.sinusoidal_encoding(50, 16, layout='concatenated')
   np.testing.assert_array_equal(concatenated[:, :8], interleaved[:, 0::2])
   np.testing.assert_array_equal(concatenated[:, 8:], interleaved[:, 1::2])
   np.testing.assert_allclose(concatenated[7, 3], np.sin(7 / 1e4**(6 / 16)),
                              rtol=1e-6)
   with pytest.raises(ValueError, match='layout'):
-    layers.sinusoidal_encoding(4, 8, layout='blocked')
+    positional.sinusoidal_encoding(4, 8, layout='blocked')
   with pytest.raises(ValueError, match='sinusoidal_layout'):
     layers.TransformerConfig(sinusoidal_layout='blocked')
 
 
 def test_sinusoidal_encoding_is_bounded_and_distinct_per_position():
   length = 2048
-  table = layers.sinusoidal_encoding(length, 64).astype(np.float64)
+  table = positional.sinusoidal_encoding(length, 64).astype(np.float64)
   assert np.abs(table).max() <= 1.0
   squared = (table**2).sum(-1)
   distances = squared[:, None] + squared[None, :] - 2 * table @ table.T
@@ -70,10 +71,10 @@ def test_sinusoidal_encoding_is_bounded_and_distinct_per_position():
 
 def test_positional_encoding_modes_and_errors():
   x = normal(0, 2, 5, 16)
-  sinusoidal = layers.PositionalEncoding(max_length=8)
+  sinusoidal = positional.PositionalEncoding(max_length=8)
   np.testing.assert_allclose(sinusoidal.apply({}, x),
-                             x + layers.sinusoidal_encoding(8, 16)[:5])
-  learned = layers.PositionalEncoding(max_length=8, kind='learned')
+                             x + positional.sinusoidal_encoding(8, 16)[:5])
+  learned = positional.PositionalEncoding(max_length=8, kind='learned')
   params = init(learned, x)
   table = params['params']['embedding']
   assert table.shape == (8, 16)
@@ -83,7 +84,7 @@ def test_positional_encoding_modes_and_errors():
   with pytest.raises(ValueError, match='exceeds the positional encoding'):
     sinusoidal.apply({}, normal(0, 1, 9, 16))
   with pytest.raises(ValueError, match='must be even'):
-    layers.sinusoidal_encoding(4, 7)
+    positional.sinusoidal_encoding(4, 7)
 
 
 # ----------------------------------------------------------------------------
@@ -245,7 +246,7 @@ class TinyDecoder(nn.Module):
   @nn.compact
   def __call__(self, tokens, encoded, *, deterministic):
     x = layers.TokenEmbedding(20, self.config.d_model)(tokens)
-    x = layers.PositionalEncoding(16, decode=self.config.decode)(x)
+    x = positional.PositionalEncoding(16, decode=self.config.decode)(x)
     if self.cross:
       return layers.CrossAttentionStack(self.config)(x, encoded,
                                               deterministic=deterministic)

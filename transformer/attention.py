@@ -14,10 +14,10 @@ Letters used in shapes and einsum strings across the codebase:
 
 Layouts are those of flax and `jax.nn.dot_product_attention`, so the fused
 kernels take them without transposes: queries [..., T, N, H], keys and values
-[..., S, K, H], attention weights [..., N, T, S]. Masks are boolean, True where
-a query may attend to a key, and must broadcast against [..., N, T, S]: a
-[T, S] mask applies to every batch element and head, a padding mask from
-`padding_mask` is [B, 1, 1, S].
+[..., S, K, H], attention weights [..., N, T, S]. Masks (`transformer.masks`)
+are boolean, True where a query may attend to a key, and must broadcast
+against [..., N, T, S]: a [T, S] mask applies to every batch element and
+head, a padding mask from `masks.padding_mask` is [B, 1, 1, S].
 
 A query row whose keys are all masked attends to nothing: its weights are all
 zero and its output is zero (never NaN, never a uniform average).
@@ -43,76 +43,14 @@ from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
+
+from transformer import masks
+from transformer import positional
 
 Array = jax.Array
 Dtype = Any
 
 IMPLEMENTATIONS = ('einsum', 'xla', 'cudnn', 'auto')
-
-
-# ----------------------------------------------------------------------------
-# Masks
-# ----------------------------------------------------------------------------
-
-
-def padding_mask(lengths: Array, max_length: int) -> Array:
-  """Mask of the first `lengths[b]` keys of each batch element.
-
-  Args:
-    lengths: [...] int, number of valid keys per batch element.
-    max_length: S, the padded key length.
-
-  Returns:
-    [..., 1, 1, S] bool, broadcastable against weights [..., N, T, S].
-  """
-  lengths = jnp.asarray(lengths)
-  return (jnp.arange(max_length) < lengths[..., None])[..., None, None, :]
-
-
-def causal_mask(query_length: int, key_length: int | None = None,
-                offset: int | Array = 0) -> Array:
-  """No look-ahead: query t (at position t + offset) sees keys s <= t + offset.
-
-  Args:
-    query_length: T.
-    key_length: S, defaults to T.
-    offset: position of the first query; a traced scalar in KV-cache
-      decoding, where the queries are the newest positions of the cache.
-
-  Returns:
-    [T, S] bool.
-  """
-  key_length = query_length if key_length is None else key_length
-  query_positions = jnp.arange(query_length)[:, None] + offset
-  return jnp.arange(key_length)[None, :] <= query_positions
-
-
-def combine_masks(*masks: Array | None) -> Array | None:
-  """Logical AND of the masks that are not None (None if all are)."""
-  masks = [m for m in masks if m is not None]
-  if not masks:
-    return None
-  return functools.reduce(jnp.logical_and, masks)
-
-
-def _check_mask(mask: Array | None, target_shape: tuple[int, ...],
-                target: str) -> None:
-  if mask is None:
-    return
-  if mask.dtype != jnp.bool_:
-    raise ValueError(
-        f'Attention masks must be boolean (True = may attend), got dtype '
-        f'{mask.dtype}. Convert with `mask.astype(bool)`.')
-  try:
-    broadcast = np.broadcast_shapes(mask.shape, target_shape)
-  except ValueError:
-    broadcast = None
-  if broadcast != tuple(target_shape):
-    raise ValueError(
-        f'Mask of shape {mask.shape} does not broadcast to the attention '
-        f'weights {target} = {tuple(target_shape)}. Give per-example masks '
-        f'head and query axes, e.g. padding_mask(lengths, S) is [B, 1, 1, S].')
 
 
 def _masked_softmax(logits: Array, mask: Array | None) -> Array:
@@ -182,7 +120,7 @@ class AdditiveAttention(nn.Module):
           f'Keys and values must have the same length S, got keys '
           f'{projected_keys.shape} and values {values.shape}.')
     weights_shape = (*query.shape[:-1], projected_keys.shape[-2])
-    _check_mask(mask, weights_shape, '[..., T, S]')
+    masks.check(mask, weights_shape, '[..., T, S]')
     hidden = jnp.tanh(self.query_projection(query)[..., :, None, :] +
                       projected_keys[..., None, :, :])  # [..., T, S, A]
     scores = self.score(hidden)[..., 0].astype(jnp.float32)  # [..., T, S]
@@ -334,11 +272,11 @@ def dot_product_attention(
   *batch, t, n, h = query.shape
   s = key.shape[-3]
   weights_shape = (*batch, n, t, s)
-  _check_mask(mask, weights_shape, '[..., N, T, S]')
+  masks.check(mask, weights_shape, '[..., N, T, S]')
   if key_lengths is not None:
-    mask = combine_masks(mask, padding_mask(key_lengths, s))
+    mask = masks.combine_masks(mask, masks.padding_mask(key_lengths, s))
   if causal:
-    mask = combine_masks(mask, causal_mask(t, s))
+    mask = masks.combine_masks(mask, masks.causal_mask(t, s))
   scale = 1.0 / math.sqrt(h) if scale is None else scale
   dropout = dropout_rng is not None and dropout_rate > 0.0
   if (implementation == 'einsum' or return_weights or dropout
@@ -352,41 +290,6 @@ def dot_product_attention(
     attends = jnp.broadcast_to(jnp.any(mask, axis=-1), weights_shape[:-1])
     out = jnp.where(jnp.swapaxes(attends, -1, -2)[..., None], out, 0)
   return out
-
-
-# ----------------------------------------------------------------------------
-# Rotary positions
-# ----------------------------------------------------------------------------
-
-
-def rotary_embedding(x: Array, positions: Array,
-                     max_timescale: float = 10_000.0) -> Array:
-  """Rotates query or key heads by their positions (RoPE, Su et al. 2021).
-
-  The head dim is split into halves [x1, x2]; pair i is rotated by the
-  angle p * max_timescale^(-2i/H). A rotation by p on queries and by q on keys
-  makes their dot product depend on p - q only, so attention sees relative
-  positions and no position table is learned.
-
-  Args:
-    x: [..., T, N, H] (or [..., T, K, H]); H even.
-    positions: [..., T] (or [T]) int positions.
-    max_timescale: the base of the geometric frequency sequence.
-
-  Returns:
-    x rotated, same shape and dtype.
-  """
-  head_dim = x.shape[-1]
-  if head_dim % 2:
-    raise ValueError(f'Rotary positions rotate pairs of features: the head '
-                     f'dim must be even, got {head_dim}.')
-  fraction = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
-  angles = (jnp.asarray(positions, jnp.float32)[..., None]
-            * max_timescale**-fraction)[..., None, :]  # [..., T, 1, H/2]
-  sin, cos = jnp.sin(angles), jnp.cos(angles)
-  x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-  rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
-  return rotated.astype(x.dtype)
 
 
 # ----------------------------------------------------------------------------
@@ -550,8 +453,8 @@ class MultiHeadAttention(nn.Module):
       key, value = project_kv()
       if self.rotary:
         positions = self._rotary_positions(positions, query.shape[-3])
-        query = rotary_embedding(query, positions)
-        key = rotary_embedding(key, positions)
+        query = positional.rotary_embedding(query, positions)
+        key = positional.rotary_embedding(key, positions)
       if self.decode:
         key, value, mask = self._update_self_cache(key, value, mask, causal)
         causal = False  # now part of the mask, in cache coordinates
@@ -592,8 +495,8 @@ class MultiHeadAttention(nn.Module):
     index = self.variable('cache', 'cache_index',
                           lambda: jnp.array(0, jnp.int32))
     if not initialized:  # the call that creates the cache: plain forward
-      return key, value, combine_masks(
-          mask, causal_mask(key.shape[-3]) if causal else None)
+      return key, value, masks.combine_masks(
+          mask, masks.causal_mask(key.shape[-3]) if causal else None)
     t, capacity = key.shape[-3], cached_key.value.shape[-3]
     if t > capacity:
       raise ValueError(f'{t} new positions do not fit a KV cache of '
@@ -607,12 +510,12 @@ class MultiHeadAttention(nn.Module):
         axis=-3)
     index.value = start + t
     if causal:
-      visible = causal_mask(t, capacity, offset=start)
+      visible = masks.causal_mask(t, capacity, offset=start)
     else:  # every position written so far, e.g. a bidirectional prefix
       visible = (jnp.arange(capacity) < start + t)[None, :]
-    _check_mask(mask, (*key.shape[:-3], self.num_heads, t, capacity),
+    masks.check(mask, (*key.shape[:-3], self.num_heads, t, capacity),
                 '[..., N, T, S_cache]')
-    return cached_key.value, cached_value.value, combine_masks(mask, visible)
+    return cached_key.value, cached_value.value, masks.combine_masks(mask, visible)
 
   def _cross_cache(self, project_kv):
     """Encoder keys/values, projected once on the cache-creating call."""

@@ -18,9 +18,9 @@ from typing import Any, Callable, ClassVar
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from transformer import attention
+from transformer import positional
 
 Array = jax.Array
 Dtype = Any
@@ -31,13 +31,6 @@ ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu,
                'gelu_exact': lambda x: nn.gelu(x, approximate=False),
                'swish': nn.swish}
 NORM_POSITIONS = ('post', 'pre')
-# 'rotary' adds nothing to the embeddings: self-attention rotates its queries
-# and keys instead (`attention.rotary_embedding`).
-POSITIONAL_ENCODINGS = ('sinusoidal', 'learned', 'rotary')
-# How the sin and cos of each frequency sit in the vector: 'interleaved'
-# (the paper: sin at 2i, cos at 2i+1) or 'concatenated' (all sines, then all
-# cosines: Marian, fairseq, tensor2tensor).
-SINUSOIDAL_LAYOUTS = ('interleaved', 'concatenated')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
 # The logit of an id a model never predicts (`mask_padding`): finite, so
 # that a zero loss weight on it stays zero, and far below any real logit.
@@ -74,8 +67,8 @@ class TransformerConfig:
   dropout_rate: float = 0.1  # on every residual branch
   attention_dropout_rate: float = 0.0
   norm_position: str = 'post'  # 'post': LN(x + f(x)) (paper); 'pre'
-  positional_encoding: str = 'sinusoidal'  # see POSITIONAL_ENCODINGS
-  sinusoidal_layout: str = 'interleaved'  # see SINUSOIDAL_LAYOUTS
+  positional_encoding: str = 'sinusoidal'  # see positional.KINDS
+  sinusoidal_layout: str = 'interleaved'  # see positional.SINUSOIDAL_LAYOUTS
   layer_norm_epsilon: float = 1e-6
   use_bias: bool = True
   attention_implementation: str = 'xla'
@@ -89,7 +82,7 @@ class TransformerConfig:
 
   # The position schemes a model family accepts (a subclass may narrow or
   # change them, e.g. the ViT's 2-D ones).
-  positional_encodings: ClassVar[tuple[str, ...]] = POSITIONAL_ENCODINGS
+  positional_encodings: ClassVar[tuple[str, ...]] = positional.KINDS
 
   def __post_init__(self):
     if self.activation not in ACTIVATIONS:
@@ -102,9 +95,9 @@ class TransformerConfig:
       raise ValueError(
           f'positional_encoding={self.positional_encoding!r}; choose one of '
           f'{self.positional_encodings}.')
-    if self.sinusoidal_layout not in SINUSOIDAL_LAYOUTS:
+    if self.sinusoidal_layout not in positional.SINUSOIDAL_LAYOUTS:
       raise ValueError(f'sinusoidal_layout={self.sinusoidal_layout!r}; choose '
-                       f'one of {SINUSOIDAL_LAYOUTS}.')
+                       f'one of {positional.SINUSOIDAL_LAYOUTS}.')
     if self.attention_implementation not in attention.IMPLEMENTATIONS:
       raise ValueError(
           f'attention_implementation={self.attention_implementation!r}; '
@@ -141,17 +134,6 @@ def shift_right(targets: Array, segmentation: Array | None = None) -> Array:
     previous = jnp.pad(segmentation, ((0, 0), (1, 0)))[:, :-1]
     shifted = jnp.where(segmentation == previous, shifted, 0)
   return shifted
-
-
-def segment_mask(query_segments: Array, key_segments: Array) -> Array:
-  """[B, T], [B, S] segment ids -> [B, 1, T, S]: same segment, key not pad."""
-  same = query_segments[:, :, None] == key_segments[:, None, :]
-  return (same & (key_segments[:, None, :] > 0))[:, None]
-
-
-def key_padding_mask(tokens: Array) -> Array:
-  """[B, S] tokens -> [B, 1, 1, S], True at real (non-zero) tokens."""
-  return (tokens > 0)[:, None, None, :]
 
 
 def count_parameters(init: Callable[..., Any], *inputs: Any) -> int:
@@ -211,87 +193,6 @@ class TokenEmbedding(nn.Module):
   def attend(self, x: Array) -> Array:
     """x: [..., D] -> logits [..., V] with the embedding table as weights."""
     return self.embed.attend(x)
-
-
-def sinusoidal_encoding(length: int, features: int,
-                        max_timescale: float = 10_000.0,
-                        layout: str = 'interleaved') -> np.ndarray:
-  """PE(pos, 2i) = sin(pos / 10000^(2i/D)), PE(pos, 2i+1) = cos(same).
-
-  With layout='concatenated' the same values sit as [sin... | cos...]:
-  PE(pos, i) = sin(.) and PE(pos, D/2 + i) = cos(.) for i < D/2.
-
-  Returns:
-    [length, features] float32.
-  """
-  if features % 2:
-    raise ValueError(f'Sinusoidal encodings pair sin and cos: features must '
-                     f'be even, got {features}.')
-  positions = np.arange(length, dtype=np.float64)[:, None]
-  two_i = np.arange(0, features, 2, dtype=np.float64)[None, :]
-  angles = positions / max_timescale**(two_i / features)
-  if layout == 'concatenated':
-    table = np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
-  elif layout == 'interleaved':
-    table = np.empty((length, features), np.float64)
-    table[:, 0::2] = np.sin(angles)
-    table[:, 1::2] = np.cos(angles)
-  else:
-    raise ValueError(f'layout={layout!r}; choose one of '
-                     f'{SINUSOIDAL_LAYOUTS}.')
-  return table.astype(np.float32)
-
-
-class PositionalEncoding(nn.Module):
-  """Adds sinusoidal or learned position encodings to embeddings.
-
-  With `decode=True` the position of the next call is kept in the 'cache'
-  collection, so one-token decoding steps get consecutive positions; the call
-  that creates the cache starts counting at 0 and does not advance it.
-  Explicit `positions` (e.g. of packed sequences) are used as given.
-
-  Attributes:
-    max_length: longest sequence (the table size).
-    kind: 'sinusoidal' (paper), 'learned' (paper Table 3 row E) or
-      'rotary' (adds nothing; the attention layers rotate queries and keys).
-    layout: of the sinusoids (`SINUSOIDAL_LAYOUTS`).
-  """
-  max_length: int
-  kind: str = 'sinusoidal'
-  layout: str = 'interleaved'
-  decode: bool = False
-  param_dtype: Dtype = jnp.float32
-
-  @nn.compact
-  def __call__(self, x: Array, *, positions: Array | None = None) -> Array:
-    """x: [B, T, D]; positions: [B, T] int (default 0..T-1) -> [B, T, D]."""
-    t, features = x.shape[-2:]
-    if self.kind == 'rotary':
-      return x
-    if self.kind == 'sinusoidal':
-      table = jnp.asarray(sinusoidal_encoding(self.max_length, features,
-                                              layout=self.layout))
-    elif self.kind == 'learned':
-      table = self.param(
-          'embedding',
-          _partitioned(nn.initializers.normal(stddev=0.02), (None, 'embed')),
-          (self.max_length, features), self.param_dtype)
-    else:
-      raise ValueError(f'Positional encoding kind {self.kind!r}; choose '
-                       f'one of {POSITIONAL_ENCODINGS}.')
-    if t > self.max_length:
-      raise ValueError(f'Sequence length {t} exceeds the positional encoding '
-                       f'max_length={self.max_length}; raise max_length.')
-    if positions is None:
-      positions = jnp.arange(t)
-      if self.decode:
-        initialized = self.has_variable('cache', 'position_index')
-        index = self.variable('cache', 'position_index',
-                              lambda: jnp.array(0, jnp.int32))
-        if initialized:
-          positions = positions + index.value
-          index.value = index.value + t
-    return x + jnp.take(table, positions, axis=0).astype(x.dtype)
 
 
 class FeedForward(nn.Module):

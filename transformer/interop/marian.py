@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from transformer import layers
+from transformer import positional
 from transformer.interop import files
 from transformer.models import encoder_decoder
 
@@ -139,7 +140,7 @@ def _without_copies(tensors: dict[str, np.ndarray],
       raise ValueError(f'{name} differs from model.shared.weight: the '
                        'checkpoint does not tie its embeddings, which our '
                        'Transformer needs.')
-  table = layers.sinusoidal_encoding(config.max_length, config.d_model,
+  table = positional.sinusoidal_encoding(config.max_length, config.d_model,
                                      layout='concatenated')
   for name in ('model.encoder.embed_positions.weight',
                'model.decoder.embed_positions.weight'):

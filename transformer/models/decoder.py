@@ -14,8 +14,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer import attention
 from transformer import layers
+from transformer import masks
+from transformer import positional
 
 Array = jax.Array
 
@@ -75,7 +76,7 @@ class Decoder(nn.Module):
         c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
         embedding_init=nn.initializers.normal(stddev=0.02), dtype=c.dtype,
         param_dtype=c.param_dtype)
-    self.positions = layers.PositionalEncoding(
+    self.positions = positional.PositionalEncoding(
         c.max_length, c.positional_encoding, c.sinusoidal_layout,
         decode=c.decode, param_dtype=c.param_dtype)
     self.dropout = nn.Dropout(c.dropout_rate)
@@ -100,10 +101,10 @@ class Decoder(nn.Module):
     """
     x = self.positions(self.embed(tokens), positions=positions)
     x = self.dropout(x, deterministic=deterministic)
-    mask = None if segmentation is None else layers.segment_mask(
+    mask = None if segmentation is None else masks.segment_mask(
         segmentation, segmentation)
     if key_mask is not None:
-      mask = attention.combine_masks(mask, key_mask[:, None, None, :])
+      mask = masks.combine_masks(mask, key_mask[:, None, None, :])
     x = self.blocks(x, mask=mask, causal=True, positions=positions,
                     deterministic=deterministic)
     logits = self.embed.attend(x).astype(jnp.float32)

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import layers
+from transformer import positional
 
 Array = jax.Array
 
@@ -65,7 +66,7 @@ class Bert(nn.Module):
     self.embed = layers.TokenEmbedding(
         c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
         embedding_init=init, dtype=c.dtype, param_dtype=c.param_dtype)
-    self.positions = layers.PositionalEncoding(
+    self.positions = positional.PositionalEncoding(
         c.max_length, c.positional_encoding, c.sinusoidal_layout,
         param_dtype=c.param_dtype)
     self.token_types = nn.Embed(

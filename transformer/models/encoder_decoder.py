@@ -21,6 +21,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer import layers
+from transformer import masks
+from transformer import positional
 
 Array = jax.Array
 
@@ -72,10 +74,10 @@ class Transformer(nn.Module):
     self.embed = layers.TokenEmbedding(
         c.vocab_size, c.d_model, scale_by_sqrt_dim=c.scale_embeddings,
         dtype=c.dtype, param_dtype=c.param_dtype)
-    self.encoder_positions = layers.PositionalEncoding(
+    self.encoder_positions = positional.PositionalEncoding(
         c.max_length, c.positional_encoding, c.sinusoidal_layout,
         param_dtype=c.param_dtype)
-    self.decoder_positions = layers.PositionalEncoding(
+    self.decoder_positions = positional.PositionalEncoding(
         c.max_length, c.positional_encoding, c.sinusoidal_layout,
         decode=c.decode, param_dtype=c.param_dtype)
     self.encoder = layers.SelfAttentionStack(c.replace(decode=False))
@@ -102,7 +104,7 @@ class Transformer(nn.Module):
     x = self.dropout(x, deterministic=deterministic)
     segments = (inputs > 0).astype(jnp.int32) if inputs_segmentation is None \
         else inputs_segmentation
-    return self.encoder(x, mask=layers.segment_mask(segments, segments),
+    return self.encoder(x, mask=masks.segment_mask(segments, segments),
                         positions=inputs_positions,
                         deterministic=deterministic)
 
@@ -130,10 +132,10 @@ class Transformer(nn.Module):
     y = self.decoder_positions(y, positions=targets_positions)
     y = self.dropout(y, deterministic=deterministic)
     if targets_segmentation is None or inputs_segmentation is None:
-      self_mask, cross_mask = None, layers.key_padding_mask(inputs)
+      self_mask, cross_mask = None, masks.key_padding_mask(inputs)
     else:
-      self_mask = layers.segment_mask(targets_segmentation, targets_segmentation)
-      cross_mask = layers.segment_mask(targets_segmentation, inputs_segmentation)
+      self_mask = masks.segment_mask(targets_segmentation, targets_segmentation)
+      cross_mask = masks.segment_mask(targets_segmentation, inputs_segmentation)
     y = self.decoder(y, encoded, self_mask=self_mask, cross_mask=cross_mask,
                      positions=targets_positions,
                      deterministic=deterministic)

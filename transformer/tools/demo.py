@@ -25,6 +25,7 @@ import optax
 
 from transformer import layers
 from transformer import plots
+from transformer import positional
 
 LENGTH = 12
 VOCAB = 32
@@ -42,7 +43,7 @@ class Reverser(nn.Module):
     embed = layers.TokenEmbedding(VOCAB, self.config.d_model)
     x = embed(tokens)
     if self.use_positions:
-      x = layers.PositionalEncoding(LENGTH)(x)
+      x = positional.PositionalEncoding(LENGTH)(x)
     x = layers.SelfAttentionStack(self.config, name='encoder')(
         x, deterministic=deterministic)
     return embed.attend(x)

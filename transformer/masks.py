@@ -1,0 +1,84 @@
+"""Attention masks: boolean, True where a query may attend to a key,
+broadcastable against the attention weights [..., N, T, S] (the letters of
+`transformer.attention`): padding, no look-ahead (causal), the segments of
+packed rows, and their combination."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+
+def padding_mask(lengths: Array, max_length: int) -> Array:
+  """Mask of the first `lengths[b]` keys of each batch element.
+
+  Args:
+    lengths: [...] int, number of valid keys per batch element.
+    max_length: S, the padded key length.
+
+  Returns:
+    [..., 1, 1, S] bool, broadcastable against weights [..., N, T, S].
+  """
+  lengths = jnp.asarray(lengths)
+  return (jnp.arange(max_length) < lengths[..., None])[..., None, None, :]
+
+
+def causal_mask(query_length: int, key_length: int | None = None,
+                offset: int | Array = 0) -> Array:
+  """No look-ahead: query t (at position t + offset) sees keys s <= t + offset.
+
+  Args:
+    query_length: T.
+    key_length: S, defaults to T.
+    offset: position of the first query; a traced scalar in KV-cache
+      decoding, where the queries are the newest positions of the cache.
+
+  Returns:
+    [T, S] bool.
+  """
+  key_length = query_length if key_length is None else key_length
+  query_positions = jnp.arange(query_length)[:, None] + offset
+  return jnp.arange(key_length)[None, :] <= query_positions
+
+
+def combine_masks(*masks: Array | None) -> Array | None:
+  """Logical AND of the masks that are not None (None if all are)."""
+  masks = [m for m in masks if m is not None]
+  if not masks:
+    return None
+  return functools.reduce(jnp.logical_and, masks)
+
+
+def check(mask: Array | None, target_shape: tuple[int, ...],
+                target: str) -> None:
+  if mask is None:
+    return
+  if mask.dtype != jnp.bool_:
+    raise ValueError(
+        f'Attention masks must be boolean (True = may attend), got dtype '
+        f'{mask.dtype}. Convert with `mask.astype(bool)`.')
+  try:
+    broadcast = np.broadcast_shapes(mask.shape, target_shape)
+  except ValueError:
+    broadcast = None
+  if broadcast != tuple(target_shape):
+    raise ValueError(
+        f'Mask of shape {mask.shape} does not broadcast to the attention '
+        f'weights {target} = {tuple(target_shape)}. Give per-example masks '
+        f'head and query axes, e.g. padding_mask(lengths, S) is [B, 1, 1, S].')
+
+
+def segment_mask(query_segments: Array, key_segments: Array) -> Array:
+  """[B, T], [B, S] segment ids -> [B, 1, T, S]: same segment, key not pad."""
+  same = query_segments[:, :, None] == key_segments[:, None, :]
+  return (same & (key_segments[:, None, :] > 0))[:, None]
+
+
+def key_padding_mask(tokens: Array) -> Array:
+  """[B, S] tokens -> [B, 1, 1, S], True at real (non-zero) tokens."""
+  return (tokens > 0)[:, None, None, :]
