@@ -36,6 +36,7 @@ step function, EOS and padding conventions.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import jax
@@ -177,36 +178,44 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
     done = (best_live == -jnp.inf) | (fin_scores.min(axis=1) > bound)
     return (i < max_length) & ~jnp.all(done)
 
-  def body(state):
-    i, live_seqs, live_logp, fin_seqs, fin_scores, cache = state
-    logits, cache = step_fn(live_seqs[:, :, i].reshape(b * k, 1), cache)
-    log_probs = _log_probs(logits.reshape(b, k, -1), i >= force_from, eos_id)
-    vocab = log_probs.shape[-1]
-    # Top 2K: at most K end in EOS (one per beam), so K live ones remain.
-    cand_logp, cand = jax.lax.top_k(
-        (live_logp[..., None] + log_probs).reshape(b, k * vocab), 2 * k)
-    beam, token = cand // vocab, cand % vocab
-    cand_seqs = _gather(live_seqs, beam).at[:, :, i + 1].set(token)
-    ends = token == eos_id
-
-    live_logp, keep = jax.lax.top_k(jnp.where(ends, -jnp.inf, cand_logp), k)
-    live_seqs = _gather(cand_seqs, keep)
-    rows = (jnp.arange(b)[:, None] * k + _gather(beam, keep)).reshape(-1)
-    cache = jax.tree.map(lambda x: x[rows] if jnp.ndim(x) else x, cache)
-
-    # EOS counts only within the top K (so beam 1 is greedy); at the last
-    # position everything ends, truncated or not.
-    finishes = (ends & (jnp.arange(2 * k) < k)) | (i == max_length - 1)
-    scores = jnp.where(finishes, cand_logp / length_penalty(i + 1, alpha),
-                       -jnp.inf)
-    fin_scores, best = jax.lax.top_k(
-        jnp.concatenate([fin_scores, scores], axis=1), k)
-    fin_seqs = _gather(jnp.concatenate([fin_seqs, cand_seqs], axis=1), best)
-    return i + 1, live_seqs, live_logp, fin_seqs, fin_scores, cache
-
+  body = functools.partial(_beam_step, step_fn=step_fn, beam_size=k,
+                           max_length=max_length, eos_id=eos_id, alpha=alpha,
+                           force_from=force_from)
   state = (jnp.array(0), live_seqs, live_logp, fin_seqs, fin_scores, cache)
   _, _, _, fin_seqs, fin_scores, _ = jax.lax.while_loop(cond, body, state)
   return fin_seqs[:, :, 1:], fin_scores
+
+
+def _beam_step(state, *, step_fn: StepFn, beam_size: int, max_length: int,
+               eos_id: int, alpha: float, force_from: Array):
+  """One step of `beam_search`: extends the live beams by one token and
+  moves those that end (or reach the last position) among the finished."""
+  i, live_seqs, live_logp, fin_seqs, fin_scores, cache = state
+  b, k = live_logp.shape[0], beam_size
+  logits, cache = step_fn(live_seqs[:, :, i].reshape(b * k, 1), cache)
+  log_probs = _log_probs(logits.reshape(b, k, -1), i >= force_from, eos_id)
+  vocab = log_probs.shape[-1]
+  # Top 2K: at most K end in EOS (one per beam), so K live ones remain.
+  cand_logp, cand = jax.lax.top_k(
+      (live_logp[..., None] + log_probs).reshape(b, k * vocab), 2 * k)
+  beam, token = cand // vocab, cand % vocab
+  cand_seqs = _gather(live_seqs, beam).at[:, :, i + 1].set(token)
+  ends = token == eos_id
+
+  live_logp, keep = jax.lax.top_k(jnp.where(ends, -jnp.inf, cand_logp), k)
+  live_seqs = _gather(cand_seqs, keep)
+  rows = (jnp.arange(b)[:, None] * k + _gather(beam, keep)).reshape(-1)
+  cache = jax.tree.map(lambda x: x[rows] if jnp.ndim(x) else x, cache)
+
+  # EOS counts only within the top K (so beam 1 is greedy); at the last
+  # position everything ends, truncated or not.
+  finishes = (ends & (jnp.arange(2 * k) < k)) | (i == max_length - 1)
+  scores = jnp.where(finishes, cand_logp / length_penalty(i + 1, alpha),
+                     -jnp.inf)
+  fin_scores, best = jax.lax.top_k(
+      jnp.concatenate([fin_scores, scores], axis=1), k)
+  fin_seqs = _gather(jnp.concatenate([fin_seqs, cand_seqs], axis=1), best)
+  return i + 1, live_seqs, live_logp, fin_seqs, fin_scores, cache
 
 
 def filter_logits(logits: Array, *, temperature: float | Array = 1.0,
@@ -297,20 +306,9 @@ def sample(step_fn: StepFn, state: Any, *, rng: Array, batch_size: int,
     first_logits, state = step_fn(
         jnp.asarray(prompt_last, jnp.int32).reshape(batch_size, 1), state)
 
-  def choose(i, logits, done, tokens, lengths):
-    """Writes step i's tokens; returns them with the updated bookkeeping."""
-    logits = _without_padding(logits.astype(jnp.float32))
-    if greedy:
-      token = jnp.argmax(logits, axis=-1)
-    else:
-      token = jax.random.categorical(
-          jax.random.fold_in(rng, i),
-          filter_logits(logits, temperature=temperature, top_k=top_k,
-                        top_p=top_p))
-    # Finished rows keep stepping (the batch moves together) but emit pads.
-    token = jnp.where(done, 0, token).astype(jnp.int32)
-    return (token, tokens.at[:, i].set(token), lengths + ~done,
-            done | (token == eos_id))
+  choose = functools.partial(_choose, rng=rng, greedy=greedy,
+                             temperature=temperature, top_k=top_k,
+                             top_p=top_p, eos_id=eos_id)
 
   def cond(carry):
     i, _, _, done, _, _ = carry
@@ -330,3 +328,21 @@ def sample(step_fn: StepFn, state: Any, *, rng: Array, batch_size: int,
   carry = (jnp.array(1), token, tokens, done, lengths, state)
   _, _, tokens, _, lengths, _ = jax.lax.while_loop(cond, body, carry)
   return tokens, lengths
+
+
+def _choose(i, logits, done, tokens, lengths, *, rng, greedy, temperature,
+            top_k, top_p, eos_id):
+  """Step i of `sample`: the next token of each row, written into `tokens`;
+  returns it with the updated lengths and finished rows."""
+  logits = _without_padding(logits.astype(jnp.float32))
+  if greedy:
+    token = jnp.argmax(logits, axis=-1)
+  else:
+    token = jax.random.categorical(
+        jax.random.fold_in(rng, i),
+        filter_logits(logits, temperature=temperature, top_k=top_k,
+                      top_p=top_p))
+  # Finished rows keep stepping (the batch moves together) but emit pads.
+  token = jnp.where(done, 0, token).astype(jnp.int32)
+  return (token, tokens.at[:, i].set(token), lengths + ~done,
+          done | (token == eos_id))

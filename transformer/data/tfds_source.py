@@ -18,6 +18,7 @@ Nothing here downloads: a dataset must be prepared beforehand, e.g.
 
 from __future__ import annotations
 
+import functools
 import os
 
 # Names used elsewhere in this codebase for TFDS's 'validation' split.
@@ -266,6 +267,48 @@ def load_captions(name: str, split: str, data_dir: str | None, *,
   return np.stack(pictures), references
 
 
+def _split_size(builder, split: str, max_examples: int | None,
+                examples) -> int:
+  """Examples in a split: from the metadata, else counted (`examples()`,
+  e.g. under tfds.testing.mock_data, which knows no split sizes)."""
+  try:
+    size = builder.info.splits[split].num_examples
+  except KeyError:
+    size = None
+  if max_examples is not None:
+    size = min(size, max_examples) if size else max_examples
+  if size is None:
+    size = int(examples().reduce(0, lambda n, _: n + 1))
+  return size
+
+
+def _decode_image(tf, index, example, *, seed: int, training: bool,
+                  image_size: int, min_scale: float):
+  """(image uint8 [S, S, 3], label) of an encoded example at stream position
+  `index`: an Inception crop seeded by (seed, index) for training, the
+  centre crop of the image resized to S / 0.875 for evaluation."""
+  image = tf.io.decode_image(example['image'], channels=3,
+                             expand_animations=False)
+  if training:
+    box_seed = tf.stack([tf.cast(seed, tf.int64), index])
+    begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
+        tf.shape(image), tf.zeros([1, 0, 4]), seed=box_seed,
+        area_range=(min_scale, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
+        max_attempts=10, use_image_if_no_bounding_boxes=True)
+    image = tf.image.resize(tf.slice(image, begin, crop),
+                            (image_size, image_size), antialias=True)
+  else:
+    shape = tf.cast(tf.shape(image)[:2], tf.float32)
+    scale = image_size / 0.875 / tf.reduce_min(shape)
+    resized = tf.cast(tf.round(shape * scale), tf.int32)
+    image = tf.image.resize(image, resized, antialias=True)
+    top = (resized[0] - image_size) // 2
+    left = (resized[1] - image_size) // 2
+    image = image[top:top + image_size, left:left + image_size]
+  image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
+  return image, example['label']
+
+
 def stream_images(name: str, split: str, data_dir: str | None, *,
                   image_size: int, training: bool, seed: int = 0,
                   start: int = 0, min_scale: float = 0.08,
@@ -306,37 +349,10 @@ def stream_images(name: str, split: str, data_dir: str | None, *,
                        decoders={'image': tfds.decode.SkipDecoding()})
     return dataset.shuffle(10_000, seed=epoch_seed) if training else dataset
 
-  try:
-    size = builder.info.splits[split].num_examples
-  except KeyError:  # split sizes unknown (e.g. under tfds.testing.mock_data)
-    size = None
-  if max_examples is not None:
-    size = min(size, max_examples) if size else max_examples
-  if size is None:
-    size = int(epoch_examples(0).reduce(0, lambda n, _: n + 1))
-
-  def prepare(index, example):
-    image = tf.io.decode_image(example['image'], channels=3,
-                               expand_animations=False)
-    if training:
-      box_seed = tf.stack([tf.cast(seed, tf.int64), index])
-      begin, crop, _ = tf.image.stateless_sample_distorted_bounding_box(
-          tf.shape(image), tf.zeros([1, 0, 4]), seed=box_seed,
-          area_range=(min_scale, 1.0), aspect_ratio_range=(3 / 4, 4 / 3),
-          max_attempts=10, use_image_if_no_bounding_boxes=True)
-      image = tf.image.resize(tf.slice(image, begin, crop),
-                              (image_size, image_size), antialias=True)
-    else:
-      shape = tf.cast(tf.shape(image)[:2], tf.float32)
-      scale = image_size / 0.875 / tf.reduce_min(shape)
-      resized = tf.cast(tf.round(shape * scale), tf.int32)
-      image = tf.image.resize(image, resized, antialias=True)
-      top = (resized[0] - image_size) // 2
-      left = (resized[1] - image_size) // 2
-      image = image[top:top + image_size, left:left + image_size]
-    image = tf.cast(tf.clip_by_value(tf.round(image), 0, 255), tf.uint8)
-    return image, example['label']
-
+  size = _split_size(builder, split, max_examples,
+                     lambda: epoch_examples(0))
+  prepare = functools.partial(_decode_image, tf, seed=seed, training=training,
+                              image_size=image_size, min_scale=min_scale)
   epoch, offset = divmod(start, size) if training else (0, start)
   while True:
     # Global positions number the examples of the whole stream.
