@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer.data import batching
+from transformer.data import packing
 
 EOS = 1
 
@@ -83,8 +84,8 @@ def test_filter_long_counts_and_warns(caplog):
 
 def test_pack_keeps_every_token_once_in_order():
   examples = random_examples(500)
-  packed = batching.pack(examples, 64)
-  assert set(packed) == set(batching.PACKED_KEYS)
+  packed = packing.pack(examples, 64)
+  assert set(packed) == set(packing.PACKED_KEYS)
   for array in packed.values():
     assert array.dtype == np.int32 and array.shape == packed['inputs'].shape
   assert_same_examples(unpack(packed), examples)
@@ -95,7 +96,7 @@ def test_pack_keeps_every_token_once_in_order():
 
 def test_pack_is_greedy_on_both_sides():
   examples = random_examples(300, correlated=False)
-  packed = batching.pack(examples, 48)
+  packed = packing.pack(examples, 48)
   lengths = {p: (packed[f'{p}_segmentation'] > 0).sum(1)
              for p in ('inputs', 'targets')}
   assert max(lengths['inputs'].max(), lengths['targets'].max()) <= 48
@@ -111,7 +112,7 @@ def test_pack_is_greedy_on_both_sides():
 def test_pack_hand_example():
   examples = [([5, 6, EOS], [7, EOS]), ([8, EOS], [9, 9, 9, EOS]),
               ([4, 4, 4, EOS], [3, EOS])]
-  packed = batching.pack(examples, 6)
+  packed = packing.pack(examples, 6)
   np.testing.assert_array_equal(packed['inputs'], [[5, 6, 1, 8, 1, 0],
                                                    [4, 4, 4, 1, 0, 0]])
   np.testing.assert_array_equal(packed['targets'], [[7, 1, 9, 9, 9, 1],
@@ -124,13 +125,13 @@ def test_pack_hand_example():
 
 def test_pack_rejects_bad_examples():
   with pytest.raises(ValueError, match='filter_long'):
-    batching.pack([([3] * 9 + [EOS], [EOS])], 8)
+    packing.pack([([3] * 9 + [EOS], [EOS])], 8)
   with pytest.raises(ValueError, match='empty'):
-    batching.pack([([3, EOS], [])], 8)
+    packing.pack([([3, EOS], [])], 8)
   with pytest.raises(ValueError, match='reserved for padding'):
-    batching.pack([([3, EOS], [4, EOS]), ([3, 0, EOS], [EOS])], 8)
+    packing.pack([([3, EOS], [4, EOS]), ([3, 0, EOS], [EOS])], 8)
   with pytest.raises(ValueError, match='integer ids'):
-    batching.pack([([3.5, EOS], [4, EOS])], 8)
+    packing.pack([([3.5, EOS], [4, EOS])], 8)
 
 
 # ----------------------------------------------------------------------------
@@ -147,25 +148,25 @@ def test_pack_rejects_bad_examples():
     (10, 4, 4),
 ])
 def test_rows_per_batch(tokens_per_batch, row_multiple, rows):
-  batches = batching.PackedTrainBatches(
+  batches = packing.PackedTrainBatches(
       random_examples(50), max_length=64, tokens_per_batch=tokens_per_batch,
       seed=0, row_multiple=row_multiple)
   assert batches.rows_per_batch == rows
   batch = next(batches)
-  assert set(batch) == set(batching.PACKED_KEYS)
+  assert set(batch) == set(packing.PACKED_KEYS)
   for array in batch.values():
     assert array.shape == (rows, 64) and array.dtype == np.int32
 
 
 def first_batches(n, **kwargs):
-  batches = batching.PackedTrainBatches(**kwargs)
+  batches = packing.PackedTrainBatches(**kwargs)
   return [next(batches) for _ in range(n)]
 
 
 def assert_same_batches(a, b):
   assert len(a) == len(b)
   for x, y in zip(a, b):
-    for k in batching.PACKED_KEYS:
+    for k in packing.PACKED_KEYS:
       np.testing.assert_array_equal(x[k], y[k])
 
 
@@ -189,7 +190,7 @@ def example_stream(batches):
 ])
 def test_every_example_once_per_epoch(num_examples, tokens_per_batch):
   examples = random_examples(num_examples)
-  batches = batching.PackedTrainBatches(
+  batches = packing.PackedTrainBatches(
       examples, max_length=64, tokens_per_batch=tokens_per_batch, seed=3)
   stream = [next(batches) for _ in range(int(4 * batches.batches_per_epoch)
                                          + 2)]
@@ -211,13 +212,13 @@ def test_every_example_once_per_epoch(num_examples, tokens_per_batch):
 def test_resume_equals_advancing():
   args = dict(examples=random_examples(150), max_length=64,
               tokens_per_batch=512, seed=5)
-  batches = batching.PackedTrainBatches(**args)
+  batches = packing.PackedTrainBatches(**args)
   steps = int(3 * batches.batches_per_epoch) + 2  # crosses two epoch ends
   reference = [next(batches) for _ in range(steps)]
   assert batches.step == steps
   for start in (1, int(batches.batches_per_epoch),
                 int(batches.batches_per_epoch) + 1, steps - 3):
-    resumed = batching.PackedTrainBatches(start_step=start, **args)
+    resumed = packing.PackedTrainBatches(start_step=start, **args)
     assert_same_batches([next(resumed) for _ in range(steps - start)],
                         reference[start:])
   # Random access agrees as well, backwards included.
@@ -233,7 +234,7 @@ def test_padding_fraction_by_hand(n, lengths, max_length, rows, padding):
   # All examples alike, so every shuffle packs into the same rows.
   examples = [([3 + i] * (lengths[0] - 1) + [EOS],
                [4] * (lengths[1] - 1) + [EOS]) for i in range(n)]
-  batches = batching.PackedTrainBatches(
+  batches = packing.PackedTrainBatches(
       examples, max_length=max_length, tokens_per_batch=max_length, seed=0)
   assert batches.rows_per_epoch == rows
   assert batches.examples_per_epoch == n
@@ -242,7 +243,7 @@ def test_padding_fraction_by_hand(n, lengths, max_length, rows, padding):
 
 
 def test_padding_fraction_matches_batches_and_is_low():
-  batches = batching.PackedTrainBatches(
+  batches = packing.PackedTrainBatches(
       random_examples(2000, max_len=40), max_length=128,
       tokens_per_batch=128, seed=0)
   epoch = [next(batches) for _ in range(batches.rows_per_epoch)]

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from transformer.data import batching
+from transformer.data import packing
 from transformer.data import text
 from transformer.data import tfds_source
 from transformer.data import tokenizers
@@ -190,7 +190,7 @@ def test_lm_examples_reject_documents_with_eos_or_padding():
 def test_packed_lm_examples_keep_documents_in_separate_segments():
   max_length = 16
   examples = text.lm_examples(random_documents(0, max_len=30), max_length)
-  batch = batching.pack(examples, max_length)
+  batch = packing.pack(examples, max_length)
   np.testing.assert_array_equal(batch['inputs_segmentation'],
                                 batch['targets_segmentation'])
   np.testing.assert_array_equal(batch['inputs_position'],

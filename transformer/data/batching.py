@@ -1,24 +1,14 @@
-"""Batches of token ids: packed rows for training, padded rows for evaluation.
+"""Batches of token ids, one example a row: length-bucketed training
+batches, padded evaluation batches, and what every batcher shares (the
+epoch permutation, filtering over-long examples, one side of the examples
+in one flat array). Packed rows are in `packing`.
 
 An example is a pair (source ids, target ids) of 1-D integer arrays, each
-ending with EOS and free of 0, the padding id.
-
-Training packs consecutive examples into rows of `max_length` tokens so that
-few slots are padding. Both sides of an example go to the same row, with the
-same segment id, so that a row of `inputs` and the same row of `targets` hold
-the same examples in the same order:
-
-  inputs               [R, L]  source tokens, 0 at padding
-  targets              [R, L]  target tokens, 0 at padding
-  inputs_segmentation  [R, L]  1, 2, ... per example in the row, 0 at padding
-  targets_segmentation [R, L]  the same ids on the target side
-  inputs_position      [R, L]  0, 1, ... restarting in each segment
-  targets_position     [R, L]  likewise, 0 at padding
-
-Models that cannot restart at segment boundaries (recurrent ones) train on
-`BucketedTrainBatches` instead: one example a row, batches of similar
-lengths, only `inputs` and `targets`. Evaluation and decoding use unpacked
-rows too (`padded_batches`).
+ending with EOS and free of 0, the padding id. Models that cannot restart
+at segment boundaries (recurrent ones) train on `BucketedTrainBatches`:
+one example a row, batches of similar lengths, only `inputs` and
+`targets`. Evaluation and decoding use unpacked rows too
+(`padded_batches`).
 """
 
 from __future__ import annotations
@@ -32,11 +22,9 @@ import numpy as np
 
 Example = tuple[np.ndarray, np.ndarray]  # ([S] source ids, [T] target ids)
 
-PACKED_KEYS = ('inputs', 'targets', 'inputs_segmentation',
-               'targets_segmentation', 'inputs_position', 'targets_position')
 
-
-def _round_up(n: int, multiple: int) -> int:
+def round_up(n: int, multiple: int) -> int:
+  """The least multiple of `multiple` that is at least n."""
   return -(-n // multiple) * multiple
 
 
@@ -100,8 +88,9 @@ def filter_long(examples: Sequence[Example], max_length: int,
   return kept, changed
 
 
-class _Side:
-  """One side (source or target) of the examples: all ids in one array.
+class Side:
+  """One side (source or target) of the examples: all ids in one array
+  (shared with `packing`).
 
   Gathering rows from one flat array is vectorised numpy; a list of millions
   of small arrays would cost a python loop per batch and more memory.
@@ -139,62 +128,8 @@ class _Side:
     return tokens, within, lengths, begins
 
 
-def _greedy_rows(source_lengths: np.ndarray, target_lengths: np.ndarray,
-                 max_length: int) -> np.ndarray:
-  """Next-fit packing of examples, in order, into rows of `max_length`.
-
-  Args:
-    source_lengths: [N] lengths, each in [1, max_length].
-    target_lengths: [N] lengths, each in [1, max_length].
-    max_length: row length L.
-
-  Returns:
-    [R + 1] offsets: row r holds examples starts[r] to starts[r + 1] - 1.
-  """
-  # For every i, the first example that no longer fits in a row beginning at
-  # i (on either side), found for all i at once; the python loop below then
-  # only visits row starts, not examples.
-  ends = []
-  for lengths in (source_lengths, target_lengths):
-    cum = np.concatenate([[0], np.cumsum(lengths)])
-    ends.append(np.searchsorted(cum, cum[:-1] + max_length, side='right') - 1)
-  following = np.minimum(*ends).tolist()
-  starts = [0]
-  while starts[-1] < len(following):
-    starts.append(following[starts[-1]])
-  return np.asarray(starts)
-
-
-def _pack_rows(source: _Side, target: _Side, ids: np.ndarray,
-               row_starts: np.ndarray,
-               max_length: int) -> dict[str, np.ndarray]:
-  """Packed rows of `PACKED_KEYS`, [R, L] each.
-
-  Args:
-    source: source side of all examples.
-    target: target side of all examples.
-    ids: [K] the examples to pack, row after row.
-    row_starts: [R + 1] offsets into `ids` of each row.
-    max_length: row length L.
-  """
-  num_rows = len(row_starts) - 1
-  row = np.repeat(np.arange(num_rows), np.diff(row_starts))
-  segment = np.arange(len(ids)) - row_starts[row] + 1
-  batch = {}
-  for side, prefix in ((source, 'inputs'), (target, 'targets')):
-    tokens, within, lengths, begins = side.gather(ids)
-    first_column = begins - begins[row_starts[row]]
-    r = np.repeat(row, lengths)
-    c = np.repeat(first_column, lengths) + within
-    for key, values in ((prefix, tokens),
-                        (f'{prefix}_segmentation', np.repeat(segment, lengths)),
-                        (f'{prefix}_position', within)):
-      batch[key] = np.zeros((num_rows, max_length), np.int32)
-      batch[key][r, c] = values
-  return batch
-
-
-def _check_packable(source: _Side, target: _Side, max_length: int) -> None:
+def check_lengths(source: Side, target: Side, max_length: int) -> None:
+  """Refuses empty sides and sides longer than `max_length`."""
   for side, name in ((source, 'source'), (target, 'target')):
     if len(side.lengths) and side.lengths.min() < 1:
       raise ValueError(f'Example {np.argmin(side.lengths)} has an empty '
@@ -206,131 +141,7 @@ def _check_packable(source: _Side, target: _Side, max_length: int) -> None:
           ' drop such examples with `filter_long` first.')
 
 
-def pack(examples: Sequence[Example],
-         max_length: int) -> dict[str, np.ndarray]:
-  """Packs examples, in order, into [R, max_length] rows of `PACKED_KEYS`.
-
-  A new row starts when the next example's source or target would overflow
-  the current one.
-  """
-  source = _Side([ex[0] for ex in examples], 'source')
-  target = _Side([ex[1] for ex in examples], 'target')
-  _check_packable(source, target, max_length)
-  starts = _greedy_rows(source.lengths, target.lengths, max_length)
-  return _pack_rows(source, target, np.arange(len(examples)), starts,
-                    max_length)
-
-
-class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
-  """Endless, deterministic, resumable packed training batches.
-
-  Epoch e shuffles the examples with a generator seeded by (seed, e) and
-  packs them into rows. The rows of all epochs form one stream, cut into
-  batches of `rows_per_batch` rows: the rows left over at the end of an epoch
-  begin the first batch of the next one (carry-over), so no example is ever
-  dropped or repeated within its epoch and no batch holds filler rows. A
-  batch may therefore mix the end of one epoch with the start of the next.
-
-  Batch k depends only on (examples, max_length, tokens_per_batch, seed,
-  row_multiple), not on how the iterator got there: starting at
-  `start_step=k` recomputes only the row counts of the earlier epochs (one
-  shuffle and one packing pass each, no batches) to find where it begins.
-
-  Each batch is a dict of `PACKED_KEYS` to int32 [rows_per_batch,
-  max_length] arrays. `tokens_per_batch` counts slots on each side, as in
-  the paper's "25000 source tokens and 25000 target tokens".
-
-  Attributes:
-    rows_per_batch: max(1, tokens_per_batch // max_length), rounded down to
-      a multiple of row_multiple (at least row_multiple), so that the batch
-      splits evenly over data-parallel devices.
-    examples_per_epoch: number of examples.
-    rows_per_epoch: rows of epoch 0 (other epochs differ slightly).
-    batches_per_epoch: rows_per_epoch / rows_per_batch, a float since the
-      epochs do not align with batches.
-    padding_fraction: fraction of the token slots of epoch 0 that are
-      padding, source and target together.
-    step: index of the batch that `next` returns.
-  """
-
-  def __init__(self, examples: Sequence[Example], *, max_length: int,
-               tokens_per_batch: int, seed: int, start_step: int = 0,
-               row_multiple: int = 1):
-    if not examples:
-      raise ValueError('No training examples to batch.')
-    if row_multiple < 1 or tokens_per_batch < 1:
-      raise ValueError(f'tokens_per_batch={tokens_per_batch} and '
-                       f'row_multiple={row_multiple} must be positive.')
-    self._source = _Side([ex[0] for ex in examples], 'source')
-    self._target = _Side([ex[1] for ex in examples], 'target')
-    _check_packable(self._source, self._target, max_length)
-    self.max_length = max_length
-    self.seed = seed
-    self.step = start_step
-    rows = max(1, tokens_per_batch // max_length)
-    self.rows_per_batch = max(row_multiple, rows - rows % row_multiple)
-    self.examples_per_epoch = len(examples)
-
-    self._plans = {}  # epoch -> (order, row starts), for the epochs in use
-    self._first_row = [0]  # epoch e: rows [_first_row[e], _first_row[e + 1])
-    self._count_rows(0, 1)
-    self.rows_per_epoch = self._first_row[1]
-    self.batches_per_epoch = self.rows_per_epoch / self.rows_per_batch
-    tokens = len(self._source.tokens) + len(self._target.tokens)
-    self.padding_fraction = 1 - tokens / (
-        2 * self.rows_per_epoch * max_length)
-
-  def _make_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shuffled example order of an epoch and the offsets of its rows."""
-    order = np.random.default_rng([self.seed, epoch]).permutation(
-        self.examples_per_epoch)
-    return order, _greedy_rows(self._source.lengths[order],
-                               self._target.lengths[order], self.max_length)
-
-  def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    if epoch not in self._plans:
-      self._plans[epoch] = self._make_plan(epoch)
-    return self._plans[epoch]
-
-  def _count_rows(self, begin: int, end: int) -> None:
-    """Extends `_first_row` to cover global rows [begin, end)."""
-    while self._first_row[-1] < end:
-      epoch = len(self._first_row) - 1
-      plan = self._make_plan(epoch)
-      self._first_row.append(self._first_row[-1] + len(plan[1]) - 1)
-      # Epochs before `begin` (on a resume) are needed for their row count
-      # only; keeping just the plans in use bounds memory to a few epochs.
-      if self._first_row[-1] > begin:
-        self._plans[epoch] = plan
-
-  def batch_at(self, step: int) -> dict[str, np.ndarray]:
-    """Batch number `step` (what `next` returns at that step)."""
-    begin = step * self.rows_per_batch
-    end = begin + self.rows_per_batch
-    self._count_rows(begin, end)
-    first_epoch = bisect.bisect_right(self._first_row, begin) - 1
-    for stale in [e for e in self._plans if e < first_epoch]:
-      del self._plans[stale]
-    ids, row_starts = [], [np.zeros(1, np.int64)]
-    epoch = first_epoch
-    while self._first_row[epoch] < end:
-      order, starts = self._plan(epoch)
-      lo = max(begin, self._first_row[epoch]) - self._first_row[epoch]
-      hi = min(end, self._first_row[epoch + 1]) - self._first_row[epoch]
-      ids.append(order[starts[lo]:starts[hi]])
-      row_starts.append(starts[lo + 1:hi + 1] - starts[lo]
-                        + row_starts[-1][-1])
-      epoch += 1
-    return _pack_rows(self._source, self._target, np.concatenate(ids),
-                      np.concatenate(row_starts), self.max_length)
-
-  def __next__(self) -> dict[str, np.ndarray]:
-    batch = self.batch_at(self.step)
-    self.step += 1
-    return batch
-
-
-def _rows(side: _Side, ids: np.ndarray, num_rows: int,
+def _rows(side: Side, ids: np.ndarray, num_rows: int,
           width: int) -> np.ndarray:
   """[num_rows, width] ids: row i holds example ids[i], then zeros; the rows
   past len(ids) are all zeros."""
@@ -406,9 +217,9 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
       raise ValueError(f'tokens_per_batch={tokens_per_batch}, row_multiple='
                        f'{row_multiple} and length_multiple={length_multiple}'
                        ' must be positive.')
-    self._source = _Side([ex[0] for ex in examples], 'source')
-    self._target = _Side([ex[1] for ex in examples], 'target')
-    _check_packable(self._source, self._target, max_length)
+    self._source = Side([ex[0] for ex in examples], 'source')
+    self._target = Side([ex[1] for ex in examples], 'target')
+    check_lengths(self._source, self._target, max_length)
     self.max_length = max_length
     self.seed = seed
     self.step = start_step
@@ -416,7 +227,7 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
 
     # The width of the batch each example would set: [N].
     self._widths = np.minimum(
-        _round_up(np.maximum(self._source.lengths, self._target.lengths),
+        round_up(np.maximum(self._source.lengths, self._target.lengths),
                   length_multiple), max_length)
     # Rows of a batch of each width 0 ... max_length.
     rows = tokens_per_batch // np.maximum(np.arange(max_length + 1), 1)
@@ -496,12 +307,12 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
     return batch
 
 
-def _padded(side: _Side, ids: np.ndarray, num_rows: int,
+def _padded(side: Side, ids: np.ndarray, num_rows: int,
             length_multiple: int, max_width: int | None) -> np.ndarray:
   """[num_rows, W] ids of examples `ids`, zero-padded; W a length multiple
   (or `max_width` when rounding up would pass it)."""
   longest = max(1, int(side.lengths[ids].max(initial=0)))
-  width = _round_up(longest, length_multiple)
+  width = round_up(longest, length_multiple)
   if max_width is not None:
     if longest > max_width:
       raise ValueError(f'An example of {longest} tokens does not fit '
@@ -536,13 +347,13 @@ def padded_batches(examples: Sequence[Example], *, batch_size: int,
     int32 [B]: the position of each row's example in `examples`, -1 for
     filler rows. Every example is in exactly one batch.
   """
-  source = _Side([ex[0] for ex in examples], 'source')
-  target = _Side([ex[1] for ex in examples], 'target')
+  source = Side([ex[0] for ex in examples], 'source')
+  target = Side([ex[1] for ex in examples], 'target')
   order = np.lexsort((target.lengths, source.lengths))[::-1]
   batches = []
   for begin in range(0, len(order), batch_size):
     ids = order[begin:begin + batch_size]
-    num_rows = _round_up(len(ids), row_multiple)
+    num_rows = round_up(len(ids), row_multiple)
     index = np.full(num_rows, -1, np.int32)
     index[:len(ids)] = ids
     batches.append({

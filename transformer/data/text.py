@@ -12,7 +12,7 @@ Sources:
 - `tfds_source.load_text`: TFDS datasets such as lm1b.
 
 `lm_examples` turns tokenised documents into the (inputs, targets) pairs
-that `batching.pack` and `batching.PackedTrainBatches` pack into rows.
+that `packing.pack` and `packing.PackedTrainBatches` pack into rows.
 """
 
 from __future__ import annotations
@@ -178,7 +178,7 @@ def split_text(text: str, train_fraction: float) -> tuple[str, str]:
 
 def lm_examples(documents_ids: Sequence[Sequence[int]],
                 max_length: int) -> list[tuple[np.ndarray, np.ndarray]]:
-  """(inputs, targets) pairs for next-token prediction, for `batching.pack`.
+  """(inputs, targets) pairs for next-token prediction, for `packing.pack`.
 
   A document t_1 ... t_n becomes EOS t_1 ... t_n EOS, EOS doubling as the
   start symbol (GPT-2's <|endoftext|>): inputs EOS t_1 ... t_n, targets

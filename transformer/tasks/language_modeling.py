@@ -26,7 +26,7 @@ from transformer import configs
 from transformer import decoding
 from transformer import layers
 from transformer import losses
-from transformer.data import batching
+from transformer.data import packing
 from transformer.data import text
 from transformer.data import tokenizers
 from transformer.models import decoder
@@ -257,7 +257,7 @@ class LanguageModelingTask(CorpusTask):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
-    batches = batching.PackedTrainBatches(
+    batches = packing.PackedTrainBatches(
         self.examples(data.train_split), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
         start_step=start_step, row_multiple=self.batch_divisor)
@@ -269,7 +269,7 @@ class LanguageModelingTask(CorpusTask):
     return iter(batches)
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
-    rows = batching.pack(self.examples(self.config.data.eval_split),
+    rows = packing.pack(self.examples(self.config.data.eval_split),
                          self.config.data.max_length)
     size = max(self.batch_divisor, self.config.data.eval_rows -
                self.config.data.eval_rows % self.batch_divisor)

@@ -26,6 +26,7 @@ from transformer import losses
 from transformer import metrics
 from transformer import plots
 from transformer.data import batching
+from transformer.data import packing
 from transformer.data import tokenizers
 from transformer.models import encoder_decoder
 from transformer.models import rnn
@@ -199,7 +200,7 @@ class TranslationTask(base.Task):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
-    batcher = (batching.PackedTrainBatches if data.packing
+    batcher = (packing.PackedTrainBatches if data.packing
                else batching.BucketedTrainBatches)
     batches = batcher(
         self.examples(data.train_split), max_length=data.max_length,
