@@ -2,7 +2,7 @@ r"""RNN encoder-decoders with and without attention beside the Transformer.
 
     python -m transformer.main --config=experiments/rnn_vs_transformer.py:model=rnn_attention \
         --workdir=workdirs/compare/rnn_attention
-    python -m transformer.tools.compare --workdir=workdirs/compare   # all three + table + plot
+    python -m transformer.tools.compare --workdir=workdirs/compare  # all three
 
 Arguments (comma-separated): model = rnn (no attention: the context is the
 encoder's final state, the bottleneck of the lectures) | rnn_attention

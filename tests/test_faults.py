@@ -196,7 +196,8 @@ def test_vocabulary_change_on_resume_is_refused(trained, tmp_path):
   workdir = copy_of(trained, tmp_path)
   config = tiny_config(steps=6)
   config.data.vocab_size = 257
-  with pytest.raises(checkpoints.IncompatibleCheckpoint, match='data.vocab_size'):
+  with pytest.raises(checkpoints.IncompatibleCheckpoint,
+                     match='data.vocab_size'):
     train.train_and_evaluate(config, str(workdir))
 
 

@@ -23,13 +23,14 @@ MNIST = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data',
 def test_batches_cover_every_image_once_per_epoch_and_resume_anywhere():
   labels = np.arange(10, dtype=np.int32)
   pictures = labels[:, None, None, None].astype(np.uint8)
-  batches = iter(image_sources.ImageBatches(pictures, labels, batch_size=4, seed=1))
+  batches = iter(image_sources.ImageBatches(pictures, labels, batch_size=4,
+                                            seed=1))
   seen = np.concatenate([next(batches)['labels'] for _ in range(5)])
   # 20 images = two epochs; each epoch is a permutation, across batch ends.
   assert sorted(seen[:10]) == list(range(10)) == sorted(seen[10:])
   assert list(seen[:10]) != list(seen[10:])
-  later = iter(image_sources.ImageBatches(pictures, labels, batch_size=4, seed=1,
-                               start_step=3))
+  later = iter(image_sources.ImageBatches(pictures, labels, batch_size=4,
+                                          seed=1, start_step=3))
   np.testing.assert_array_equal(next(later)['labels'], seen[12:16])
   batch = next(later)
   np.testing.assert_array_equal(batch['images'][:, 0, 0, 0], batch['labels'])

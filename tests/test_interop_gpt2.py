@@ -98,7 +98,8 @@ def test_generate_command_matches_reference_greedy_search(published,
   model, reference, _ = published
   _, _, workdir = converted
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.generate', f'--workdir={workdir}',
+      [sys.executable, '-m', 'transformer.tools.generate',
+       f'--workdir={workdir}',
        '--greedy', '--max_new_tokens=10'] +
       [f'--prompt={p}' for p in PROMPTS],
       capture_output=True, text=True, check=False)

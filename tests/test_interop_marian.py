@@ -146,7 +146,8 @@ def test_translate_command_matches_reference_greedy_search(published,
   _, _, workdir = converted
   offset = 6
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.translate', f'--workdir={workdir}',
+      [sys.executable, '-m', 'transformer.tools.translate',
+       f'--workdir={workdir}',
        '--beam_size=1', f'--max_length_offset={offset}'],
       input='\n'.join(SENTENCES) + '\n', capture_output=True, text=True,
       check=False)

@@ -210,7 +210,8 @@ def test_residual_dropout_only_when_not_deterministic():
   params = init(block, x, deterministic=True)
   clean = block.apply(params, x, deterministic=True)
   np.testing.assert_array_equal(
-      clean, layers.SelfAttentionBlock(CONFIG).apply(params, x, deterministic=True))
+      clean,
+      layers.SelfAttentionBlock(CONFIG).apply(params, x, deterministic=True))
   noisy = block.apply(params, x, deterministic=False,
                       rngs={'dropout': jax.random.key(1)})
   assert np.abs(np.asarray(noisy - clean)).max() > 1e-2

@@ -193,8 +193,9 @@ def test_print_mode_gives_one_launch_command_per_unfinished_row(
 
 def test_command_line_prints_slurm_lines(spec_path, tmp_path):
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.reproduce', f'--table={spec_path}',
-       f'--workdir={tmp_path}', '--rows=h2,B', '--launch=print'],
+      [sys.executable, '-m', 'transformer.tools.reproduce',
+       f'--table={spec_path}', f'--workdir={tmp_path}', '--rows=h2,B',
+       '--launch=print'],
       cwd=REPO, capture_output=True, text=True, check=False,
       env={**os.environ, 'PYTHONPATH': REPO})
   assert result.returncode == 0, result.stderr
@@ -203,8 +204,9 @@ def test_command_line_prints_slurm_lines(spec_path, tmp_path):
                              'launch/slurm_gpu.sbatch --config=')
   assert lines[1].startswith('# novel: not expressible')
   result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.reproduce', f'--table={spec_path}',
-       f'--workdir={tmp_path}', '--rows=Z'], cwd=REPO, capture_output=True,
+      [sys.executable, '-m', 'transformer.tools.reproduce',
+       f'--table={spec_path}', f'--workdir={tmp_path}', '--rows=Z'],
+      cwd=REPO, capture_output=True,
       text=True, check=False, env={**os.environ, 'PYTHONPATH': REPO})
   assert result.returncode == 2
   assert "Error: --rows: unknown ['Z']" in result.stderr

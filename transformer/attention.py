@@ -515,7 +515,8 @@ class MultiHeadAttention(nn.Module):
       visible = (jnp.arange(capacity) < start + t)[None, :]
     masks.check(mask, (*key.shape[:-3], self.num_heads, t, capacity),
                 '[..., N, T, S_cache]')
-    return cached_key.value, cached_value.value, masks.combine_masks(mask, visible)
+    return cached_key.value, cached_value.value, masks.combine_masks(
+        mask, visible)
 
   def _cross_cache(self, project_kv):
     """Encoder keys/values, projected once on the cache-creating call."""

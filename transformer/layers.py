@@ -244,7 +244,8 @@ def _attention(config: TransformerConfig, name: str) -> nn.Module:
       use_bias=config.use_bias,
       dropout_rate=config.attention_dropout_rate,
       implementation=config.attention_implementation, decode=config.decode,
-      rotary=rotary, dtype=config.dtype, param_dtype=config.param_dtype, name=name)
+      rotary=rotary, dtype=config.dtype, param_dtype=config.param_dtype,
+      name=name)
 
 
 def _feed_forward(config: TransformerConfig) -> nn.Module:
@@ -406,7 +407,8 @@ class _ScannedSelfAttentionBlock(nn.Module):
 
 
 class _ScannedCrossAttentionBlock(nn.Module):
-  """A `CrossAttentionBlock` as a scan body (see `_ScannedSelfAttentionBlock`)."""
+  """A `CrossAttentionBlock` as a scan body (see
+  `_ScannedSelfAttentionBlock`)."""
   config: TransformerConfig
   deterministic: bool
 

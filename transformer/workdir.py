@@ -1,7 +1,7 @@
 """A workdir: what a run leaves behind, and opening it for inference.
 
     WORKDIR/
-      config.json            the experiment config (`save_config`, `load_config`)
+      config.json            the experiment config (save_config, load_config)
       progress.json          step, training seconds and units (`load_progress`)
       checkpoints/<step>/    orbax: params and opt_state (`checkpoints`)
       vocab/, dataset.json   the task's own files (vocabulary, class names)

@@ -3,9 +3,11 @@ the base and big models on newstest2014, with the paper's evaluation
 protocol (checkpoint averaging, beam 4, alpha 0.6, maximum output length
 input + 50).
 
-    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table2.py \
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/vaswani2017_table2.py \
         --workdir=/shared/runs/table2 --scale=paper --launch=print
-    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table2.py \
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/vaswani2017_table2.py \
         --workdir=workdirs/table2_reduced --scale=reduced --rows=base_ende
 
 Protocol (section 6.1 of the paper): base models average the last 5

@@ -2,13 +2,16 @@ r"""Vaswani et al. 2017, "Attention Is All You Need", Table 3: variations
 on the base Transformer, EN-DE, newstest2013 (development set).
 
     # The parameter column of every row at the paper's scale, no training:
-    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table3.py \
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/vaswani2017_table3.py \
         --workdir=workdirs/table3_paper --scale=paper --launch=collect
     # One sbatch line per row for a GPU cluster (then --launch=collect):
-    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table3.py \
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/vaswani2017_table3.py \
         --workdir=/shared/runs/table3 --scale=paper --launch=print
     # The reduced scale on one machine, base and the (A) rows:
-    python -m transformer.tools.reproduce --table=experiments/paper/vaswani2017_table3.py \
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/vaswani2017_table3.py \
         --workdir=workdirs/table3_reduced --scale=reduced --rows=base,A
 
 Scales:

@@ -1,1 +1,3 @@
-"""Data sources, tokenizers and batching."""
+"""Data: generated sources (offline_mt, offline_sentiment, images,
+captions), local files and TFDS, tokenizers, batching and packing, image
+sources and on-device augmentation."""

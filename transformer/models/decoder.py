@@ -2,8 +2,9 @@
 
 Token embedding plus learned or sinusoidal positions (or rotary positions
 inside the attention layers), a stack of pre-LN causal self-attention blocks
-(`layers.SelfAttentionStack` with `causal=True`), a final LayerNorm, and the softmax tied to the token embedding. Packed rows
-carry segment ids so that no token attends across documents.
+(`layers.SelfAttentionStack` with `causal=True`), a final LayerNorm, and
+the softmax tied to the token embedding. Packed rows carry segment ids so
+that no token attends across documents.
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Token + learned position + token-type embeddings, LayerNorm and dropout,
 post-LN encoder blocks (`layers.SelfAttentionStack`), a pooler (tanh dense
-on the first token, [CLS]), and two heads: the masked-language-model head (dense,
-GELU, LayerNorm, then the tied embedding plus a bias) and a sequence
-classifier on the pooled output.
+on the first token, [CLS]), and two heads: the masked-language-model head
+(dense, GELU, LayerNorm, then the tied embedding plus a bias) and a
+sequence classifier on the pooled output.
 """
 
 from __future__ import annotations

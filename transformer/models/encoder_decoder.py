@@ -118,7 +118,8 @@ class Transformer(nn.Module):
     Args:
       encoded: [B, S, D] from `encode`.
       inputs: [B, S] source tokens (for the source padding mask).
-      decoder_inputs: [B, T] shifted targets (`layers.shift_right`), or in decode
+      decoder_inputs: [B, T] shifted targets (`layers.shift_right`), or in
+        decode
         mode the newest T tokens.
       targets_positions: [B, T] positions within packed segments.
       inputs_segmentation: [B, S] segment ids of packed rows.

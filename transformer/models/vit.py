@@ -4,9 +4,9 @@ An image [B, H, W, C] is cut into P x P patches, each linearly embedded (a
 strided convolution, or the equivalent `patchify` + dense), a learned class
 token is prepended, position embeddings added (learned, or fixed 2-D sincos),
 and the sequence goes through pre-LN encoder blocks
-(`layers.SelfAttentionStack`) ending in a LayerNorm. The class token's state (or the mean of the patch
-states) feeds a linear classifier that starts at zero, so fine-tuning starts
-from the prior.
+(`layers.SelfAttentionStack`) ending in a LayerNorm. The class token's state
+(or the mean of the patch states) feeds a linear classifier that starts at
+zero, so fine-tuning starts from the prior.
 """
 
 from __future__ import annotations
