@@ -5,8 +5,8 @@ grammar (adjectives move after the noun and agree with it), offline.
     python -m transformer.main --config=experiments/mt_offline.py \
         --workdir=/tmp/mt_offline
 
-Measured on a 2-core CPU (5 min): BLEU 88.26 and exact match 57.8% on the
-500 held-out test sentences (beam 4).
+Measured on a 2-core CPU (AMD EPYC, 17 min): BLEU 91.17 and exact match
+63.8% on the 500 held-out test sentences (beam 4).
 `:runlocal` is a seconds-long variant for tests.
 """
 
