@@ -232,7 +232,7 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
           USER_ERROR),
       'predict with a translation workdir': (
           ('tools.predict', f'--workdir={trained}', str(not_image)), b'',
-          'image classifier', USER_ERROR),
+          "task, not 'image_classification'", USER_ERROR),
       'missing image': (
           ('tools.predict', f'--workdir={trained}', str(tmp_path / 'no.png')),
           b'', 'No such files', MISSING_INPUT),

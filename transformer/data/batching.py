@@ -128,6 +128,16 @@ class Side:
     return tokens, within, lengths, begins
 
 
+def sides(examples: Sequence[Example], max_length: int
+          ) -> tuple[Side, Side]:
+  """The source and target sides of the examples, each checked to be
+  non-empty and at most `max_length` long."""
+  source = Side([ex[0] for ex in examples], 'source')
+  target = Side([ex[1] for ex in examples], 'target')
+  check_lengths(source, target, max_length)
+  return source, target
+
+
 def check_lengths(source: Side, target: Side, max_length: int) -> None:
   """Refuses empty sides and sides longer than `max_length`."""
   for side, name in ((source, 'source'), (target, 'target')):
@@ -217,9 +227,7 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
       raise ValueError(f'tokens_per_batch={tokens_per_batch}, row_multiple='
                        f'{row_multiple} and length_multiple={length_multiple}'
                        ' must be positive.')
-    self._source = Side([ex[0] for ex in examples], 'source')
-    self._target = Side([ex[1] for ex in examples], 'target')
-    check_lengths(self._source, self._target, max_length)
+    self._source, self._target = sides(examples, max_length)
     self.max_length = max_length
     self.seed = seed
     self.step = start_step

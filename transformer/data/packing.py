@@ -20,10 +20,10 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from transformer.data.batching import check_lengths
 from transformer.data.batching import Example
 from transformer.data.batching import round_up
 from transformer.data.batching import Side
+from transformer.data.batching import sides
 
 PACKED_KEYS = ('inputs', 'targets', 'inputs_segmentation',
                'targets_segmentation', 'inputs_position', 'targets_position')
@@ -91,9 +91,7 @@ def pack(examples: Sequence[Example],
   A new row starts when the next example's source or target would overflow
   the current one.
   """
-  source = Side([ex[0] for ex in examples], 'source')
-  target = Side([ex[1] for ex in examples], 'target')
-  check_lengths(source, target, max_length)
+  source, target = sides(examples, max_length)
   starts = _greedy_rows(source.lengths, target.lengths, max_length)
   return _pack_rows(source, target, np.arange(len(examples)), starts,
                     max_length)
@@ -139,9 +137,7 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     if row_multiple < 1 or tokens_per_batch < 1:
       raise ValueError(f'tokens_per_batch={tokens_per_batch} and '
                        f'row_multiple={row_multiple} must be positive.')
-    self._source = Side([ex[0] for ex in examples], 'source')
-    self._target = Side([ex[1] for ex in examples], 'target')
-    check_lengths(self._source, self._target, max_length)
+    self._source, self._target = sides(examples, max_length)
     self.max_length = max_length
     self.seed = seed
     self.step = start_step

@@ -52,10 +52,7 @@ def generate(workdir: str, prompts: Sequence[str], *,
   if not prompts:
     raise ValueError('Give --prompt (repeatable) or --prompts_file; '
                      '--prompt="" generates from nothing.')
-  config = workdir_lib.load_config(workdir)
-  if config.task != 'language_modeling':
-    raise ValueError(f'{workdir} trained a {config.task!r} task; generate '
-                     f'needs a language model.')
+  config = workdir_lib.load_config(workdir, task='language_modeling')
   restored = workdir_lib.restore(workdir, average=average)
   with restored.active():
     samples = restored.task.generate(

@@ -53,10 +53,7 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
   missing = [p for p in paths if not os.path.isfile(p)]
   if missing:
     raise FileNotFoundError(f'No such files: {missing}')
-  config = workdir_lib.load_config(workdir)
-  if config.task != 'image_classification':
-    raise ValueError(f'{workdir} trained a {config.task!r} task; predict '
-                     f'needs an image classifier.')
+  config = workdir_lib.load_config(workdir, task='image_classification')
   restored = workdir_lib.restore(workdir, average=average)
   task = restored.task
   if attention_dir and task.model_config.pooling != 'token':

@@ -48,10 +48,7 @@ def translate(workdir: str, sentences: Sequence[str], *,
   if not sentences:
     raise ValueError('No sentences to translate: pass them one per line on '
                      'standard input or in --input=FILE.')
-  config = workdir_lib.load_config(workdir)
-  if config.task != 'translation':
-    raise ValueError(f'{workdir} trained a {config.task!r} task; translate '
-                     f'needs a translation workdir.')
+  config = workdir_lib.load_config(workdir, task='translation')
   pick = lambda value, default: default if value is None else value
   beam_size = pick(beam_size, config.eval.beam_size)
   if beam_size < 1:
