@@ -28,6 +28,9 @@ setuptools.setup(
         'tensorboardX>=2.6.5',
         'numpy>=2.0',
         'pillow>=13.0',  # image files (also under matplotlib)
+        # Reading published checkpoints and their tokenizers (convert).
+        'safetensors>=0.4',
+        'tokenizers>=0.15',
     ],
     # python -m transformer.main / transformer.tools.NAME, as commands.
     entry_points={'console_scripts': [
@@ -40,9 +43,8 @@ setuptools.setup(
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8'],
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
-        # Importing published checkpoints and verifying them against their
-        # reference implementations (a CPU build of torch is enough).
-        'interop': ['safetensors>=0.4', 'tokenizers>=0.15',
-                    'transformers>=4.40', 'torch>=2.2'],
+        # Verifying converted checkpoints against their reference
+        # implementations (a CPU build of torch is enough).
+        'interop': ['transformers>=4.40', 'torch>=2.2'],
     },
 )

@@ -33,10 +33,27 @@ def hf_config(hf: dict, model_type: str, activation_key: str,
   return HF_ACTIVATIONS[activation]
 
 
+def read_json(path: str) -> dict:
+  """A JSON object from a file, or an error naming the file."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      data = json.load(f)
+  except FileNotFoundError as e:
+    raise FileNotFoundError(f'{path} not found: download the whole model '
+                            f'repository (weights, config and tokenizer '
+                            f'files).') from e
+  except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    raise ValueError(f'{path} is not valid JSON ({e}): the file is damaged '
+                     f'or cut short; download it again.') from e
+  if not isinstance(data, dict):
+    raise ValueError(f'{path} holds a {type(data).__name__}, not a JSON '
+                     f'object.')
+  return data
+
+
 def read_config(directory: str) -> dict:
   """A Hugging Face directory's config.json."""
-  with open(os.path.join(directory, 'config.json')) as f:
-    return json.load(f)
+  return read_json(os.path.join(directory, 'config.json'))
 
 
 def load_hf(directory: str, config_from_hf, params_from_hf):
@@ -46,19 +63,52 @@ def load_hf(directory: str, config_from_hf, params_from_hf):
   return config, params_from_hf(read_safetensors(directory), config)
 
 
+def _load_safetensors(path: str) -> dict[str, np.ndarray]:
+  """The tensors of one safetensors file; a malformed file (header length
+  beyond the file, offsets outside the data, an unknown dtype, ...) is
+  refused in one line naming it."""
+  import safetensors  # pylint: disable=g-import-not-at-top
+  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{path} not found: the checkpoint is '
+                            f'incomplete; download it again.')
+  try:
+    return load_file(path)
+  except safetensors.SafetensorError as e:
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise ValueError(f'{path} is not a valid safetensors file ({reason}): '
+                     f'the file is damaged or cut short; download it '
+                     f'again.') from e
+
+
+def _shard_paths(directory: str, index: str) -> list[str]:
+  """The shard files an index's weight_map names, each inside
+  `directory` (a name that leaves it, e.g. '../x', is refused)."""
+  weight_map = read_json(index).get('weight_map')
+  if not isinstance(weight_map, dict) or not weight_map:
+    raise ValueError(f'{index} has no weight_map of tensor names to shard '
+                     f'files.')
+  root = os.path.realpath(directory)
+  paths = []
+  for shard in sorted(set(map(str, weight_map.values()))):
+    path = os.path.realpath(os.path.join(root, shard))
+    if os.path.dirname(path) != root:
+      raise ValueError(f'{index} names the shard {shard!r}, which is not a '
+                       f'file of {directory}: refused.')
+    paths.append(path)
+  return paths
+
+
 def read_safetensors(directory: str) -> dict[str, np.ndarray]:
   """Every tensor of model.safetensors, or of the shards its index lists."""
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
   single = os.path.join(directory, 'model.safetensors')
   index = os.path.join(directory, 'model.safetensors.index.json')
   if os.path.exists(single):
-    return load_file(single)
+    return _load_safetensors(single)
   if os.path.exists(index):
-    with open(index) as f:
-      shards = sorted(set(json.load(f)['weight_map'].values()))
     tensors = {}
-    for shard in shards:
-      tensors.update(load_file(os.path.join(directory, shard)))
+    for shard in _shard_paths(directory, index):
+      tensors.update(_load_safetensors(shard))
     return tensors
   raise FileNotFoundError(
       f'No model.safetensors or model.safetensors.index.json in {directory} '

@@ -201,8 +201,7 @@ def load(directory: str) -> tuple[encoder_decoder.Config, dict[str, Any],
   if os.path.exists(os.path.join(directory, 'target_vocab.json')):
     raise ValueError(f'{directory} has separate source and target '
                      'vocabularies; our Transformer shares one.')
-  with open(os.path.join(directory, VOCAB), encoding='utf-8') as f:
-    pieces = json.load(f)
+  pieces = files.read_json(os.path.join(directory, VOCAB))
   order = vocabulary_order(hf, pieces)
   by_id = {i: piece for piece, i in pieces.items()}
   params = params_from_hf(files.read_safetensors(directory), config, order)

@@ -168,10 +168,7 @@ def _published_files(source: str, *names: str) -> list[str]:
 
 def _tokenizer_config(source: str) -> dict:
   path = os.path.join(source, 'tokenizer_config.json')
-  if not os.path.exists(path):
-    return {}
-  with open(path) as f:
-    return json.load(f)
+  return files.read_json(path) if os.path.exists(path) else {}
 
 
 def _convert_marian(source: str, workdir: str, hf: dict) -> str:
