@@ -214,6 +214,28 @@ def test_allowed_changes_apply_on_resume(trained, tmp_path, capsys):
   assert workdir_lib.load_config(str(workdir)).optimizer.learning_rate == 0.5
 
 
+def test_damaged_progress_file_is_reported_and_training_goes_on(
+    trained, tmp_path, capsys):
+  workdir = copy_of(trained, tmp_path)
+  (workdir / 'progress.json').write_text('{"step": 4, "train_')  # cut short
+  train.train_and_evaluate(tiny_config(steps=6), str(workdir))
+  out = capsys.readouterr().out
+  assert 'progress.json is damaged' in out and 'step 6/6' in out
+  progress = workdir_lib.load_progress(str(workdir))
+  assert progress['step'] == 6 and progress['train_seconds'] > 0
+  assert not [n for n in os.listdir(workdir) if n.endswith('.tmp')]
+
+
+def test_damaged_config_file_names_the_file(trained, tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  (workdir / 'config.json').write_text('{"task": "transl')
+  with pytest.raises(ValueError, match=r'config.json is not valid JSON'):
+    workdir_lib.load_config(str(workdir))
+  (workdir / 'config.json').write_text('{"seed": 0}')
+  with pytest.raises(ValueError, match='not an experiment config'):
+    workdir_lib.restore(str(workdir))
+
+
 def test_unwritable_workdir_is_refused_before_building(tmp_path):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a folder')

@@ -218,6 +218,10 @@ class _TrainLog:
     saved = workdir_lib.load_progress(workdir) if start else {}
     if saved.pop('step', None) == start:
       self.progress.update(saved)
+    elif start and saved:
+      print(f'progress.json is not of checkpoint {start} (an interrupted '
+            f'save): training time and token counts start again from here.',
+            flush=True)
 
   def add(self, sums: metrics.Sums) -> None:
     """Adds on device: nothing waits for the step to finish."""

@@ -27,6 +27,7 @@ import ml_collections
 from transformer import checkpoints
 from transformer import sharding
 from transformer import tasks
+from transformer.data import files
 from transformer.tasks import text_classification
 
 CONFIG_FILE = 'config.json'
@@ -57,8 +58,8 @@ def check_writable(workdir: str) -> None:
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   if jax.process_index() == 0:
-    with open(os.path.join(workdir, CONFIG_FILE), 'w') as f:
-      f.write(config.to_json_best_effort(indent=2))
+    files.write_atomically(os.path.join(workdir, CONFIG_FILE),
+                     config.to_json_best_effort(indent=2))
 
 
 def _saved(workdir: str) -> dict[str, Any]:
@@ -67,8 +68,17 @@ def _saved(workdir: str) -> dict[str, Any]:
     raise FileNotFoundError(
         f'{path} not found: {workdir} is not a training workdir. Train into '
         f'it first: python -m transformer.main --workdir={workdir}')
-  with open(path) as f:
-    return json.load(f)
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  try:
+    saved = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f'{path} is not valid JSON ({e}): the file is damaged. '
+                     f'Restore it, or train into a new --workdir.') from e
+  if not isinstance(saved, dict) or 'task' not in saved:
+    raise ValueError(f'{path} is not an experiment config (no "task"): '
+                     f'restore it, or train into a new --workdir.')
+  return saved
 
 
 def load_config(workdir: str, *, task: str | None = None
@@ -140,18 +150,29 @@ def check_config_change(changes: dict[str, tuple[Any, Any]]) -> None:
 
 def load_progress(workdir: str) -> dict[str, float]:
   """What a training run recorded: 'step', 'train_seconds' and the count of
-  its units (e.g. 'tokens'); empty before its first checkpoint."""
+  its units (e.g. 'tokens'); empty before its first checkpoint. A damaged
+  file only loses those counts (the checkpoints hold the run): it is
+  reported and read as empty."""
   path = os.path.join(workdir, PROGRESS_FILE)
   if not os.path.exists(path):
     return {}
-  with open(path) as f:
-    return json.load(f)
+  try:
+    with open(path, encoding='utf-8') as f:
+      progress = json.load(f)
+    if not isinstance(progress, dict) or not all(
+        isinstance(v, (int, float)) for v in progress.values()):
+      raise ValueError('not a JSON object of numbers')
+  except (ValueError, UnicodeDecodeError) as e:
+    print(f'{path} is damaged ({e}); training time and token counts start '
+          f'again from here, the checkpoints are unaffected.', flush=True)
+    return {}
+  return progress
 
 
 def save_progress(workdir: str, progress: dict[str, float]) -> None:
   if jax.process_index() == 0:
-    with open(os.path.join(workdir, PROGRESS_FILE), 'w') as f:
-      json.dump(progress, f)
+    files.write_atomically(os.path.join(workdir, PROGRESS_FILE),
+                     json.dumps(progress))
 
 
 # -- Inference ----------------------------------------------------------------

@@ -16,11 +16,12 @@ import itertools
 import json
 import os
 import re
-import tempfile
 
 from absl import logging
 import numpy as np
 import sentencepiece as spm
+
+from transformer.data import files
 
 PAD_ID = 0
 EOS_ID = 1
@@ -47,28 +48,6 @@ def _sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
   if seen > k:
     logging.info('SentencePiece: trained on %d of %d sentences.', k, seen)
   return reservoir
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-  """Writes via a temporary file in the same folder and a rename.
-
-  A crash mid-write leaves at most a stray temporary file, never a partial
-  `path` that `load_or_train` would later take for a finished model.
-  """
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.',
-                             suffix='.tmp')
-  try:
-    with os.fdopen(fd, 'wb') as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
 
 
 def train_sentencepiece(sentences: Iterable[str], model_path: str,
@@ -109,7 +88,7 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str,
         character_coverage=character_coverage, hard_vocab_limit=False,
         pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         logstream=quiet)
-  _write_atomically(model_path, model.getvalue())
+  files.write_atomically(model_path, model.getvalue())
 
 
 class SentencePieceTokenizer:
@@ -321,7 +300,7 @@ class _VocabularyTokenizer:
   def save(self, path: str) -> None:
     """Writes the units as JSON, atomically (folders are created)."""
     text = json.dumps({self.kind: self.units}, ensure_ascii=False)
-    _write_atomically(path, text.encode('utf-8'))
+    files.write_atomically(path, text.encode('utf-8'))
 
   @property
   def vocab_size(self) -> int:

@@ -29,6 +29,7 @@ from transformer import configs
 from transformer import layers
 from transformer import plots
 from transformer.data import augment
+from transformer.data import files
 from transformer.data import image_sources
 from transformer.models import vit
 from transformer.tasks import base
@@ -121,9 +122,8 @@ class ImageClassificationTask(base.Task):
       return tuple(info['classes']), info['channels']
     names, channels = self.images.classes()
     if jax.process_index() == 0:
-      os.makedirs(self.workdir, exist_ok=True)
-      with open(path, 'w') as f:
-        json.dump({'classes': list(names), 'channels': channels}, f)
+      files.write_atomically(path, json.dumps(
+          {'classes': list(names), 'channels': channels}))
     return tuple(names), channels
 
   def adapt_pretrained(self, loaded: dict[str, Any], params: dict[str, Any],

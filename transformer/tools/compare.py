@@ -83,9 +83,10 @@ def evaluate_model(experiment: str, workdir: str, edges: Sequence[int]
   return {
       'bleu': result['bleu'], 'exact_match': result['exact_match'],
       'params': sum(x.size for x in jax.tree.leaves(restored.params)),
-      'minutes': progress['train_seconds'] / 60,
-      'tokens_per_second': progress['tokens'] / progress['train_seconds'],
-      'steps': progress['step'],
+      'minutes': progress.get('train_seconds', 0.0) / 60,
+      'tokens_per_second': progress.get('tokens', 0.0) / max(
+          progress.get('train_seconds', 0.0), 1e-9),
+      'steps': restored.step,
       'by_length': bleu_by_length(sources, references, hypotheses, edges),
       'split': f'{len(sources)} {config.data.eval_split} sentences',
   }
