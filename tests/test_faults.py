@@ -236,6 +236,37 @@ def test_damaged_config_file_names_the_file(trained, tmp_path):
     workdir_lib.restore(str(workdir))
 
 
+# Holds the lock of the workdir argv[1] until killed.
+HOLD_LOCK = ('import sys, time; from transformer import workdir; '
+             'held = workdir.lock(sys.argv[1]); held.__enter__(); '
+             'print("held", flush=True); time.sleep(120)')
+
+
+def test_one_training_run_per_workdir(tmp_path, capsys):
+  holder = subprocess.Popen([sys.executable, '-c', HOLD_LOCK, str(tmp_path)],
+                            cwd=REPO, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == 'held'
+    second = subprocess.run(
+        [sys.executable, '-m', 'transformer.main', f'--workdir={tmp_path}',
+         *FLAGS], cwd=REPO, capture_output=True, text=True, check=False,
+        env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+    assert second.returncode == 2, second.stderr[-2000:]
+    assert 'is in use by another training run' in second.stderr
+    assert f'pid {holder.pid}' in second.stderr
+    assert 'Traceback' not in second.stderr
+    assert not os.path.exists(tmp_path / 'checkpoints')  # refused at once
+  finally:
+    holder.kill()
+    holder.wait()
+  # The killed holder's lock is taken over, and released empty.
+  with workdir_lib.lock(str(tmp_path)):
+    assert f'pid {os.getpid()}' in (tmp_path / 'run.lock').read_text()
+  assert 'from a run that ended without releasing it (host' in \
+      capsys.readouterr().out
+  assert (tmp_path / 'run.lock').read_text() == ''
+
+
 def test_unwritable_workdir_is_refused_before_building(tmp_path):
   blocker = tmp_path / 'a_file'
   blocker.write_text('not a folder')

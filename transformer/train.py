@@ -388,8 +388,15 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     faults.Preempted: after SIGTERM/SIGINT, once the checkpoint is written.
     faults.NonFiniteError: on non-finite steps, as config.train.nonfinite
       says.
+    workdir.WorkdirBusy: another run trains into the workdir.
   """
   workdir_lib.check_writable(workdir)
+  with workdir_lib.lock(workdir):
+    return _train_and_evaluate(config, workdir)
+
+
+def _train_and_evaluate(config: ml_collections.ConfigDict,
+                        workdir: str) -> dict[str, float]:
   trainer = Trainer(config, workdir)
   mngr = checkpoints.manager(workdir,
                              max_to_keep=config.train.keep_checkpoints)

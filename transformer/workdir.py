@@ -3,6 +3,7 @@
     WORKDIR/
       config.json            the experiment config (save_config, load_config)
       progress.json          step, training seconds and units (`load_progress`)
+      run.lock               held by the run training into it (`lock`)
       checkpoints/<step>/    orbax: params and opt_state (`checkpoints`)
       vocab/, dataset.json   the task's own files (vocabulary, class names)
       events.out.tfevents.*  TensorBoard scalars (`metrics.MetricWriter`)
@@ -17,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
+import fcntl
 import json
 import os
+import socket
 from typing import Any, Iterator, Sequence
 
 import jax
@@ -32,6 +36,7 @@ from transformer.tasks import text_classification
 
 CONFIG_FILE = 'config.json'
 PROGRESS_FILE = 'progress.json'
+LOCK_FILE = 'run.lock'
 # Settings whose change makes old checkpoints mean something else even when
 # every parameter keeps its shape: the task and the token ids.
 REFUSED_CHANGES = ('task', 'data.tokenizer', 'data.tokenizer_model_type',
@@ -51,6 +56,51 @@ def check_writable(workdir: str) -> None:
     raise OSError(f'Cannot write to the workdir {workdir}: {e.strerror}. '
                   f'Fix its permissions or free space, or choose another '
                   f'--workdir.') from e
+
+
+class WorkdirBusy(OSError):
+  """Another training run holds the workdir."""
+
+
+@contextlib.contextmanager
+def lock(workdir: str) -> Iterator[None]:
+  """Holds the workdir for one training run: an advisory lock on
+  WORKDIR/run.lock, which names its holder (host, pid, start), kept for the
+  run's life (process 0 holds it for a multi-host run). A second run is
+  refused naming the holder; the lock of a process that died (the system
+  releases it) is taken over, with a message. Read-only commands
+  (translate, generate, predict) do not lock."""
+  if jax.process_index() != 0:
+    yield
+    return
+  path = os.path.join(workdir, LOCK_FILE)
+  # Appending: opening never empties the record of a holder still running.
+  handle = open(path, 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+  held = False
+  try:
+    handle.seek(0)
+    previous = handle.read().strip()
+    try:
+      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as e:
+      holder = previous or 'holder unknown'
+      raise WorkdirBusy(
+          f'{workdir} is in use by another training run ({holder}): wait '
+          f'for it to end or stop it, or train into another --workdir.'
+      ) from e
+    held = True
+    if previous:
+      print(f'Taking over {path} from a run that ended without releasing it '
+            f'({previous}).', flush=True)
+    handle.truncate(0)
+    handle.write(f'host {socket.gethostname()}, pid {os.getpid()}, since '
+                 f'{datetime.datetime.now().isoformat(timespec="seconds")}')
+    handle.flush()
+    yield
+  finally:
+    if held:
+      handle.truncate(0)  # released cleanly: no holder to name
+    handle.close()  # which releases the lock
 
 
 # -- config.json --------------------------------------------------------------
