@@ -2,6 +2,7 @@
 changes on resume, unwritable workdirs, non-finite steps."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -60,6 +61,10 @@ def uninterrupted(tmp_path_factory):
   process = start_training(workdir)
   output = process.communicate(timeout=600)[0]
   assert process.returncode == 0, output[-3000:]
+  # Libraries' INFO lines go to the workdir's log, not to the console.
+  assert not re.search(r'^I\d{4} ', output, re.M), output[-3000:]
+  log = (workdir / 'logs' / 'train.log').read_text()
+  assert 'checkpoint_manager.py' in log and 'JAX devices' in log
   return final_params(workdir)
 
 

@@ -72,6 +72,9 @@ def main(argv):
     # launch/local.sh --processes=N) names the count and id.
     jax.distributed.initialize(num_processes=_env_int('JAX_NUM_PROCESSES'),
                                process_id=_env_int('JAX_PROCESS_ID'))
+  name = 'train.log' if jax.process_index() == 0 else (
+      f'train.{jax.process_index()}.log')
+  cli.log_to_file(os.path.join(workdir, 'logs', name))
   logging.info('JAX devices: %s', jax.devices())
   result = train.train_and_evaluate(_CONFIG.value, workdir)
   print('Final evaluation: ' + '  '.join(
@@ -79,7 +82,8 @@ def main(argv):
   workdir = os.path.abspath(workdir)
   print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
         f'TensorBoard: tensorboard --logdir={workdir}\n'
-        f'Reports and plots: {workdir}/reports, {workdir}/plots')
+        f'Reports and plots: {workdir}/reports, {workdir}/plots\n'
+        f'Log: {workdir}/logs')
 
 
 def run() -> None:

@@ -13,11 +13,17 @@
 
 Errors end with 'Error: <message>' instead of a traceback from inside JAX;
 `--verbosity=1` logs the traceback too.
+
+The console shows the commands' own lines and warnings; libraries' INFO
+logs (orbax's checkpointing, JAX's backends, ...) stay off it, and go to
+WORKDIR/logs/ for training runs. `--verbosity=0` shows them again.
 """
 
 from __future__ import annotations
 
 import functools
+import logging as std_logging
+import os
 import sys
 from typing import Callable
 
@@ -39,6 +45,22 @@ def _exit(code: int, error: BaseException) -> None:
   sys.exit(code)
 
 
+def quiet_console() -> None:
+  """Keeps INFO log lines off the console (warnings and errors still show),
+  unless --verbosity was given."""
+  if not flags.FLAGS['verbosity'].present:
+    logging.get_absl_handler().setLevel(std_logging.WARNING)
+
+
+def log_to_file(path: str) -> None:
+  """Also writes every log line from INFO up to `path` (e.g. a training
+  run's WORKDIR/logs/train.log), which keeps what the console leaves out."""
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  handler = std_logging.FileHandler(path, encoding='utf-8')
+  handler.setFormatter(logging.PythonFormatter())
+  std_logging.getLogger().addHandler(handler)
+
+
 def handle_errors(main: Callable[[list[str]], None]
                   ) -> Callable[[list[str]], None]:
   """Wraps an absl `main` so that the library's errors end the command with
@@ -46,6 +68,7 @@ def handle_errors(main: Callable[[list[str]], None]
 
   @functools.wraps(main)
   def wrapped(argv):
+    quiet_console()
     try:
       return main(argv)
     except faults.Preempted as e:
