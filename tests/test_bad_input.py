@@ -17,6 +17,9 @@ from transformer import train
 from transformer.data import images
 from transformer.data import parallel_text
 from transformer.data import text
+from transformer.tools import generate
+from transformer.tools import predict
+from transformer.tools import translate
 
 
 def mt(**changes):
@@ -75,6 +78,22 @@ CONFIG_CASES = {
         'batch_size=8 is not a multiple of 3'),
     'stored images smaller than the model input': (
         vit(**{'data.load_size': 8}), 'load_size=8 is below image_size'),
+    'dropout above 1': (mt(**{'model.dropout_rate': 1.5}),
+                        'dropout_rate=1.5 must be in [0, 1)'),
+    'zero heads': (mt(**{'model.num_heads': 0}), 'num_heads=0 must be >= 1'),
+    'zero layers': (vit(**{'model.num_layers': 0}),
+                    'num_layers=0 must be >= 1'),
+    'negative epsilon': (mt(**{'model.layer_norm_epsilon': -1e-6}),
+                         'layer_norm_epsilon=-1e-06 must be > 0'),
+    'negative learning rate': (mt(**{'optimizer.learning_rate': -0.1}),
+                               'learning_rate=-0.1 must be in (0.0, inf)'),
+    'Adam beta2 of 1': (mt(**{'optimizer.b2': 1.0}),
+                        'optimizer.b2=1.0 must be in [0.0, 1.0)'),
+    'label smoothing of 1': (mt(**{'train.label_smoothing': 1.0}),
+                             'label_smoothing=1.0 must be in [0, 1)'),
+    'RNN with no hidden units': (
+        mt(**{'model.family': 'rnn', 'model.size': 'tiny',
+              'model.hidden_dim': 0}), 'hidden_dim=0 must be >= 1'),
     'unknown RNN attention': (
         mt(**{'model.family': 'rnn', 'model.size': 'tiny',
               'model.attention': 'cosine'}), 'cosine'),
@@ -94,6 +113,13 @@ def test_unknown_config_field_is_refused():
   with pytest.raises(configs.UnknownField, match='train.num_step'):
     configs.override(load_experiment('mt_offline', 'runlocal'),
                      'train.num_step=3')
+
+
+def test_masked_lm_with_nothing_masked_is_refused(tmp_path):
+  config = load_experiment('bert_mlm', 'runlocal')
+  config.data.mask_rate = 0.0
+  with pytest.raises(ValueError, match=r'mask_rate=0.0 must be in \(0, 1\)'):
+    train.Trainer(config, str(tmp_path))
 
 
 def test_too_long_policy_is_checked(tmp_path):
@@ -251,6 +277,35 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
   assert run.returncode == code, stderr[-2000:]
   assert message in stderr, stderr[-2000:]
   assert 'Traceback' not in stderr
+
+
+@pytest.mark.parametrize('call,message', [
+    (lambda w: translate.translate(w, ['a dog'], average=-3),
+     '--average=-3 must be >= 1'),
+    (lambda w: translate.translate(w, ['a dog'], length_penalty=float('nan')),
+     '--length_penalty=nan must be >= 0'),
+    (lambda w: translate.translate(w, ['a dog'], max_length_offset=-1),
+     '--max_length_offset=-1 must be >= 0'),
+    (lambda w: generate.generate(w, ['a'], max_new_tokens=-5),
+     '--max_new_tokens=-5 must be >= 1'),
+    (lambda w: predict.classify(w, [__file__], top_k=0),
+     '--top_k=0 must be >= 1'),
+])
+def test_command_flags_out_of_range_are_refused_before_work(call, message,
+                                                            trained):
+  with pytest.raises(ValueError) as error:
+    call(str(trained))
+  assert message in str(error.value)
+
+
+def test_translate_output_into_a_missing_folder_fails_first(trained,
+                                                            tmp_path):
+  run = command('tools.translate', f'--workdir={trained}',
+                f'--output={tmp_path / "missing" / "out.txt"}',
+                stdin=b'a dog\n')
+  assert run.returncode == MISSING_INPUT
+  assert 'does not exist; create it first' in run.stderr.decode()
+  assert 'Translated' not in run.stderr.decode()
 
 
 def test_long_and_unknown_input_translates(trained):

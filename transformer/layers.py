@@ -50,6 +50,28 @@ SCANNED = 'layers'
 MEMORY_FIELDS = dict(remat=str, scan_layers=bool)
 
 
+# Fields named like these are counts and sizes (>= 1 where set).
+_COUNTS = ('num_', 'd_model', 'd_ff')
+_SIZES = ('_dim', '_size', '_length')
+
+
+def check_ranges(config: Any) -> None:
+  """Refuses a model dataclass whose numbers cannot mean anything, naming
+  the field and its range: rates (`*_rate`) in [0, 1), counts and sizes
+  (`num_*`, `*_dim`, `*_size`, `*_length`, d_model, d_ff) >= 1 where set,
+  epsilons (`*_epsilon`) > 0."""
+  for field in dataclasses.fields(config):
+    value, name = getattr(config, field.name), field.name
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      continue
+    if name.endswith('_rate') and not 0 <= value < 1:
+      raise ValueError(f'{name}={value} must be in [0, 1).')
+    if (name.startswith(_COUNTS) or name.endswith(_SIZES)) and value < 1:
+      raise ValueError(f'{name}={value} must be >= 1.')
+    if name.endswith('_epsilon') and not value > 0:
+      raise ValueError(f'{name}={value} must be > 0.')
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
   """Hyperparameters of a stack of Transformer blocks (paper base defaults).
@@ -85,6 +107,7 @@ class TransformerConfig:
   positional_encodings: ClassVar[tuple[str, ...]] = positional.KINDS
 
   def __post_init__(self):
+    check_ranges(self)
     if self.activation not in ACTIVATIONS:
       raise ValueError(f'activation={self.activation!r}; choose one of '
                        f'{tuple(ACTIVATIONS)}.')

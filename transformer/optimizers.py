@@ -8,6 +8,7 @@ momentum (ViT fine-tuning); schedules 'rsqrt' (the paper's), 'constant' and
 from __future__ import annotations
 
 import functools
+import math
 import re
 from typing import Any
 
@@ -39,8 +40,32 @@ def decay_mask(params: Any, skip: tuple[str, ...]) -> Any:
       params)
 
 
+# (field, low, high, low included, high included) of config.optimizer.
+_RANGES = (('learning_rate', 0.0, math.inf, False, False),
+           ('warmup_steps', 0, math.inf, True, False),
+           ('b1', 0.0, 1.0, True, False), ('b2', 0.0, 1.0, True, False),
+           ('eps', 0.0, math.inf, False, False),
+           ('weight_decay', 0.0, math.inf, True, False),
+           ('grad_clip_norm', 0.0, math.inf, True, False),
+           ('end_learning_rate_ratio', 0.0, 1.0, True, True))
+
+
+def _check_ranges(config: ml_collections.ConfigDict) -> None:
+  """Refuses numbers out of range (a negative learning rate, b2 = 1, ...),
+  naming the field and the range."""
+  for name, low, high, low_in, high_in in _RANGES:
+    value = config[name]
+    above = value >= low if low_in else value > low
+    below = value <= high if high_in else value < high
+    if not (above and below):  # also NaN
+      interval = (('[' if low_in else '(') + f'{low}, {high}' +
+                  (']' if high_in else ')'))
+      raise ValueError(f'config.optimizer.{name}={value} must be in '
+                       f'{interval}.')
+
+
 def build(config: ml_collections.ConfigDict, num_steps: int
-                  ) -> tuple[optax.GradientTransformation, optax.Schedule]:
+          ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """Adam (AdamW with weight_decay > 0), or SGD with momentum b1, with the
   config's schedule, and gradient clipping if configured.
 
@@ -48,6 +73,7 @@ def build(config: ml_collections.ConfigDict, num_steps: int
   warmup to learning_rate, then cosine decay to learning_rate *
   end_learning_rate_ratio at the last training step.
   """
+  _check_ranges(config)
   if config.schedule == 'rsqrt':
     schedule = rsqrt_schedule(config.learning_rate, config.warmup_steps)
   elif config.schedule == 'constant':

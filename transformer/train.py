@@ -147,6 +147,12 @@ def _validate(config: ml_collections.ConfigDict) -> None:
                'keep_checkpoints', 'microbatches'):
     if train_cfg[name] < 1:
       raise ValueError(f'config.train.{name}={train_cfg[name]} must be >= 1.')
+  if not 0 <= train_cfg.label_smoothing < 1:
+    raise ValueError(f'config.train.label_smoothing='
+                     f'{train_cfg.label_smoothing} must be in [0, 1).')
+  if train_cfg.max_consecutive_skips < 1:
+    raise ValueError(f'config.train.max_consecutive_skips='
+                     f'{train_cfg.max_consecutive_skips} must be >= 1.')
   if train_cfg.nonfinite not in faults.POLICIES:
     raise ValueError(f'config.train.nonfinite={train_cfg.nonfinite!r}; '
                      f'choose one of {faults.POLICIES}.')

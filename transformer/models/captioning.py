@@ -74,6 +74,7 @@ class Config:
   decode: bool = False
 
   def __post_init__(self):
+    layers.check_ranges(self)
     if self.model not in MODELS:
       raise ValueError(f'model={self.model!r}; choose one of {MODELS}.')
     if self.encoder not in ENCODERS:

@@ -59,6 +59,7 @@ class Config:
   param_dtype: Any = jnp.float32
 
   def __post_init__(self):
+    layers.check_ranges(self)
     if self.attention not in ATTENTION:
       raise ValueError(f'attention={self.attention!r}; choose one of '
                        f'{ATTENTION}.')

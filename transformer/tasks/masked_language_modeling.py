@@ -46,6 +46,10 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
                batch_divisor: int = 1):
+    if not 0 < config.data.mask_rate < 1:
+      raise ValueError(f'config.data.mask_rate={config.data.mask_rate} must '
+                       f'be in (0, 1): with nothing masked there is nothing '
+                       f'to predict.')
     super().__init__(config, workdir, batch_divisor=batch_divisor)
     self.mask_id = self.tokenizer.vocab_size
     self.model_config = encoder.config_for(

@@ -45,6 +45,13 @@ def _exit(code: int, error: BaseException) -> None:
   sys.exit(code)
 
 
+def check_flag(name: str, value: float | None, *, at_least: float) -> None:
+  """Refuses a numeric flag below its least value (or NaN), before any
+  work: e.g. `--max_new_tokens=-5`."""
+  if value is not None and not value >= at_least:
+    raise ValueError(f'--{name}={value} must be >= {at_least}.')
+
+
 def quiet_console() -> None:
   """Keeps INFO log lines off the console (warnings and errors still show),
   unless --verbosity was given."""

@@ -52,7 +52,9 @@ def generate(workdir: str, prompts: Sequence[str], *,
   if not prompts:
     raise ValueError('Give --prompt (repeatable) or --prompts_file; '
                      '--prompt="" generates from nothing.')
-  config = workdir_lib.load_config(workdir, task='language_modeling')
+  cli.check_flag('max_new_tokens', max_new_tokens, at_least=1)
+  cli.check_flag('average', average, at_least=1)
+  workdir_lib.load_config(workdir, task='language_modeling')
   restored = workdir_lib.restore(workdir, average=average)
   with restored.active():
     samples = restored.task.generate(

@@ -53,6 +53,9 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
   missing = [p for p in paths if not os.path.isfile(p)]
   if missing:
     raise FileNotFoundError(f'No such files: {missing}')
+  for name, value in (('top_k', top_k), ('average', average),
+                      ('batch_size', batch_size)):
+    cli.check_flag(name, value, at_least=1)
   config = workdir_lib.load_config(workdir, task='image_classification')
   restored = workdir_lib.restore(workdir, average=average)
   task = restored.task

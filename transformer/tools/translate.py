@@ -12,6 +12,7 @@ of its last `--average` checkpoints. Defaults come from the workdir's config.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import Sequence
 
@@ -48,16 +49,19 @@ def translate(workdir: str, sentences: Sequence[str], *,
   if not sentences:
     raise ValueError('No sentences to translate: pass them one per line on '
                      'standard input or in --input=FILE.')
+  for name, value, least in (('beam_size', beam_size, 1),
+                             ('length_penalty', length_penalty, 0),
+                             ('max_length_offset', max_length_offset, 0),
+                             ('average', average, 1)):
+    cli.check_flag(name, value, at_least=least)
   config = workdir_lib.load_config(workdir, task='translation')
   pick = lambda value, default: default if value is None else value
-  beam_size = pick(beam_size, config.eval.beam_size)
-  if beam_size < 1:
-    raise ValueError(f'--beam_size={beam_size} must be >= 1.')
   restored = workdir_lib.restore(
       workdir, average=pick(average, config.eval.average_checkpoints))
   with restored.active():
     translations = restored.task.translate(
-        restored.params, sentences, beam_size=beam_size,
+        restored.params, sentences,
+        beam_size=pick(beam_size, config.eval.beam_size),
         length_penalty=pick(length_penalty, config.eval.length_penalty),
         max_length_offset=pick(max_length_offset,
                                config.eval.max_length_offset))
@@ -67,6 +71,10 @@ def translate(workdir: str, sentences: Sequence[str], *,
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
+  folder = os.path.dirname(os.path.abspath(args.output))
+  if args.output != '-' and not os.path.isdir(folder):
+    raise FileNotFoundError(f'--output={args.output}: the folder {folder} '
+                            f'does not exist; create it first.')
   if args.input == '-':
     sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
                                                   'standard input'))
