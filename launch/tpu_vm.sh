@@ -205,12 +205,14 @@ run_training() {
     # The trainer writes through the filesystem: mount the bucket with
     # gcsfuse at the same path on every worker (orbax, config, events and
     # reports then all land in the bucket).
-    local bucket="${workdir#gs://}"
+    local bucket="${workdir#gs://}" mount_point
     bucket="${bucket%%/*}"
     local_workdir="/gcs/$bucket${workdir#gs://"$bucket"}"
+    # Every value that reaches the remote shell is quoted.
+    mount_point="$(quote_line "/gcs/$bucket")"
     mount=("command -v gcsfuse >/dev/null || { echo \"deb https://packages.cloud.google.com/apt gcsfuse-\$(lsb_release -c -s) main\" | sudo tee /etc/apt/sources.list.d/gcsfuse.list && curl -s https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo apt-key add - && sudo apt-get update -qq && sudo apt-get install -y -qq gcsfuse; }"
-           "sudo mkdir -p /gcs/$bucket && sudo chown \$USER /gcs/$bucket"
-           "mountpoint -q /gcs/$bucket || gcsfuse --implicit-dirs $bucket /gcs/$bucket")
+           "sudo mkdir -p $mount_point && sudo chown \$USER $mount_point"
+           "mountpoint -q $mount_point || gcsfuse --implicit-dirs $(quote_line "$bucket") $mount_point")
   fi
   main="\$HOME/$REMOTE_VENV/bin/python -m transformer.main $(quote_line \
         "--config=$config" "--workdir=$local_workdir" ${extra[@]+"${extra[@]}"})"

@@ -149,6 +149,24 @@ def test_parallel_corpus_empty_files(tmp_path):
     parallel_text.read_parallel(str(tmp_path), 'train', 'en', 'de')
 
 
+@pytest.mark.parametrize('damage', ['cut short', 'not gzip'])
+def test_a_damaged_gzip_file_is_named(tmp_path, damage):
+  write_lines(tmp_path / 'train.en', ['a house'] * 200)
+  write_lines(tmp_path / 'train.de.gz', ['ein Haus'] * 200)
+  data = (tmp_path / 'train.de.gz').read_bytes()
+  (tmp_path / 'train.de.gz').write_bytes(
+      data[:len(data) // 2] if damage == 'cut short' else b'plain text')
+  with pytest.raises(ValueError, match=r'train.de.gz is not a complete gzip '
+                     r'file .*fetch it again'):
+    parallel_text.read_parallel(str(tmp_path), 'train', 'en', 'de')
+  write_idx(tmp_path / 'train-labels-idx1-ubyte.gz', np.arange(600) % 10)
+  data = (tmp_path / 'train-labels-idx1-ubyte.gz').read_bytes()
+  (tmp_path / 'train-labels-idx1-ubyte.gz').write_bytes(data[:-20])
+  with pytest.raises(ValueError, match='labels-idx1-ubyte.gz is not a '
+                     'complete gzip file'):
+    images._read_idx(str(tmp_path / 'train-labels-idx1-ubyte.gz'))  # pylint: disable=protected-access
+
+
 def test_parallel_corpus_empty_lines_are_dropped_and_counted(tmp_path,
                                                              caplog):
   write_lines(tmp_path / 'train.en', ['a', '', 'c'])

@@ -185,6 +185,17 @@ def test_tpu_up_commands(bin_dir):
   assert train.index('gcsfuse --implicit') < train.index('nohup')
 
 
+def test_tpu_bucket_names_are_quoted_for_the_remote_shell(bin_dir):
+  result = run(TPU, 'up', *TPU_FLAGS, '--accelerator_type=v4-8',
+               '--config=c', '--workdir=gs://b;touch pwned/run', '--dry_run',
+               bin_dir=bin_dir)
+  train = commands(result)[-1][-1]
+  assert "gcsfuse --implicit-dirs 'b;touch pwned' '/gcs/b;touch pwned'" \
+      in train
+  assert "sudo mkdir -p '/gcs/b;touch pwned'" in train
+  assert "'--workdir=/gcs/b;touch pwned/run'" in train
+
+
 @pytest.mark.parametrize('command, expected', [
     ('delete', ['delete', 'lm-pod', '--quiet']),
     ('stop', ['stop', 'lm-pod']),

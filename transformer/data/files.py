@@ -1,9 +1,11 @@
-"""Files a run keeps, written whole or not at all."""
+"""Files written whole or not at all, and read whole or refused."""
 
 from __future__ import annotations
 
+import gzip
 import os
 import tempfile
+import zlib
 
 
 def write_atomically(path: str, data: bytes | str) -> None:
@@ -30,3 +32,19 @@ def write_atomically(path: str, data: bytes | str) -> None:
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+def read_bytes(path: str) -> bytes:
+  """The contents of a file, decompressed if its name ends in .gz; a gzip
+  file cut short (an interrupted download) or garbled is refused naming
+  the file."""
+  if not path.endswith('.gz'):
+    with open(path, 'rb') as f:
+      return f.read()
+  try:
+    with gzip.open(path, 'rb') as f:
+      return f.read()
+  except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+    raise ValueError(f'{path} is not a complete gzip file ({e}): the '
+                     f'download was probably cut short; fetch it '
+                     f'again.') from e

@@ -18,13 +18,13 @@ that `packing.pack` and `packing.PackedTrainBatches` pack into rows.
 from __future__ import annotations
 
 from collections.abc import Sequence
-import gzip
 import os
 import random
 
 from absl import logging
 import numpy as np
 
+from transformer.data import files
 from transformer.data import offline_mt
 from transformer.data import tokenizers
 
@@ -56,9 +56,7 @@ def split_lines(text: str) -> list[str]:
 def read_utf8(path: str) -> str:
   """The text of a UTF-8 file (gzipped if it ends in .gz), as on disk
   ('\\r\\n' kept)."""
-  opener = gzip.open if path.endswith('.gz') else open
-  with opener(path, 'rb') as f:
-    return decode_utf8(f.read(), path)
+  return decode_utf8(files.read_bytes(path), path)
 
 
 def utf8_lines(path: str) -> list[str]:
