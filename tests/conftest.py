@@ -32,6 +32,23 @@ def convert_and_restore(published_dir: str, workdir: str):
   return restored, restored.params, workdir
 
 
+def randomised(model, seed: int = 0, std: float = 0.2):
+  """A torch reference model (returned, in eval mode) with every trainable
+  parameter and its final logits bias, where it has one, drawn from
+  N(0, std^2): the default initialisation, with LayerNorm scales of 1 and
+  zero biases, lets mapping mistakes cancel out. Fixed tables (Marian's
+  sinusoids) are kept."""
+  import torch  # pylint: disable=g-import-not-at-top
+  generator = torch.Generator().manual_seed(seed)
+  tensors = [t for _, t in model.named_parameters() if t.requires_grad]
+  tensors += [t for name, t in model.named_buffers()
+              if name.endswith('final_logits_bias')]
+  with torch.no_grad():
+    for tensor in tensors:
+      torch.nn.init.normal_(tensor, std=std, generator=generator)
+  return model.eval()
+
+
 @pytest.fixture
 def experiment():
   return load_experiment

@@ -10,6 +10,27 @@ cls.predictions.transform -> the MLM transform and its norm,
 cls.predictions.bias -> the MLM bias (the decoder is tied to the word
 embeddings). The next-sentence head (cls.seq_relationship) is not part of
 our model and is left out. Hugging Face's 'gelu' is the erf form.
+
+BertConfig, field by field (transformers' defaults, `DEFAULTS`, stand for
+the fields a config.json omits):
+- honoured: vocab_size, hidden_size, num_hidden_layers,
+  num_attention_heads, intermediate_size, hidden_act
+  (`files.HF_ACTIVATIONS`, also in the MLM head), max_position_embeddings,
+  type_vocab_size, layer_norm_eps; hidden_dropout_prob and
+  attention_probs_dropout_prob become the dropout rates of fine-tuning.
+- refused unless they leave the computation ours (`REFUSED`):
+  position_embedding_type (relative positions, in configs written before
+  transformers 5), is_decoder (causal attention), add_cross_attention,
+  tie_word_embeddings, pruned_heads; a cls.predictions.decoder that
+  differs from the word embeddings and the MLM bias.
+- ignored, as they do not change the logits: pad_token_id (the padding
+  row of the embedding only stops its gradient; convert finds [PAD] by
+  name), classifier_dropout (the classification heads, not read),
+  initializer_range, use_cache, bos_token_id, eos_token_id,
+  gradient_checkpointing, and every model's architectures,
+  transformers_version, dtype, output_*, return_dict,
+  chunk_size_feed_forward (the same sums in chunks), id2label, label2id,
+  problem_type and generation settings.
 """
 
 from __future__ import annotations
@@ -21,31 +42,77 @@ import numpy as np
 from transformer.interop import files
 from transformer.models import encoder
 
-# Tensors our model has no place for (the next-sentence head, the decoder
-# tied to the word embeddings) or that are not parameters.
+# Tensors our model has no place for (the next-sentence head) or that are
+# not parameters.
 _UNUSED = ('cls.seq_relationship.weight', 'cls.seq_relationship.bias',
-           'cls.predictions.decoder.weight', 'cls.predictions.decoder.bias',
            'bert.embeddings.position_ids')
+# Copies of other tensors (the MLM decoder tied to the word embeddings and
+# to the MLM bias): dropped once checked equal.
+_TIED = {'cls.predictions.decoder.weight': 'bert.embeddings.word_embeddings'
+                                           '.weight',
+         'cls.predictions.decoder.bias': 'cls.predictions.bias'}
+
+# BertConfig's defaults of the fields that change the computation.
+DEFAULTS = dict(
+    vocab_size=30_522, hidden_size=768, num_hidden_layers=12,
+    num_attention_heads=12, intermediate_size=3_072, hidden_act='gelu',
+    hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+    max_position_embeddings=512, type_vocab_size=2, layer_norm_eps=1e-12,
+    is_decoder=False, add_cross_attention=False, tie_word_embeddings=True)
+# field -> (values that compute what we do, what others make BERT compute).
+REFUSED = {
+    'position_embedding_type': (('absolute',), 'relative position '
+                                'embeddings in the attention'),
+    'is_decoder': ((False,), 'causal (left-to-right) attention'),
+    'add_cross_attention': ((False,), 'cross-attention layers to an '
+                            "encoder's states, which our encoder has not"),
+    'tie_word_embeddings': ((True,), 'an MLM output projection of its own '
+                            'instead of the word embeddings'),
+}
 
 
 def config_from_hf(hf: dict[str, Any]) -> encoder.Config:
-  activation = files.hf_config(hf, 'bert', 'hidden_act', 'gelu')
+  """Our encoder config for a BERT config.json.
+
+  Raises:
+    ValueError: another model type, or naming each refused field.
+  """
+  hf, activation = files.hf_config(hf, 'bert', DEFAULTS, REFUSED,
+                                   'hidden_act')
   return encoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['max_position_embeddings'],
-      type_vocab_size=hf.get('type_vocab_size', 2),
+      type_vocab_size=hf['type_vocab_size'],
       num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],
       num_heads=hf['num_attention_heads'], d_ff=hf['intermediate_size'],
       activation=activation, norm_position='post',
       positional_encoding='learned',
-      layer_norm_epsilon=hf.get('layer_norm_eps', 1e-12),
-      dropout_rate=hf.get('hidden_dropout_prob', 0.1))
+      layer_norm_epsilon=hf['layer_norm_eps'],
+      dropout_rate=hf['hidden_dropout_prob'],
+      attention_dropout_rate=hf['attention_probs_dropout_prob'])
+
+
+def _without_copies(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+  """`tensors` without the unused ones and the tied copies (`_TIED`),
+  each checked equal to what it copies.
+
+  Raises:
+    ValueError: naming a copy that differs.
+  """
+  tensors = {k: v for k, v in tensors.items() if k not in _UNUSED}
+  for copy, original in _TIED.items():
+    value = tensors.pop(copy, None)
+    if value is not None and original in tensors and not np.array_equal(
+        value, tensors[original]):
+      raise ValueError(f'{copy} differs from {original}: the checkpoint does '
+                       'not tie its MLM decoder, as our model does.')
+  return tensors
 
 
 def params_from_hf(tensors: dict[str, np.ndarray], config: encoder.Config
                    ) -> dict[str, Any]:
   """Our parameter tree (with the MLM head; with the pooler when the
   checkpoint has one), names and shapes checked."""
-  tensors = {k: v for k, v in tensors.items() if k not in _UNUSED}
+  tensors = _without_copies(tensors)
   d, f, v = config.d_model, config.mlp_dim, config.vocab_size
   e = 'bert.embeddings.'
   expected = {e + 'word_embeddings.weight': (v, d),

@@ -5,32 +5,85 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any, Callable
 
 import numpy as np
 
 
 # Hugging Face activation names -> ours ('gelu' is the tanh approximation
-# here, the erf form there).
-HF_ACTIVATIONS = {'gelu': 'gelu_exact', 'gelu_new': 'gelu',
-                  'gelu_pytorch_tanh': 'gelu', 'relu': 'relu',
-                  'swish': 'swish', 'silu': 'swish'}
+# here, the erf form there). The others (quick_gelu, gelu_10, relu6, mish,
+# tanh, ...) compute something none of ours does and are refused.
+HF_ACTIVATIONS = {'gelu': 'gelu_exact', 'gelu_python': 'gelu_exact',
+                  'gelu_new': 'gelu', 'gelu_pytorch_tanh': 'gelu',
+                  'gelu_python_tanh': 'gelu', 'gelu_fast': 'gelu',
+                  'gelu_accurate': 'gelu', 'relu': 'relu', 'swish': 'swish',
+                  'silu': 'swish'}
+# Fields every Hugging Face config may hold that change the computation in
+# ways none of our models follows: field -> (the values that leave it as
+# ours, what any other value makes the reference compute). Configs written
+# before transformers 5 carry `pruned_heads` (attention heads removed from
+# some layers).
+COMMON_REFUSED = {
+    'pruned_heads': (({}, None), 'heads pruned from some layers leave them '
+                     'narrower than the others'),
+}
 
 
-def hf_config(hf: dict, model_type: str, activation_key: str,
-              default_activation: str) -> str:
-  """Checks a config.json's model type; returns our name of its activation.
+def hf_config(hf: dict, model_type: str, defaults: dict,
+              refused: dict[str, tuple[tuple, str]], activation_key: str
+              ) -> tuple[dict, str]:
+  """A family's config.json checked: its model type, every refused field
+  (`refused` and `COMMON_REFUSED`) and its activation.
+
+  Args:
+    hf: config.json.
+    model_type: the family's.
+    defaults: the reference's default of every field that changes the
+      computation (a field a config.json omits means the reference's
+      default, not ours).
+    refused: field -> (values we compute as the reference does, what any
+      other value makes the reference compute).
+    activation_key: the field naming the activation.
+
+  Returns:
+    (config.json with the defaults, our name of its activation).
 
   Raises:
-    ValueError: another model type, or an activation we do not have.
+    ValueError: another model type, naming every refused field with its
+      value and reason, or an activation we do not have.
   """
   if hf.get('model_type') != model_type:
     raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
                      f"this converter reads {model_type!r}.")
-  activation = hf.get(activation_key, default_activation)
+  hf = {**defaults, **hf}
+  problems = [
+      f'{field}={hf[field]!r} is not supported ({reason}; ours computes '
+      f'{field}={supported[0]!r})'
+      for field, (supported, reason) in {**COMMON_REFUSED, **refused}.items()
+      if field in hf and hf[field] not in supported]
+  activation = hf[activation_key]
   if activation not in HF_ACTIVATIONS:
-    raise ValueError(f'{activation_key}={activation!r} is not supported; '
-                     f'choose one of {tuple(HF_ACTIVATIONS)}.')
-  return HF_ACTIVATIONS[activation]
+    problems.append(f'{activation_key}={activation!r} is not supported '
+                    f'(choose one of {", ".join(HF_ACTIVATIONS)})')
+  if problems:
+    raise ValueError('; '.join(problems) + ': no exact conversion exists, '
+                     'choose another checkpoint.')
+  return hf, HF_ACTIVATIONS[activation]
+
+
+def square(hf: dict, field: str) -> int:
+  """An image or patch size, n or [n, n]; rectangular ones refused.
+
+  Raises:
+    ValueError: naming the field, for [h, w] with h != w.
+  """
+  value = hf[field]
+  if isinstance(value, (list, tuple)):
+    if len(value) != 2 or value[0] != value[1]:
+      raise ValueError(f'{field}={value!r} is not supported (rectangular; '
+                       f'ours are square): choose another checkpoint.')
+    value = value[0]
+  return value
 
 
 def read_json(path: str) -> dict:
@@ -56,10 +109,21 @@ def read_config(directory: str) -> dict:
   return read_json(os.path.join(directory, 'config.json'))
 
 
+def config_of(directory: str, config_from_hf: Callable[[dict], Any]) -> Any:
+  """A family's `config_from_hf` of a directory's config.json; a refused
+  field is reported with the file's path."""
+  path = os.path.join(directory, 'config.json')
+  hf = read_json(path)
+  try:
+    return config_from_hf(hf)
+  except ValueError as e:
+    raise ValueError(f'{path}: {e}') from e
+
+
 def load_hf(directory: str, config_from_hf, params_from_hf):
   """(config, parameters) of a Hugging Face directory, with a family's
   `config_from_hf(config.json)` and `params_from_hf(tensors, config)`."""
-  config = config_from_hf(read_config(directory))
+  config = config_of(directory, config_from_hf)
   return config, params_from_hf(read_safetensors(directory), config)
 
 

@@ -12,6 +12,25 @@ GPT-2 has no padding token, so the table gains a zero row at id 0 that the
 model never predicts (`mask_padding`), <|endoftext|> moves to id 1 (EOS)
 and the other ids follow in order (`vocabularies.GPT2Tokenizer`). Export
 undoes this, so a converted model exports to the published layout.
+
+GPT2Config, field by field (transformers' defaults, `DEFAULTS`, stand for
+the fields a config.json omits):
+- honoured: vocab_size, n_positions, n_embd, n_layer, n_head, n_inner,
+  activation_function (`files.HF_ACTIVATIONS`), layer_norm_epsilon;
+  resid_pdrop and attn_pdrop become the dropout rates of fine-tuning.
+- refused unless they leave the computation ours (`REFUSED`):
+  scale_attn_weights, scale_attn_by_inverse_layer_idx,
+  add_cross_attention, tie_word_embeddings, pruned_heads; an lm_head.weight
+  that differs from wte.
+- ignored, as they do not change the logits: reorder_and_upcast_attn (the
+  same products in float32, scaled before rather than after), embd_pdrop
+  (dropout, off at inference), initializer_range, summary_* (the
+  multiple-choice head of GPT2DoubleHeadsModel, not read), use_cache,
+  bos_token_id, eos_token_id (generation; convert checks it is the last
+  id), pad_token_id (sequence classification only), n_ctx (old alias),
+  and every model's architectures, transformers_version, dtype,
+  output_*, return_dict, chunk_size_feed_forward, id2label, label2id,
+  problem_type and generation settings.
 """
 
 from __future__ import annotations
@@ -23,17 +42,42 @@ import numpy as np
 from transformer.interop import files
 from transformer.models import decoder
 
+# GPT2Config's defaults of the fields that change the computation.
+DEFAULTS = dict(
+    vocab_size=50_257, n_positions=1_024, n_embd=768, n_layer=12, n_head=12,
+    n_inner=None, activation_function='gelu_new', layer_norm_epsilon=1e-5,
+    resid_pdrop=0.1, attn_pdrop=0.1, scale_attn_weights=True,
+    scale_attn_by_inverse_layer_idx=False, add_cross_attention=False,
+    tie_word_embeddings=True)
+# field -> (values that compute what we do, what others make GPT-2 compute).
+REFUSED = {
+    'scale_attn_weights': ((True,), 'attention logits not divided by '
+                           'sqrt(head size)'),
+    'scale_attn_by_inverse_layer_idx': ((False,), 'the attention logits of '
+                                        'layer i also divided by i + 1'),
+    'add_cross_attention': ((False,), 'cross-attention layers to an '
+                            "encoder's states, which our decoder has not"),
+    'tie_word_embeddings': ((True,), 'an output projection (lm_head) of its '
+                            'own instead of the token embedding'),
+}
+
+
 def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
-  """Our decoder config for a GPT-2 config.json."""
-  activation = files.hf_config(hf, 'gpt2', 'activation_function', 'gelu_new')
+  """Our decoder config for a GPT-2 config.json.
+
+  Raises:
+    ValueError: another model type, or naming each refused field.
+  """
+  hf, activation = files.hf_config(hf, 'gpt2', DEFAULTS, REFUSED,
+                                   'activation_function')
   d_model = hf['n_embd']
   return decoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['n_positions'],
       num_layers=hf['n_layer'], d_model=d_model, num_heads=hf['n_head'],
-      d_ff=hf.get('n_inner') or 4 * d_model, activation=activation,
+      d_ff=hf['n_inner'] or 4 * d_model, activation=activation,
       norm_position='pre', positional_encoding='learned',
-      layer_norm_epsilon=hf.get('layer_norm_epsilon', 1e-5),
-      dropout_rate=hf.get('resid_pdrop', 0.1))
+      layer_norm_epsilon=hf['layer_norm_epsilon'],
+      dropout_rate=hf['resid_pdrop'], attention_dropout_rate=hf['attn_pdrop'])
 
 
 def params_from_hf(tensors: dict[str, np.ndarray],
@@ -46,7 +90,11 @@ def params_from_hf(tensors: dict[str, np.ndarray],
   # Checkpoints saved from GPT2LMHeadModel prefix names with 'transformer.'.
   tensors = {name.removeprefix('transformer.'): value
              for name, value in tensors.items()}
-  tensors.pop('lm_head.weight', None)  # tied to wte
+  head = tensors.pop('lm_head.weight', None)
+  if head is not None and not np.array_equal(head, tensors.get('wte.weight')):
+    raise ValueError('lm_head.weight differs from wte.weight: the checkpoint '
+                     'does not tie its output projection to the token '
+                     'embedding, as our decoder does.')
   d, n = config.d_model, config.num_heads
   h, f = d // n, config.mlp_dim
   expected = {'wte.weight': (config.vocab_size, d),

@@ -11,6 +11,35 @@ vocabulary, `order[our_id] = marian_id`: padding, EOS and unknown first,
 then the other ids in their order. The embedding rows and the logits bias
 are permuted the same way, so the model computes the same function and its
 logits are Marian's, permuted.
+
+MarianConfig, field by field (transformers' defaults, `DEFAULTS`, stand
+for the fields a config.json omits: its activation is 'gelu', although
+OPUS-MT models name 'swish'):
+- honoured: vocab_size, d_model, encoder_layers, encoder_attention_heads,
+  encoder_ffn_dim (the decoder's must be equal), activation_function
+  (`files.HF_ACTIVATIONS`), max_position_embeddings, scale_embedding,
+  pad_token_id and eos_token_id (the vocabulary reorder); dropout and
+  attention_dropout become the dropout rates of fine-tuning.
+- refused unless they leave the computation ours (`REFUSED`, and in
+  `checked_config` what relates two fields):
+  share_encoder_decoder_embeddings, tie_word_embeddings, pruned_heads, an
+  odd d_model (sinusoids pair sin and cos), a decoder_vocab_size,
+  decoder_layers, decoder_attention_heads or decoder_ffn_dim other than
+  the encoder's, a decoder_start_token_id other than pad_token_id; and the
+  fields of configs written for the BART code Marian shared before
+  transformers 5: static_position_embeddings, normalize_before,
+  normalize_embedding, add_final_layer_norm.
+- ignored, as they do not change the logits: activation_dropout,
+  encoder_layerdrop, decoder_layerdrop (training only), init_std,
+  use_cache, is_encoder_decoder, is_decoder (MarianForCausalLM's, whose
+  checkpoints have no encoder and are refused by their tensors),
+  bos_token_id, forced_eos_token_id and the generation settings old
+  configs hold (num_beams, max_length, bad_words_ids, ...), old fields
+  without effect (add_bias_logits: the final logits bias is always there;
+  extra_pos_embeddings, classif_dropout, num_labels,
+  gradient_checkpointing), and every model's architectures,
+  transformers_version, dtype, output_*, return_dict,
+  chunk_size_feed_forward, id2label, label2id and problem_type.
 """
 
 from __future__ import annotations
@@ -30,48 +59,76 @@ from transformer.models import encoder_decoder
 SOURCE_SPM, TARGET_SPM, VOCAB = 'source.spm', 'target.spm', 'vocab.json'
 
 
+# MarianConfig's defaults of the fields that change the computation.
+DEFAULTS = dict(
+    vocab_size=58_101, decoder_vocab_size=None, max_position_embeddings=1_024,
+    encoder_layers=12, encoder_ffn_dim=4_096, encoder_attention_heads=16,
+    decoder_layers=12, decoder_ffn_dim=4_096, decoder_attention_heads=16,
+    activation_function='gelu', d_model=1_024, dropout=0.1,
+    attention_dropout=0.0, decoder_start_token_id=58_100,
+    scale_embedding=False, pad_token_id=58_100, eos_token_id=0,
+    share_encoder_decoder_embeddings=True, tie_word_embeddings=True)
+# field -> (values that compute what we do, what others make Marian
+# compute); the last four are fields of configs written for the BART code
+# Marian shared before transformers 5.
+REFUSED = {
+    'share_encoder_decoder_embeddings': ((True,), 'separate source and '
+                                         'target embeddings'),
+    'tie_word_embeddings': ((True,), 'an output projection of its own '
+                            'instead of the shared embedding'),
+    'static_position_embeddings': ((True,), 'learned positions'),
+    'normalize_before': ((False,), 'pre-LN layers'),
+    'normalize_embedding': ((False,), 'a LayerNorm on the embeddings'),
+    'add_final_layer_norm': ((False,), 'final LayerNorms'),
+}
+# Decoder fields that must equal the encoder's: our Transformer has one size
+# for both, and one vocabulary.
+_SAME = {'decoder_layers': 'encoder_layers',
+         'decoder_attention_heads': 'encoder_attention_heads',
+         'decoder_ffn_dim': 'encoder_ffn_dim',
+         'decoder_vocab_size': 'vocab_size',
+         'decoder_start_token_id': 'pad_token_id'}
+
+
+def checked_config(hf: dict[str, Any]) -> dict[str, Any]:
+  """A Marian config.json with the reference's defaults, checked.
+
+  Raises:
+    ValueError: another model type, naming each refused field.
+  """
+  hf, _ = files.hf_config(hf, 'marian', DEFAULTS, REFUSED,
+                          'activation_function')
+  hf['decoder_vocab_size'] = hf['decoder_vocab_size'] or hf['vocab_size']
+  for field, encoder_field in _SAME.items():
+    if hf[field] != hf[encoder_field]:
+      raise ValueError(f'{field}={hf[field]} is not supported (ours has '
+                       f'{field} = {encoder_field}, here {hf[encoder_field]})'
+                       ': no exact conversion exists, choose another '
+                       'checkpoint.')
+  if hf['d_model'] % 2:
+    raise ValueError(f"d_model={hf['d_model']} is not supported (odd: our "
+                     'sinusoids pair sin and cos): no exact conversion '
+                     'exists, choose another checkpoint.')
+  return hf
+
+
 def config_from_hf(hf: dict[str, Any]) -> encoder_decoder.Config:
-  """Our encoder-decoder config for a MarianMT config.json."""
-  activation = files.hf_config(hf, 'marian', 'activation_function', 'swish')
-  sizes = {'layers': (hf['encoder_layers'], hf['decoder_layers']),
-           'attention heads': (hf['encoder_attention_heads'],
-                               hf['decoder_attention_heads']),
-           'feed-forward widths': (hf['encoder_ffn_dim'],
-                                   hf['decoder_ffn_dim'])}
-  for what, (encoder, decoder) in sizes.items():
-    if encoder != decoder:
-      raise ValueError(f'The encoder and decoder have different {what} '
-                       f'({encoder} and {decoder}); our Transformer has one '
-                       'size for both.')
-  unsupported = {
-      'share_encoder_decoder_embeddings': (True, 'separate source and '
-                                           'target embeddings'),
-      'static_position_embeddings': (True, 'learned positions'),
-      'normalize_before': (False, 'pre-LN layers'),
-      'normalize_embedding': (False, 'a LayerNorm on the embeddings'),
-      'add_final_layer_norm': (False, 'final LayerNorms')}
-  for key, (supported, what) in unsupported.items():
-    if hf.get(key, supported) != supported:
-      raise ValueError(f'{key}={hf[key]}: Marian models with {what} are not '
-                       'supported (OPUS-MT models have none).')
-  if hf.get('decoder_vocab_size', hf['vocab_size']) != hf['vocab_size']:
-    raise ValueError('The decoder has its own vocabulary size '
-                     f"({hf['decoder_vocab_size']} != {hf['vocab_size']}); "
-                     'our Transformer shares one vocabulary.')
-  if hf.get('decoder_start_token_id', hf['pad_token_id']) != \
-      hf['pad_token_id']:
-    raise ValueError('decoder_start_token_id differs from pad_token_id; our '
-                     'decoder starts from the padding id.')
+  """Our encoder-decoder config for a MarianMT config.json.
+
+  Raises:
+    ValueError: another model type, or naming each refused field.
+  """
+  hf = checked_config(hf)
   return encoder_decoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['max_position_embeddings'],
       num_layers=hf['encoder_layers'], d_model=hf['d_model'],
       num_heads=hf['encoder_attention_heads'], d_ff=hf['encoder_ffn_dim'],
-      activation=activation, norm_position='post',
-      positional_encoding='sinusoidal', sinusoidal_layout='concatenated',
-      scale_embeddings=hf.get('scale_embedding', False),
-      final_logits_bias=True, layer_norm_epsilon=1e-5,
-      dropout_rate=hf.get('dropout', 0.1),
-      attention_dropout_rate=hf.get('attention_dropout', 0.0))
+      activation=files.HF_ACTIVATIONS[hf['activation_function']],
+      norm_position='post', positional_encoding='sinusoidal',
+      sinusoidal_layout='concatenated',
+      scale_embeddings=hf['scale_embedding'], final_logits_bias=True,
+      layer_norm_epsilon=1e-5, dropout_rate=hf['dropout'],
+      attention_dropout_rate=hf['attention_dropout'])
 
 
 def vocabulary_order(hf: dict[str, Any], pieces: dict[str, int]
@@ -196,7 +253,7 @@ def load(directory: str) -> tuple[encoder_decoder.Config, dict[str, Any],
                                   list[str]]:
   """(config, parameters, pieces) of a Hugging Face Marian directory;
   `pieces[our_id]` is the vocabulary piece of each of our ids."""
-  hf = files.read_config(directory)
+  hf = files.config_of(directory, checked_config)
   config = config_from_hf(hf)
   if os.path.exists(os.path.join(directory, 'target_vocab.json')):
     raise ValueError(f'{directory} has separate source and target '

@@ -7,6 +7,22 @@ attention query/key/value Linear weights [out, in] -> [D, N, H], the output
 dense -> [N, H, D]; layernorm_before/after -> the pre-LN norms;
 intermediate/output dense -> wi/wo; the final layernorm; the classifier.
 Hugging Face's 'gelu' is the exact (erf) form: 'gelu_exact' here.
+
+ViTConfig, field by field (transformers' defaults, `DEFAULTS`, stand for
+the fields a config.json omits):
+- honoured: hidden_size, num_hidden_layers, num_attention_heads,
+  intermediate_size, hidden_act (`files.HF_ACTIVATIONS`), layer_norm_eps,
+  image_size and patch_size (n or [n, n]), num_channels, num_labels and
+  id2label (the classes); hidden_dropout_prob and
+  attention_probs_dropout_prob become the dropout rates of fine-tuning.
+- refused unless they leave the computation ours (`REFUSED`): qkv_bias,
+  pruned_heads, rectangular image_size or patch_size.
+- ignored, as they do not change the logits: encoder_stride (the masked
+  image modelling decoder), pooler_output_size and pooler_act (the pooler
+  of ViTModel, which ViTForImageClassification has not), initializer_range,
+  label2id, problem_type (the loss), and every model's architectures,
+  transformers_version, dtype, output_*, return_dict and
+  chunk_size_feed_forward.
 """
 
 from __future__ import annotations
@@ -19,21 +35,38 @@ from transformer.interop import files
 from transformer.models import vit
 
 
+# ViTConfig's defaults of the fields that change the computation (and
+# PretrainedConfig's number of labels).
+DEFAULTS = dict(
+    hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+    intermediate_size=3_072, hidden_act='gelu', hidden_dropout_prob=0.0,
+    attention_probs_dropout_prob=0.0, layer_norm_eps=1e-12, image_size=224,
+    patch_size=16, num_channels=3, qkv_bias=True, num_labels=2)
+# field -> (values that compute what we do, what others make ViT compute).
+REFUSED = {
+    'qkv_bias': ((True,), 'query, key and value projections without '
+                 'biases, where ours have them'),
+}
+
+
 def config_from_hf(hf: dict[str, Any]) -> vit.Config:
-  """Our ViT config for a ViTForImageClassification config.json."""
-  activation = files.hf_config(hf, 'vit', 'hidden_act', 'gelu')
-  if not hf.get('qkv_bias', True):
-    raise ValueError('qkv_bias=False is not supported.')
+  """Our ViT config for a ViTForImageClassification config.json.
+
+  Raises:
+    ValueError: another model type, or naming each refused field.
+  """
+  hf, activation = files.hf_config(hf, 'vit', DEFAULTS, REFUSED, 'hidden_act')
   labels = hf.get('id2label') or {}
   return vit.Config(
       num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],
       num_heads=hf['num_attention_heads'], d_ff=hf['intermediate_size'],
-      activation=activation,
-      layer_norm_epsilon=hf.get('layer_norm_eps', 1e-12),
-      dropout_rate=hf.get('hidden_dropout_prob', 0.0),
-      image_size=hf['image_size'], patch_size=hf['patch_size'],
-      num_channels=hf.get('num_channels', 3),
-      num_classes=len(labels) or hf.get('num_labels', 2),
+      activation=activation, layer_norm_epsilon=hf['layer_norm_eps'],
+      dropout_rate=hf['hidden_dropout_prob'],
+      attention_dropout_rate=hf['attention_probs_dropout_prob'],
+      image_size=files.square(hf, 'image_size'),
+      patch_size=files.square(hf, 'patch_size'),
+      num_channels=hf['num_channels'],
+      num_classes=len(labels) or hf['num_labels'],
       pooling='token', positional_encoding='learned',
       patch_embedding='conv')
 
