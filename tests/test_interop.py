@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import randomised
 from transformer.interop import files
 from transformer.interop import gpt2
 from transformer.models import decoder
@@ -21,7 +22,7 @@ def hf_gpt2(tmp_path_factory):
   torch.manual_seed(0)
   config = transformers.GPT2Config(vocab_size=97, n_positions=32, n_embd=48,
                                    n_layer=2, n_head=4)
-  model = transformers.GPT2LMHeadModel(config).eval()
+  model = randomised(transformers.GPT2LMHeadModel(config))
   directory = tmp_path_factory.mktemp('gpt2')
   model.save_pretrained(directory)  # safetensors
   return model, str(directory)
@@ -85,7 +86,7 @@ def test_vit_logits_match_the_reference(tmp_path):
   config = transformers.ViTConfig(
       image_size=32, patch_size=8, hidden_size=48, num_hidden_layers=2,
       num_attention_heads=4, intermediate_size=96, num_labels=5)
-  reference = transformers.ViTForImageClassification(config).eval()
+  reference = randomised(transformers.ViTForImageClassification(config))
   reference.save_pretrained(tmp_path)
   ours_config, params = vit_interop.load(str(tmp_path))
   images = np.random.default_rng(0).standard_normal((2, 32, 32, 3)).astype(
@@ -102,10 +103,10 @@ def test_vit_logits_match_the_reference(tmp_path):
 def _tiny_bert(kind, seed):
   """A small randomly initialised BERT of the reference implementation."""
   torch.manual_seed(seed)
-  return kind(transformers.BertConfig(
+  return randomised(kind(transformers.BertConfig(
       vocab_size=60, hidden_size=32, num_hidden_layers=2,
       num_attention_heads=4, intermediate_size=64,
-      max_position_embeddings=24)).eval()
+      max_position_embeddings=24)), seed)
 
 
 def test_bert_mlm_logits_and_pooled_output_match_the_reference(tmp_path):

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import convert_and_restore
 from conftest import load_experiment
+from conftest import randomised
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import text
@@ -35,7 +36,7 @@ def published(tmp_path_factory):
       num_attention_heads=4, intermediate_size=64,
       max_position_embeddings=32)
   torch.manual_seed(0)
-  model = transformers.BertForPreTraining(config).eval()
+  model = randomised(transformers.BertForPreTraining(config))
   model.save_pretrained(directory)
   tokenizer = transformers.BertTokenizer(str(directory / 'vocab.txt'))
   return model, tokenizer, str(directory)

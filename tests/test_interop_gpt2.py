@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import convert_and_restore
+from conftest import randomised
 from transformer import losses
 from transformer.data import text
 from transformer.interop import files
@@ -44,7 +45,7 @@ def published(tmp_path_factory):
       vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=4,
       bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
   torch.manual_seed(0)
-  model = transformers.GPT2LMHeadModel(config).eval()
+  model = randomised(transformers.GPT2LMHeadModel(config))
   model.save_pretrained(directory)
   tokenizer = transformers.GPT2Tokenizer(str(directory / 'vocab.json'),
                                          str(directory / 'merges.txt'))

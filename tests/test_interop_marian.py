@@ -13,6 +13,7 @@ import pytest
 import sentencepiece as spm
 
 from conftest import convert_and_restore
+from conftest import randomised
 from transformer.data import offline_mt
 from transformer.interop import marian
 
@@ -56,12 +57,9 @@ def published(tmp_path_factory):
       decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
       max_position_embeddings=64, activation_function='swish',
       scale_embedding=True, pad_token_id=size - 1, eos_token_id=0,
-      decoder_start_token_id=size - 1, forced_eos_token_id=None,
-      init_std=0.3)  # logits that depend on the input, not only the bias
+      decoder_start_token_id=size - 1, forced_eos_token_id=None)
   torch.manual_seed(0)
-  model = transformers.MarianMTModel(config).eval()
-  with torch.no_grad():  # a bias that matters (trained models have one)
-    model.final_logits_bias.normal_(0, 0.3)
+  model = randomised(transformers.MarianMTModel(config))
   model.save_pretrained(directory)
   return model, str(directory)
 
