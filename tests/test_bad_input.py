@@ -3,6 +3,7 @@ with a message that names the problem, before anything compiles."""
 
 import gzip
 import os
+import shutil
 import subprocess
 import sys
 
@@ -14,9 +15,13 @@ from conftest import REPO
 from conftest import write_idx
 from transformer import configs
 from transformer import train
+from transformer.data import captions
 from transformer.data import images
 from transformer.data import parallel_text
 from transformer.data import text
+from transformer.data import tokenizers
+from transformer.tasks import language_modeling
+from transformer.tasks import text_classification
 from transformer.tools import generate
 from transformer.tools import predict
 from transformer.tools import translate
@@ -28,6 +33,10 @@ def mt(**changes):
 
 def vit(**changes):
   return configs.override(load_experiment('vit_offline', 'runlocal'), changes)
+
+
+def lm(**changes):
+  return configs.override(load_experiment('lm_offline', 'runlocal'), changes)
 
 
 CONFIG_CASES = {
@@ -97,6 +106,22 @@ CONFIG_CASES = {
     'unknown RNN attention': (
         mt(**{'model.family': 'rnn', 'model.size': 'tiny',
               'model.attention': 'cosine'}), 'cosine'),
+    'offline pairs split that does not exist': (
+        mt(**{'data.eval_split': 'dev'}),
+        "splits ('train', 'validation', 'test'), not 'dev'"),
+    'offline documents split that does not exist': (
+        lm(**{'data.eval_split': 'test'}),
+        "splits ('train', 'validation'), not 'test'"),
+    'zero images per batch': (vit(**{'data.batch_size': 0}),
+                              'config.data.batch_size=0 must be >= 1'),
+    'zero sentences per evaluation batch': (
+        mt(**{'data.eval_batch_size': 0}),
+        'config.data.eval_batch_size=0 must be >= 1'),
+    'negative seed': (mt(seed=-1), 'config.seed=-1 must be >= 0'),
+    'sequences of one token': (lm(**{'data.max_length': 1}),
+                               'config.data.max_length=1 must be >= 2'),
+    'no offline training images': (vit(**{'data.num_train': 0}),
+                                   'config.data.num_train=0 must be >= 1'),
 }
 
 
@@ -225,6 +250,222 @@ def test_truncated_mnist_file_is_reported(tmp_path):
   write_idx(tmp_path / 'train-labels-idx1-ubyte.gz', np.zeros(4))
   with pytest.raises(ValueError, match='train-images-idx3-ubyte'):
     images.read_mnist(str(tmp_path), 'train')
+
+
+# -- Files that cannot be trusted (headers, metadata, vocabularies): each
+# refused in one line naming the file, what is wrong and the fix.
+
+
+def test_idx_file_longer_than_its_header_says(tmp_path):
+  path = tmp_path / 'train-labels-idx1-ubyte'
+  path.write_bytes(bytes([0, 0, 8, 1]) + (5).to_bytes(4, 'big') + bytes(9))
+  with pytest.raises(ValueError, match=r'train-labels-idx1-ubyte: 4 bytes '
+                     r'follow the \(5,\) array its header announces'):
+    images._read_idx(str(path))  # pylint: disable=protected-access
+
+
+def test_mnist_images_and_labels_swapped(tmp_path):
+  write_idx(tmp_path / 'train-images-idx3-ubyte.gz', np.arange(4))
+  write_idx(tmp_path / 'train-labels-idx1-ubyte.gz', np.zeros((4, 28, 28)))
+  with pytest.raises(ValueError, match=r'train-images-idx3-ubyte.gz holds '
+                     r'an array of shape \(4,\).*3-dimensional.*swapped'):
+    images.read_mnist(str(tmp_path), 'train')
+
+
+def test_mnist_label_that_is_not_a_digit(tmp_path):
+  write_idx(tmp_path / 't10k-images-idx3-ubyte.gz', np.zeros((4, 28, 28)))
+  write_idx(tmp_path / 't10k-labels-idx1-ubyte.gz', np.array([1, 2, 12, 3]))
+  with pytest.raises(ValueError, match=r't10k-labels-idx1-ubyte.gz: label 12 '
+                     r'at position 2 is not a digit 0-9'):
+    images.read_mnist(str(tmp_path), 'test')
+
+
+def save_image(path, side=8):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  path.parent.mkdir(parents=True, exist_ok=True)
+  Image.fromarray(np.zeros((side, side, 3), np.uint8)).save(path)
+
+
+def test_decompression_bomb_is_refused_naming_the_file(tmp_path,
+                                                       monkeypatch):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  save_image(tmp_path / 'bomb.png', side=64)
+  # 4,096 pixels, past twice the limit: PIL's DecompressionBombError.
+  monkeypatch.setattr(Image, 'MAX_IMAGE_PIXELS', 1_000)
+  with pytest.raises(images.BadImageError, match=r'bomb.png is not decoded: '
+                     r'.*decompression bomb'):
+    images.read_image(str(tmp_path / 'bomb.png'), 8)
+
+
+def test_training_class_folder_without_images(tmp_path):
+  save_image(tmp_path / 'train' / 'cat' / 'a.png')
+  (tmp_path / 'train' / 'dog').mkdir()
+  (tmp_path / 'train' / 'dog' / 'notes.txt').write_text('to do')
+  with pytest.raises(ValueError, match=r"train/dog holds no images .*class "
+                     r"'dog'"):
+    images.read_folder(str(tmp_path), 'train', image_size=8)
+  # A held-out split may lack a class.
+  save_image(tmp_path / 'test' / 'cat' / 'a.png')
+  (tmp_path / 'test' / 'dog').mkdir()
+  _, labels, _ = images.read_folder(str(tmp_path), 'test', image_size=8,
+                                    class_names=('cat', 'dog'))
+  assert labels.tolist() == [0]
+
+
+@pytest.mark.parametrize('where', ['parent', 'absolute'])
+def test_captions_naming_a_file_outside_their_folder(tmp_path, where):
+  save_image(tmp_path / 'secret.png')
+  save_image(tmp_path / 'train' / 'a.png')
+  name = '../secret.png' if where == 'parent' else str(
+      tmp_path / 'secret.png')
+  (tmp_path / 'train' / 'captions.tsv').write_text(
+      f'a.png\ta dog\n{name}\ta cat\n')
+  with pytest.raises(ValueError, match=r'captions.tsv line 2 names .*secret'
+                     r'.png.*, outside'):
+    captions.read_caption_folder(str(tmp_path), 'train', image_size=8)
+
+
+@pytest.mark.parametrize('damage', ['cut short', 'garbled', 'empty'])
+def test_damaged_sentencepiece_model_is_named(tmp_path, damage):
+  path = tmp_path / 'spm.model'
+  tokenizers.train_sentencepiece(['a b c d', 'e f g h'] * 20, str(path), 20)
+  data = path.read_bytes()
+  path.write_bytes({'cut short': data[:len(data) // 2],
+                    'garbled': b'\x07junk' * 50, 'empty': b''}[damage])
+  with pytest.raises(ValueError, match=r'spm.model is not a SentencePiece '
+                     r'model: the file is damaged.*Restore it'):
+    tokenizers.SentencePieceTokenizer(str(path))
+
+
+@pytest.mark.parametrize('content,message', [
+    (b'{"characters": "abc', 'is not a vocabulary file'),
+    (b'{"characters": "caf\xe9"}', 'is not a vocabulary file'),
+    (b'{"words": ["a"]}', "holds no 'characters' key"),
+    (b'["a", "b"]', "holds no 'characters' key"),
+])
+def test_damaged_character_vocabulary_is_named(tmp_path, content, message):
+  (tmp_path / 'chars.json').write_bytes(content)
+  with pytest.raises(ValueError, match=f'chars.json {message}.*Restore it'):
+    tokenizers.CharTokenizer(str(tmp_path / 'chars.json'))
+
+
+@pytest.mark.parametrize('content', ['{"classes": ["a", "b"', '[]',
+                                     '{"classes": ["a", "b"]}',
+                                     '{"classes": [], "channels": 3}'])
+def test_damaged_dataset_file_is_named(tmp_path, content):
+  (tmp_path / 'dataset.json').write_text(content)
+  with pytest.raises(ValueError, match=r'dataset.json is damaged: it must '
+                     r'hold .*Restore it'):
+    train.Trainer(vit(), str(tmp_path))
+
+
+def sst2_tsv(folder):
+  config = load_experiment('sst2', 'runlocal')
+  config.data.update(dict(source='tsv', path=str(folder)))
+  return config.data
+
+
+def test_labelled_sentences_not_utf8_name_file_line_and_byte(tmp_path):
+  (tmp_path / 'train.tsv').write_bytes(b'good\t1\ncaf\xe9\t0\n')
+  with pytest.raises(ValueError, match=r'train.tsv is not valid UTF-8: byte '
+                     r'0xe9 at line 2'):
+    text_classification.read_split(sst2_tsv(tmp_path), 'train')
+
+
+def test_labelled_sentences_bad_line_is_counted_from_the_top(tmp_path):
+  (tmp_path / 'train.tsv').write_text(
+      'sentence\tlabel\n\ngood\t1\n\nno label here\n')
+  with pytest.raises(ValueError, match=r'train.tsv: line 5 is not '
+                     r'"text<TAB>label"'):
+    text_classification.read_split(sst2_tsv(tmp_path), 'train')
+
+
+def local_text(path, **changes):
+  config = lm(**{'data.source': 'local', 'data.path': str(path),
+                 'data.per': 'line', **changes})
+  return config.data
+
+
+def test_local_text_with_no_text_is_refused(tmp_path):
+  (tmp_path / 'corpus.txt').write_text('\n   \n\t\n')
+  with pytest.raises(ValueError, match=r'corpus.txt holds no text: every '
+                     r'line is empty'):
+    language_modeling.read_documents(local_text(tmp_path / 'corpus.txt'),
+                                     'train')
+
+
+@pytest.mark.parametrize('fraction,message', [
+    (1.0, r'train_fraction=1.0 must be in \(0, 1\)'),
+    (1.5, r'train_fraction=1.5 must be in \(0, 1\)'),
+    (0.1, r'train_fraction=0.1 of its 5 lines leaves a split empty')])
+def test_train_fraction_leaving_a_split_empty(tmp_path, fraction, message):
+  (tmp_path / 'corpus.txt').write_text('one\ntwo\nthree\nfour\nfive\n')
+  data = local_text(tmp_path / 'corpus.txt',
+                    **{'data.train_fraction': fraction})
+  with pytest.raises(ValueError, match=message):
+    language_modeling.read_documents(data, 'validation')
+
+
+@pytest.fixture(name='toy_tfds', scope='module')
+def fixture_toy_tfds(tmp_path_factory):
+  """A tiny translation dataset prepared by TFDS, as `tfds build` leaves
+  one: (its data_dir, the folder of its files)."""
+  tfds = pytest.importorskip('tensorflow_datasets')
+  pairs = [('ein Hund', 'a dog'), ('zwei Katzen', 'two cats')]
+  with tfds.core.registered.skip_registration():
+
+    class ToyPairs(tfds.core.GeneratorBasedBuilder):
+      VERSION = tfds.core.Version('1.0.0')
+      BUILDER_CONFIGS = [tfds.core.BuilderConfig(name='de-en')]
+
+      def _info(self):
+        return tfds.core.DatasetInfo(
+            builder=self, features=tfds.features.Translation(['de', 'en']))
+
+      def _split_generators(self, dl_manager):
+        del dl_manager
+        return {'train': self._generate_examples()}
+
+      def _generate_examples(self):
+        for i, (de, en) in enumerate(pairs):
+          yield i, {'de': de, 'en': en}
+
+  data_dir = tmp_path_factory.mktemp('tfds')
+  ToyPairs(config='de-en', data_dir=str(data_dir)).download_and_prepare()
+  return data_dir
+
+
+def damage_file(path, damage):
+  data = path.read_bytes()
+  if damage == 'removed':
+    path.unlink()
+  else:
+    path.write_bytes(data[:len(data) // 2])
+
+
+@pytest.mark.parametrize('name,damage,error,message', [
+    ('dataset_info.json', 'cut short', ValueError,
+     "The metadata of TFDS dataset 'toy_pairs/de-en' in .*tfds/toy_pairs/"
+     "de-en .* is damaged"),
+    ('features.json', 'cut short', ValueError,
+     "The metadata of TFDS dataset 'toy_pairs/de-en' in .* is damaged"),
+    ('toy_pairs-train.tfrecord-00000-of-00001', 'cut short', ValueError,
+     "TFDS dataset 'toy_pairs/de-en' split 'train': a prepared file is "
+     "damaged or missing"),
+    ('toy_pairs-train.tfrecord-00000-of-00001', 'removed', FileNotFoundError,
+     "TFDS dataset 'toy_pairs/de-en' split 'train': a prepared file is "
+     "damaged or missing .*No such file"),
+])
+def test_damaged_tfds_dataset_names_it_and_how_to_prepare_it(
+    toy_tfds, tmp_path, name, damage, error, message):
+  from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+  data_dir = tmp_path / 'tfds'
+  shutil.copytree(toy_tfds, data_dir)
+  damage_file(data_dir / 'toy_pairs' / 'de-en' / '1.0.0' / name, damage)
+  with pytest.raises(error, match=f'{message}.*; prepare it again: tfds '
+                     f'build toy_pairs/de-en --data_dir={data_dir}$'):
+    tfds_source.load_translation('toy_pairs/de-en', 'train', 'en', 'de',
+                                 str(data_dir))
 
 
 # -- Commands: a clean message and the exit code of tools/cli.py, no

@@ -122,6 +122,12 @@ _LAYOUT = (f'caption folders are laid out as ROOT/SPLIT/image.png with '
            f'file name, a tab, the caption')
 
 
+def _leaves_folder(name: str) -> bool:
+  """Whether a name in a captions file points outside its folder (a
+  captions file must not make the reader open files elsewhere)."""
+  return os.path.isabs(name) or os.pardir in name.replace('\\', '/').split('/')
+
+
 def _read_captions_file(folder: str) -> dict[str, list[str]]:
   """Image file name -> its captions, from `folder`/captions.tsv."""
   path = os.path.join(folder, CAPTIONS_FILE)
@@ -140,6 +146,10 @@ def _read_captions_file(folder: str) -> dict[str, list[str]]:
     if not words:
       raise ValueError(f'{path} line {number}: the caption of {name!r} is '
                        f'empty; remove the line or write the caption.')
+    if _leaves_folder(name):
+      raise ValueError(
+          f'{path} line {number} names {name!r}, outside {folder}; name the '
+          f'images by their paths inside that folder.')
     if not os.path.isfile(os.path.join(folder, name)):
       raise FileNotFoundError(
           f'{path} line {number} captions {name!r}, which is not a file in '

@@ -8,6 +8,7 @@ batching in `transformer.tasks.image_classification`.
 
 from __future__ import annotations
 
+import math
 import os
 
 from absl import logging
@@ -112,11 +113,37 @@ def _read_idx(path: str) -> np.ndarray:
     raise ValueError(f'{path}: the header is truncated.')
   shape = tuple(int.from_bytes(data[4 + 4 * i:8 + 4 * i], 'big')
                 for i in range(ndim))
-  array = np.frombuffer(data, np.uint8, offset=4 + 4 * ndim)
-  if array.size != int(np.prod(shape)):
-    raise ValueError(f'{path}: header says {shape}, found {array.size} '
-                     f'values; the file is truncated.')
-  return array.reshape(shape)
+  found, expected = len(data) - 4 - 4 * ndim, math.prod(shape)
+  # math.prod of Python's integers: a hostile header cannot overflow it.
+  if found < expected:
+    raise ValueError(f'{path}: the header says {shape}, {expected:,} values, '
+                     f'but {found:,} follow; the file is truncated. Fetch '
+                     f'it again.')
+  if found > expected:
+    raise ValueError(f'{path}: {found - expected:,} bytes follow the '
+                     f'{shape} array its header announces; the header is '
+                     f'wrong or the file is not one idx array. Fetch it '
+                     f'again.')
+  return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(shape)
+
+
+def _read_mnist_file(folder: str, name: str,
+                     ndim: int) -> tuple[str, np.ndarray]:
+  """The path and array of `name` or `name`.gz in `folder`, refused unless
+  it has `ndim` dimensions."""
+  for candidate in (name, name + '.gz'):
+    path = os.path.join(folder, candidate)
+    if os.path.exists(path):
+      array = _read_idx(path)
+      if array.ndim != ndim:
+        raise ValueError(
+            f'{path} holds an array of shape {array.shape}, but MNIST\'s '
+            f'{name.split("-")[1]} are {ndim}-dimensional; are the images '
+            f'and labels files swapped?')
+      return path, array
+  raise FileNotFoundError(
+      f'No {name}[.gz] in {folder!r}: point config.data.path at a folder '
+      f'with the four MNIST idx files.')
 
 
 def read_mnist(folder: str, split: str
@@ -129,22 +156,18 @@ def read_mnist(folder: str, split: str
   """
   if split not in MNIST_FILES:
     raise ValueError(f"MNIST has splits 'train' and 'test', not {split!r}.")
-  arrays = []
-  for kind in ('images-idx3', 'labels-idx1'):
-    name = f'{MNIST_FILES[split]}-{kind}-ubyte'
-    for candidate in (name, name + '.gz'):
-      path = os.path.join(folder, candidate)
-      if os.path.exists(path):
-        arrays.append(_read_idx(path))
-        break
-    else:
-      raise FileNotFoundError(
-          f'No {name}[.gz] in {folder!r}: point config.data.path at a folder '
-          f'with the four MNIST idx files.')
-  images, labels = arrays
+  prefix = MNIST_FILES[split]
+  images_path, images = _read_mnist_file(
+      folder, f'{prefix}-images-idx3-ubyte', 3)
+  path, labels = _read_mnist_file(folder, f'{prefix}-labels-idx1-ubyte', 1)
   if len(images) != len(labels):
-    raise ValueError(f'{folder}: {len(images)} images but {len(labels)} '
-                     f'labels in the {split} split.')
+    raise ValueError(f'{len(images)} images but {len(labels)} labels: '
+                     f'{images_path} and {path} do not match; fetch both '
+                     f'again.')
+  if len(labels) and labels.max() > 9:
+    raise ValueError(f'{path}: label {labels.max()} at position '
+                     f'{int(labels.argmax())} is not a digit 0-9; the file '
+                     f'is damaged or not MNIST. Fetch it again.')
   return images[..., None], labels.astype(np.int32), tuple('0123456789')
 
 
@@ -185,8 +208,23 @@ def read_image(path: str, image_size: int | None = None,
                          np.uint8)
   except (UnidentifiedImageError, OSError) as e:
     raise BadImageError(f'{path} cannot be decoded as an image: {e}') from e
+  except Image.DecompressionBombError as e:
+    # A few bytes that would decode to gigabytes.
+    raise BadImageError(f'{path} is not decoded: {e}') from e
   array = array if array.ndim == 3 else array[..., None]
   return array if image_size is None else square(array, image_size)
+
+
+def _check_classes_have_images(folder: str, names: list[str]) -> None:
+  """Refuses a class folder of the training split without image files: the
+  class would have an output that training never sees."""
+  for name in names:
+    directory = os.path.join(folder, name)
+    if not any(f.lower().endswith(IMAGE_EXTENSIONS)
+               for f in os.listdir(directory)):
+      raise ValueError(f'{directory} holds no images '
+                       f'({", ".join(IMAGE_EXTENSIONS)}): add the images of '
+                       f'class {name!r}, or remove the folder.')
 
 
 def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
@@ -216,6 +254,8 @@ def read_folder(root: str, split: str, *, image_size: int, channels: int = 3,
         f'ROOT/SPLIT/CLASS_NAME/image.png.')
   found = sorted(d for d in os.listdir(folder)
                  if os.path.isdir(os.path.join(folder, d)))
+  if class_names is None:
+    _check_classes_have_images(folder, found)
   class_names = tuple(class_names or found)
   unknown = sorted(set(found) - set(class_names))
   if unknown:

@@ -18,8 +18,11 @@ Nothing here downloads: a dataset must be prepared beforehand, e.g.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import os
+import re
 
 # Names used elsewhere in this codebase for TFDS's 'validation' split.
 _SPLIT_ALIASES = {'val': 'validation', 'valid': 'validation',
@@ -67,8 +70,19 @@ def _check_max_examples(max_examples: int | None) -> None:
     raise ValueError(f'max_examples must be >= 0 or None, got {max_examples}.')
 
 
+def _root(data_dir: str | None) -> str:
+  return data_dir or os.environ.get('TFDS_DATA_DIR', '~/tensorflow_datasets')
+
+
+def _prepare_again(name: str, data_dir: str | None) -> str:
+  return f'prepare it again: tfds build {name} --data_dir={_root(data_dir)}'
+
+
 def _builder(tfds, name: str, data_dir: str | None, example: str):
-  """The TFDS builder of `name`; `example` is a name to suggest."""
+  """The TFDS builder of `name`; `example` is a name to suggest. Damaged
+  metadata of a prepared dataset (dataset_info.json, features.json cut
+  short) is refused naming the dataset."""
+  from google.protobuf import json_format  # pylint: disable=g-import-not-at-top
   try:
     return tfds.builder(name, data_dir=data_dir)
   except tfds.core.DatasetNotFoundError:
@@ -76,6 +90,29 @@ def _builder(tfds, name: str, data_dir: str | None, example: str):
         f'TFDS has no dataset named {name!r}; see '
         'https://www.tensorflow.org/datasets/catalog/overview for names, '
         f'e.g. {example}.') from None
+  except (json.JSONDecodeError, json_format.ParseError) as e:
+    raise ValueError(
+        f'The metadata of TFDS dataset {name!r} in '
+        f'{os.path.join(_root(data_dir), name)} (dataset_info.json, '
+        f'features.json) is damaged ({e}); {_prepare_again(name, data_dir)}'
+        ) from None
+
+
+@contextlib.contextmanager
+def _reading(name: str, split, data_dir: str | None):
+  """Turns TensorFlow's errors while reading a prepared split's files (cut
+  short, garbled, removed) into one line naming the dataset and split."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  try:
+    yield
+  except tf.errors.OpError as e:
+    # TensorFlow's message is '{{function_node ...}} <what> [Op:...]'.
+    what = re.sub(r'\{\{.*?\}\}|\[Op:.*', '', e.message).strip()
+    error = (DatasetNotFoundError if isinstance(e, tf.errors.NotFoundError)
+             else ValueError)
+    raise error(f'TFDS dataset {name!r} split {str(split)!r}: a prepared '
+                f'file is damaged or missing ({what}); '
+                f'{_prepare_again(name, data_dir)}') from None
 
 
 def _dataset(tfds, builder, name: str, split: str, data_dir: str | None,
@@ -109,8 +146,10 @@ def _dataset(tfds, builder, name: str, split: str, data_dir: str | None,
 def _examples(tfds, builder, name: str, split: str, data_dir: str | None,
               max_examples: int | None):
   """Iterates over the examples of a split as dicts of numpy values."""
-  return tfds.as_numpy(_dataset(tfds, builder, name, split, data_dir,
-                                max_examples))
+  examples = tfds.as_numpy(_dataset(tfds, builder, name, split, data_dir,
+                                    max_examples))
+  with _reading(name, split, data_dir):
+    yield from examples
 
 
 def load_translation(name: str, split: str, source_lang: str,
@@ -361,8 +400,9 @@ def stream_images(name: str, split: str, data_dir: str | None, *,
                                    epoch_examples(epoch)))
     dataset = dataset.skip(offset).map(
         prepare, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    for image, label in tfds.as_numpy(dataset.prefetch(tf.data.AUTOTUNE)):
-      yield image, int(label)
+    with _reading(name, split, data_dir):
+      for image, label in tfds.as_numpy(dataset.prefetch(tf.data.AUTOTUNE)):
+        yield image, int(label)
     if not training:
       return
     epoch, offset = epoch + 1, 0

@@ -91,12 +91,32 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str,
   files.write_atomically(model_path, model.getvalue())
 
 
+# A damaged vocabulary cannot be rebuilt in place: checkpoints trained with
+# it need its exact ids.
+_RESTORE = ('Restore it from a copy, or train into a new workdir (which '
+            'builds its own vocabulary).')
+
+
+def _load_sentencepiece(model_path: str) -> spm.SentencePieceProcessor:
+  """The SentencePiece model in `model_path`; a damaged file (cut short,
+  garbled, empty) is refused naming it, where SentencePiece would raise a
+  RuntimeError that names neither the file nor the fix."""
+  if not os.path.isfile(model_path):
+    raise FileNotFoundError(f'No SentencePiece model {model_path}.')
+  try:
+    return spm.SentencePieceProcessor(model_file=model_path)
+  except (RuntimeError, OSError):
+    raise ValueError(f'{model_path} is not a SentencePiece model: the file '
+                     f'is damaged (cut short or garbled). {_RESTORE}'
+                     ) from None
+
+
 class SentencePieceTokenizer:
   """Text <-> ids with a trained SentencePiece model."""
 
   def __init__(self, model_path: str):
     self.model_path = model_path
-    self._sp = spm.SentencePieceProcessor(model_file=model_path)
+    self._sp = _load_sentencepiece(model_path)
     ids = (self._sp.pad_id(), self._sp.eos_id(), self._sp.unk_id(),
            self._sp.bos_id())
     if ids != (PAD_ID, EOS_ID, UNK_ID, -1):
@@ -246,6 +266,22 @@ class ByteTokenizer:
     return _readable(chr(byte)) if byte < 0x80 else f'\\x{byte:02x}'
 
 
+def _read_units(path: str, kind: str):
+  """The value under `kind` in the JSON file `path`, a damaged file (cut
+  short, not UTF-8, not JSON, another vocabulary's) refused naming it."""
+  with open(path, 'rb') as f:
+    raw = f.read()
+  try:
+    saved = json.loads(raw.decode('utf-8'))
+  except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    raise ValueError(f'{path} is not a vocabulary file ({e}): it is '
+                     f'damaged. {_RESTORE}') from None
+  if not isinstance(saved, dict) or kind not in saved:
+    raise ValueError(f'{path} holds no {kind!r} key: it is not a vocabulary '
+                     f'of {kind}. {_RESTORE}')
+  return saved[kind]
+
+
 class _VocabularyTokenizer:
   """Text <-> ids over a list of units (characters, words) of a training
   text, shared by `CharTokenizer` and `WordTokenizer`.
@@ -258,8 +294,7 @@ class _VocabularyTokenizer:
 
   def __init__(self, path: str):
     """Loads the units that `save` wrote to `path`."""
-    with open(path, encoding='utf-8') as f:
-      units = json.load(f)[self.kind]
+    units = _read_units(path, self.kind)
     self._check(units, path)
     self._init(units)
 

@@ -11,6 +11,7 @@ import importlib
 
 import ml_collections
 
+from transformer.tasks import base
 from transformer.tasks.base import Task
 
 TASKS = ('translation', 'language_modeling', 'masked_language_modeling',
@@ -32,8 +33,9 @@ def build(config: ml_collections.ConfigDict, workdir: str, *,
     batch_divisor: batches must have a multiple of this many rows (the
       number of data-parallel shards).
   """
-  return _module(config.task).TASK(config, workdir,
-                                   batch_divisor=batch_divisor)
+  module = _module(config.task)
+  base.check_data(config)
+  return module.TASK(config, workdir, batch_divisor=batch_divisor)
 
 
 def _module(task: str):

@@ -65,3 +65,41 @@ def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,
           f'config.data.{name}={data[name]} is not a multiple of '
           f'{batch_divisor} (data-parallel shards x train.microbatches); '
           f'choose a multiple.')
+
+
+def check_split(split: str, splits: tuple[str, ...], what: str) -> None:
+  """Refuses a split that a source does not have, naming those it has."""
+  if split not in splits:
+    raise ValueError(f'The {what} have splits {splits}, not {split!r}: set '
+                     f'config.data.train_split and eval_split to them.')
+
+
+# config.data fields that count rows, tokens or examples, where a task has
+# them: 0 would divide by zero or read nothing.
+_COUNTS = ('batch_size', 'eval_batch_size', 'eval_rows', 'tokens_per_batch')
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_data(config: ml_collections.ConfigDict) -> None:
+  """Refuses data settings that cannot mean anything, naming the field and
+  its range, before a task reads data or builds a model."""
+  seeds = {'config.seed': config.seed,
+           'config.data.seed': config.data.get('seed', 0)}
+  for name, value in seeds.items():
+    if _is_number(value) and value < 0:
+      raise ValueError(f'{name}={value} must be >= 0.')
+  data = config.data
+  for name in _COUNTS:
+    if _is_number(data.get(name)) and data[name] < 1:
+      raise ValueError(f'config.data.{name}={data[name]} must be >= 1.')
+  if _is_number(data.get('max_length')) and data.max_length < 2:
+    raise ValueError(
+        f'config.data.max_length={data.max_length} must be >= 2: a sequence '
+        f'holds a token and the end-of-sequence (or start) symbol.')
+  if data.get('source') == 'offline' and _is_number(data.get('num_train')) \
+      and data.num_train < 1:
+    raise ValueError(f'config.data.num_train={data.num_train} must be >= 1: '
+                     f'the offline data would have no training examples.')

@@ -80,6 +80,23 @@ def default_config() -> ml_collections.ConfigDict:
 
 
 
+def _read_dataset_info(path: str) -> tuple[tuple[str, ...], int]:
+  """(class names, channels) from a workdir's dataset.json, which is refused
+  naming it unless it holds a list of names and a channel count."""
+  try:
+    with open(path, encoding='utf-8') as f:
+      info = json.load(f)
+  except (UnicodeDecodeError, json.JSONDecodeError):
+    info = None  # refused below, as other damage
+  if not (isinstance(info, dict) and isinstance(info.get('classes'), list)
+          and info['classes'] and info.get('channels') in (1, 3)):
+    raise ValueError(
+        f'{path} is damaged: it must hold {{"classes": [names...], '
+        f'"channels": 1 or 3}} as training wrote it. Restore it (the class '
+        f'order is the one the checkpoints were trained with).')
+  return tuple(info['classes']), info['channels']
+
+
 class ImageClassificationTask(base.Task):
   """The `transformer.tasks.Task` for image classification."""
 
@@ -117,9 +134,7 @@ class ImageClassificationTask(base.Task):
     data (then written to the workdir)."""
     path = os.path.join(self.workdir, DATASET_FILE)
     if os.path.exists(path):
-      with open(path) as f:
-        info = json.load(f)
-      return tuple(info['classes']), info['channels']
+      return _read_dataset_info(path)
     names, channels = self.images.classes()
     if jax.process_index() == 0:
       files.write_atomically(path, json.dumps(

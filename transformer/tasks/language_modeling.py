@@ -71,9 +71,19 @@ def default_config() -> ml_collections.ConfigDict:
   return config
 
 
+def _nonempty_documents(path: str, per: str) -> list[str]:
+  """`text.read_documents`, refused naming `path` when it holds no text."""
+  documents = text.read_documents(path, per=per)
+  if not documents:
+    raise ValueError(f'{path} holds no text: every {per} is empty or '
+                     f'blank. Point config.data.path at the corpus.')
+  return documents
+
+
 def read_documents(data: ml_collections.ConfigDict, split: str) -> list[str]:
   """Documents of one split of the configured corpus."""
   if data.source == 'offline':
+    base.check_split(split, ('train', 'validation'), 'offline documents')
     return text.offline_splits(data.num_train, data.num_eval, data.seed,
                                max_sentences=data.max_sentences)[split]
   if data.source == 'tfds':
@@ -84,17 +94,25 @@ def read_documents(data: ml_collections.ConfigDict, split: str) -> list[str]:
   if data.source != 'local':
     raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
                      f"'local' or 'tfds'.")
-  if split not in ('train', 'validation'):
-    raise ValueError(f"Local text has splits 'train' and 'validation', not "
-                     f"{split!r}: set config.data.train_split/eval_split.")
+  base.check_split(split, ('train', 'validation'), 'local text')
   if data.eval_path:
-    return text.read_documents(data.path if split == 'train'
-                               else data.eval_path, per=data.per)
-  documents = text.read_documents(data.path, per=data.per)
+    return _nonempty_documents(data.path if split == 'train'
+                               else data.eval_path, data.per)
+  if not 0 < data.train_fraction < 1:
+    raise ValueError(
+        f'config.data.train_fraction={data.train_fraction} must be in (0, '
+        f'1): the rest of {data.path} is the validation text (or give '
+        f'config.data.eval_path).')
+  documents = _nonempty_documents(data.path, data.per)
   if len(documents) == 1:
     parts = text.split_text(documents[0], data.train_fraction)
     return [parts[0] if split == 'train' else parts[1]]
   cut = int(len(documents) * data.train_fraction)
+  if not 0 < cut < len(documents):
+    raise ValueError(
+        f'{data.path}: config.data.train_fraction={data.train_fraction} of '
+        f'its {len(documents)} {data.per}s leaves a split empty; use more '
+        f'text, or give config.data.eval_path.')
   return documents[:cut] if split == 'train' else documents[cut:]
 
 

@@ -25,6 +25,7 @@ from transformer import configs
 from transformer import losses
 from transformer.data import batching
 from transformer.data import offline_sentiment
+from transformer.data import text
 from transformer.data import tokenizers
 from transformer.models import encoder
 from transformer.tasks import base
@@ -78,6 +79,22 @@ def take_pretrained(config: ml_collections.ConfigDict,
                           tokenizer=pretrained.data.tokenizer))
 
 
+def _read_tsv(path: str) -> list[tuple[str, int]]:
+  """The (text, label) rows of a UTF-8 file of "text<TAB>label" lines; a
+  first line whose label is not a number is a header (GLUE's)."""
+  rows = [(number, line.rstrip('\r').rsplit('\t', 1))
+          for number, line in enumerate(text.utf8_lines(path), 1)
+          if line.strip()]
+  if rows and len(rows[0][1]) == 2 and not rows[0][1][1].strip().isdigit():
+    rows = rows[1:]
+  bad = [number for number, row in rows
+         if len(row) != 2 or not row[1].strip().isdigit()]
+  if bad:
+    raise ValueError(f'{path}: line {bad[0]} is not "text<TAB>label" '
+                     f'with an integer label ({len(bad)} such lines).')
+  return [(words, int(label)) for _, (words, label) in rows]
+
+
 def read_split(data: ml_collections.ConfigDict,
                split: str) -> list[tuple[str, int]]:
   """(text, label) pairs of one split."""
@@ -92,22 +109,14 @@ def read_split(data: ml_collections.ConfigDict,
           f'{path} not found: config.data.path must hold {split}.tsv with '
           f'lines "text<TAB>label" (GLUE names its validation split dev: '
           f'set config.data.eval_split=dev).')
-    with open(path, encoding='utf-8') as f:
-      rows = [line.rstrip('\n').rsplit('\t', 1) for line in f if line.strip()]
-    if rows and len(rows[0]) == 2 and not rows[0][1].strip().isdigit():
-      rows = rows[1:]  # a header such as GLUE's "sentence<TAB>label"
-    bad = [i for i, row in enumerate(rows) if len(row) != 2 or
-           not row[1].strip().isdigit()]
-    if bad:
-      raise ValueError(f'{path}: line {bad[0] + 1} is not "text<TAB>label" '
-                       f'with an integer label ({len(bad)} such lines).')
-    return [(text, int(label)) for text, label in rows]
+    return _read_tsv(path)
   if data.source == 'tfds':
     from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    return [(text, int(label)) for text, label in tfds_source.load_features(
+    rows = tfds_source.load_features(
         data.tfds_name, split, data.tfds_data_dir or None,
         ('sentence', 'label'),
-        max_examples=data.max_examples_per_split or None)]
+        max_examples=data.max_examples_per_split or None)
+    return [(sentence, int(label)) for sentence, label in rows]
   raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
                    f"'tsv' or 'tfds'.")
 

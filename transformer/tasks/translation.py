@@ -79,6 +79,7 @@ def read_split(data: ml_collections.ConfigDict, split: str) -> Pairs:
   """(source, target) sentence pairs of one split of the configured corpus."""
   if data.source == 'offline':
     from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
+    base.check_split(split, ('train', 'validation', 'test'), 'offline pairs')
     return offline_mt.splits(data.num_train, data.num_eval, data.num_test,
                              seed=data.seed,
                              max_clauses=data.max_clauses)[split]
