@@ -222,12 +222,15 @@ def test_allowed_changes_apply_on_resume(trained, tmp_path, capsys):
 def test_damaged_progress_file_is_reported_and_training_goes_on(
     trained, tmp_path, capsys):
   workdir = copy_of(trained, tmp_path)
+  tokens_at_4 = workdir_lib.load_progress(str(workdir))['tokens']
   (workdir / 'progress.json').write_text('{"step": 4, "train_')  # cut short
+  assert workdir_lib.load_progress(str(workdir)) == {}
+  assert 'progress.json is damaged' in capsys.readouterr().out
   train.train_and_evaluate(tiny_config(steps=6), str(workdir))
-  out = capsys.readouterr().out
-  assert 'progress.json is damaged' in out and 'step 6/6' in out
+  assert 'step 6/6' in capsys.readouterr().out
+  # The counts go on from those checkpoint 4 holds.
   progress = workdir_lib.load_progress(str(workdir))
-  assert progress['step'] == 6 and progress['train_seconds'] > 0
+  assert progress['step'] == 6 and progress['tokens'] > tokens_at_4
   assert not [n for n in os.listdir(workdir) if n.endswith('.tmp')]
 
 
@@ -348,22 +351,3 @@ def test_unknown_nonfinite_policy_is_refused(tmp_path):
   config.train.nonfinite = 'ignore'
   with pytest.raises(ValueError, match="'stop', 'skip'"):
     train.train_and_evaluate(config, str(tmp_path))
-
-
-def test_full_disk_while_saving_keeps_the_last_checkpoint(tmp_path,
-                                                          monkeypatch):
-  import errno  # pylint: disable=g-import-not-at-top
-  save = checkpoints.save
-
-  def failing_save(mngr, step, params, opt_state):
-    if step == 4:
-      raise OSError(errno.ENOSPC, 'No space left on device')
-    save(mngr, step, params, opt_state)
-  monkeypatch.setattr(checkpoints, 'save', failing_save)
-  with pytest.raises(OSError, match=r'Writing checkpoint 4 .* No space left '
-                     r'on device\. The last complete checkpoint \(2\) is '
-                     r'intact'):
-    train.train_and_evaluate(tiny_config(steps=6), str(tmp_path))
-  mngr = checkpoints.manager(str(tmp_path), read_only=True)
-  assert mngr.all_steps() == [2]
-  assert mngr.restore(2)['params']

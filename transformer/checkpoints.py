@@ -1,15 +1,21 @@
 """Orbax checkpoints of the train state: saving, restoring the latest one
 that really restores (resume), averaging, and warm starts.
 
-A checkpoint holds two items, 'params' and 'opt_state', under
-`workdir/checkpoints/<step>`. The data position is the step itself: the
-input pipelines are deterministic functions of (seed, step).
+A checkpoint holds three items under `workdir/checkpoints/<step>`: 'params',
+'opt_state' and 'progress' (the training seconds and units counted up to
+that step), and `checksums.json`, a digest of every file recorded once the
+asynchronous write is complete and verified on restore. The data position is
+the step itself: the input pipelines are deterministic functions of (seed,
+step).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
+import re
 import shutil
 from typing import Any, Iterator, Sequence
 
@@ -19,7 +25,11 @@ from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 
+from transformer.data import files
+
 ITEMS = ('params', 'opt_state')
+PROGRESS = 'progress'
+CHECKSUMS = 'checksums.json'
 
 
 def directory(workdir: str) -> str:
@@ -33,18 +43,156 @@ def exist(workdir: str) -> bool:
                                        for name in os.listdir(folder))
 
 
+class WriteFailed(OSError):
+  """A checkpoint could not be written (full disk, lost permissions, the
+  folder replaced): the run stops, its last complete checkpoint intact."""
+
+
+class Manager(ocp.CheckpointManager):
+  """Orbax's manager, with asynchronous write failures made plain.
+
+  A write that fails in orbax's background threads surfaces at the next
+  save, at `raise_write_errors` (each log step) or at the final wait, as one
+  `WriteFailed` naming the step that failed, the cause and the last complete
+  checkpoint; its temporary folder is removed. Each finished write gets its
+  checksums recorded.
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)
+    self._pending: int | None = None  # the step being written
+    self._failed = False
+
+  def save(self, step: int, *args, **kwargs) -> bool:
+    self.wait_until_finished()  # the previous write's failure is its own
+    try:
+      saved = super().save(step, *args, **kwargs)
+    except WriteFailed:
+      raise
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._write_failed(step, e) from e
+    self._pending = step
+    return saved
+
+  def wait_until_finished(self) -> None:
+    if self._failed:  # orbax would raise the same failure again
+      return
+    step, self._pending = self._pending, None
+    try:
+      super().wait_until_finished()
+      if step is not None and jax.process_index() == 0:
+        record_checksums(os.path.join(self.directory, str(step)))
+    except Exception as e:  # pylint: disable=broad-except
+      raise self._write_failed(step, e) from e
+
+  def raise_write_errors(self) -> None:
+    """Raises `WriteFailed` if a write in progress has already failed."""
+    if self._failed or self._pending is None:
+      return
+    try:
+      self.check_for_errors()
+    except Exception:  # pylint: disable=broad-except
+      self.wait_until_finished()  # raises it with its step
+      raise
+
+  def _write_failed(self, step: int | None, error: Exception) -> WriteFailed:
+    self._failed = True
+    folder = os.fspath(self.directory)
+    complete = []
+    if os.path.isdir(folder):
+      for name in os.listdir(folder):
+        if (jax.process_index() == 0 and step is not None
+            and name.startswith(f'{step}.orbax-checkpoint-tmp')):
+          shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
+        elif name.isdigit() and int(name) != step:
+          complete.append(int(name))
+    last = (f'checkpoint {max(complete)} is intact: rerun to resume from it'
+            if complete else 'no checkpoint was completed before')
+    return WriteFailed(
+        f'Writing checkpoint {step} into {folder} failed: '
+        f'{_cause(error)}. The run stopped; {last}. Free space or fix the '
+        f'storage first.')
+
+
+def _cause(error: BaseException) -> str:
+  """The root cause of a failed write, in words: the OS error ('No space
+  left on device') where one is in the chain or in TensorStore's text
+  ("... [os_error_code='28']"), else the first line."""
+  seen = error
+  while seen is not None:
+    code = seen.errno if isinstance(seen, OSError) else None
+    match = re.search(r"os_error_code='(\d+)'|\[Errno (\d+)\]", str(seen))
+    if code or match:
+      return os.strerror(code or int(match.group(1) or match.group(2)))
+    seen = seen.__cause__ or seen.__context__
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else type(error).__name__
+
+
 def manager(workdir: str, *, max_to_keep: int | None = None,
-            read_only: bool = False) -> ocp.CheckpointManager:
+            read_only: bool = False) -> Manager:
   """Checkpoint manager of a workdir; writes asynchronously."""
   options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, create=not read_only, read_only=read_only,
       enable_async_checkpointing=not read_only)
   # Orbax writes each checkpoint into a temporary folder and renames it
   # when every process has finished: an interrupted write is never listed.
-  return ocp.CheckpointManager(
-      directory(workdir), options=options,
-      item_handlers={name: ocp.StandardCheckpointHandler()
-                     for name in ITEMS})
+  handlers = {name: ocp.StandardCheckpointHandler() for name in ITEMS}
+  handlers[PROGRESS] = ocp.JsonCheckpointHandler()
+  return Manager(directory(workdir), options=options,
+                 item_handlers=handlers)
+
+
+# -- Checksums ----------------------------------------------------------------
+
+
+def _digests(folder: str) -> dict[str, str]:
+  """{path relative to `folder`: blake2b digest} of every file in it."""
+  digests = {}
+  for root, _, names in os.walk(folder):
+    for name in names:
+      path = os.path.join(root, name)
+      relative = os.path.relpath(path, folder)
+      if relative == CHECKSUMS:
+        continue
+      digest = hashlib.blake2b(digest_size=16)
+      with open(path, 'rb') as f:
+        while chunk := f.read(1 << 22):
+          digest.update(chunk)
+      digests[relative] = digest.hexdigest()
+  return digests
+
+
+def record_checksums(folder: str) -> None:
+  """Writes `folder`/checksums.json for a finished checkpoint (TensorStore
+  and orbax store no checksum: flipped bytes would restore silently)."""
+  files.write_atomically(os.path.join(folder, CHECKSUMS),
+                         json.dumps(_digests(folder), indent=0))
+
+
+def verify_checksums(folder: str) -> None:
+  """Checks a checkpoint's files against its checksums.json (checkpoints
+  written before checksums were recorded pass unchecked).
+
+  Raises:
+    ValueError: naming the files that changed or went missing.
+  """
+  path = os.path.join(folder, CHECKSUMS)
+  if not os.path.exists(path):
+    return
+  with open(path, encoding='utf-8') as f:
+    try:
+      expected = json.load(f)
+    except ValueError as e:
+      raise ValueError(f'{path} is damaged ({e})') from e
+  found = _digests(folder)
+  changed = sorted(name for name, digest in expected.items()
+                   if found.get(name) != digest)
+  if changed:
+    shown = ', '.join(changed[:3]) + (f' and {len(changed) - 3} more'
+                                      if len(changed) > 3 else '')
+    raise ValueError(f'{len(changed)} of its files changed or went missing '
+                     f'since it was written (checksum mismatch: {shown})')
 
 
 @contextlib.contextmanager
@@ -83,10 +231,28 @@ def set_aside(workdir: str, step: int) -> str:
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params: Any,
-         opt_state: Any) -> None:
+         opt_state: Any, progress: dict[str, float] | None = None) -> None:
+  """Starts writing checkpoint `step` (asynchronously); `progress` holds
+  the training seconds and units counted up to it."""
   mngr.save(step, args=ocp.args.Composite(
       params=ocp.args.StandardSave(params),
-      opt_state=ocp.args.StandardSave(opt_state)))
+      opt_state=ocp.args.StandardSave(opt_state),
+      **{PROGRESS: ocp.args.JsonSave(dict(progress or {}))}))
+
+
+def saved_progress(mngr: ocp.CheckpointManager, step: int
+                   ) -> dict[str, float] | None:
+  """The counts checkpoint `step` holds (None for checkpoints written
+  before they were kept there)."""
+  if not os.path.isdir(os.path.join(mngr.directory, str(step), PROGRESS)):
+    return None
+  return dict(mngr.restore(step, args=ocp.args.Composite(
+      **{PROGRESS: ocp.args.JsonRestore()}))[PROGRESS])
+
+
+def verified(mngr: ocp.CheckpointManager, step: int) -> None:
+  """Raises ValueError if checkpoint `step`'s files fail their checksums."""
+  verify_checksums(os.path.join(mngr.directory, str(step)))
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, abstract: dict[str, Any]
@@ -115,6 +281,7 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
                     len(steps), count)
   total = None
   for step in steps:
+    verified(mngr, step)
     params = restore(mngr, step, {'params': abstract_params})['params']
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     total = params if total is None else jax.tree.map(jnp.add, total, params)
@@ -128,17 +295,34 @@ def restore_params(workdir: str, abstract_params: Any, average: int = 1
   """The latest parameters of a workdir (or the mean of its last `average`
   checkpoints) onto the shardings of `abstract_params`, and the step."""
   mngr = manager(workdir, read_only=True)
-  step = mngr.latest_step()
-  if step is None:
+  if mngr.latest_step() is None:
     raise FileNotFoundError(
         f'No checkpoint in {directory(workdir)}; train first: python -m '
         f'transformer.main --workdir={workdir}')
   if average > 1:
-    params, _ = averaged_params(mngr, abstract_params, average)
+    params, steps = averaged_params(mngr, abstract_params, average)
+    step = steps[-1]
   else:
+    step = _latest_intact(mngr)
     params = restore(mngr, step, {'params': abstract_params})['params']
   mngr.close()
   return params, step
+
+
+def _latest_intact(mngr: ocp.CheckpointManager) -> int:
+  """The latest step whose files pass their checksums; damaged newer ones
+  are reported (and left in place: reading never moves checkpoints)."""
+  steps = sorted(mngr.all_steps(), reverse=True)
+  for step in steps:
+    try:
+      verified(mngr, step)
+      return step
+    except ValueError as e:
+      print(f'Checkpoint {step} in {mngr.directory} is damaged: {e}; '
+            f'trying the one before.', flush=True)
+  raise ValueError(f'Every checkpoint in {mngr.directory} is damaged '
+                   f'(steps {steps}); retrain, or restore the files from a '
+                   f'copy.')
 
 
 # -- Resuming -----------------------------------------------------------------
@@ -185,13 +369,13 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
                    abstract: dict[str, Any],
                    changes: dict[str, tuple[Any, Any]]
                    ) -> tuple[dict[str, Any] | None, int]:
-  """The items of the latest checkpoint that restores, and its step
-  ((None, 0) when there is none).
+  """The items of the latest checkpoint that restores, with its 'progress'
+  (None if it holds none), and its step ((None, 0) when there is none).
 
-  A checkpoint that cannot be read (truncated or missing files) is reported
-  and the one before it is tried; once one restores, the unreadable newer
-  ones are set aside under workdir/unreadable_checkpoints/ (so the run can
-  save those steps again). If none restores, nothing is moved. A checkpoint
+  A checkpoint that cannot be read (truncated, missing or changed files) is
+  reported and the one before it is tried; once one restores, the
+  unreadable newer ones are set aside under workdir/unreadable_checkpoints/
+  (so the run can save those steps again). If none restores, nothing is moved. A checkpoint
   of another model is refused (`check_shapes`; `changes` are the config
   fields that changed since, for the message).
   """
@@ -204,7 +388,9 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
         pass  # unreadable metadata: the restore below says why
       else:
         check_shapes(mngr, step, abstract['params'], changes)
+      verified(mngr, step)
       restored = restore(mngr, step, abstract)
+      restored[PROGRESS] = saved_progress(mngr, step)
     except IncompatibleCheckpoint:
       raise
     except Exception as e:  # pylint: disable=broad-except

@@ -210,21 +210,29 @@ class Trainer:
 class _TrainLog:
   """Periodic train metrics: console, TensorBoard, and progress.json.
 
-  progress.json keeps the training seconds and units (e.g. target tokens)
-  across resumes, as of the last log line before each checkpoint.
+  The training seconds and units (e.g. target tokens), as of the last log
+  line before each checkpoint, are saved in the checkpoint (restored with
+  its step on resume) and in progress.json (for reports).
   """
 
   def __init__(self, workdir: str, writer: metrics.MetricWriter, unit: str,
-               start: int, num_steps: int, schedule: optax.Schedule):
+               start: int, num_steps: int, schedule: optax.Schedule,
+               progress: dict[str, float] | None):
     self.workdir, self.writer, self.unit = workdir, writer, unit
     self.start, self.num_steps, self.schedule = start, num_steps, schedule
     self.run_start = self.window_start = time.time()
     self.sums, self.steps = None, 0
     self.progress = collections.defaultdict(float)
-    saved = workdir_lib.load_progress(workdir) if start else {}
+    if progress is not None:  # the counts of the checkpoint resumed
+      self.progress.update(progress)
+    elif start:  # a checkpoint from before they were kept there
+      self._progress_from_file(start)
+
+  def _progress_from_file(self, start: int) -> None:
+    saved = workdir_lib.load_progress(self.workdir)
     if saved.pop('step', None) == start:
       self.progress.update(saved)
-    elif start and saved:
+    elif saved:
       print(f'progress.json is not of checkpoint {start} (an interrupted '
             f'save): training time and token counts start again from here.',
             flush=True)
@@ -275,25 +283,18 @@ class _TrainLog:
           f'{_format_time(eta)}', flush=True)
     self.sums, self.steps, self.window_start = None, 0, now
 
-  def save_progress(self, step: int) -> None:
+  def save(self, mngr, step: int, state: TrainState) -> None:
+    """Starts writing checkpoint `step` with the counts so far."""
+    checkpoints.save(mngr, step, state.params, state.opt_state,
+                     self.progress)
     workdir_lib.save_progress(self.workdir, {'step': step, **self.progress})
 
 
-def _save(mngr, step: int, state: TrainState, workdir: str) -> None:
-  try:
-    checkpoints.save(mngr, step, state.params, state.opt_state)
-  except OSError as e:
-    raise OSError(
-        f'Writing checkpoint {step} into {checkpoints.directory(workdir)} '
-        f'failed: {e.strerror or e}. The last complete checkpoint '
-        f'({mngr.latest_step()}) is intact; free space or fix the storage '
-        f'and rerun to resume from it.') from e
-
-
 def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
-                           ) -> tuple[TrainState, int]:
+                           ) -> tuple[TrainState, int, dict | None]:
   """The state of the workdir's latest good checkpoint, or a new one
-  (warm-started from `config.train.init_from` when set)."""
+  (warm-started from `config.train.init_from` when set), its step and the
+  training counts it holds."""
   config = trainer.config
   changes = workdir_lib.config_changes(workdir, config)
   if mngr.all_steps():
@@ -304,11 +305,13 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
   workdir_lib.save_config(config, workdir)
   if start:
     logging.info('Resumed from %s at step %d.', mngr.directory, start)
-    return TrainState(step=jnp.asarray(start, jnp.int32), **restored), start
+    progress = restored.pop(checkpoints.PROGRESS)
+    return (TrainState(step=jnp.asarray(start, jnp.int32), **restored),
+            start, progress)
   state = trainer.initialise()
   if config.train.init_from:
     state = state.replace(params=warm_start(trainer, state.params))
-  return state, 0
+  return state, 0, None
 
 
 def warm_start(trainer: Trainer, params: Any) -> Any:
@@ -324,13 +327,13 @@ def warm_start(trainer: Trainer, params: Any) -> Any:
 
 
 def _train(trainer: Trainer, state: TrainState, start: int, mngr,
-           writer: metrics.MetricWriter
+           writer: metrics.MetricWriter, progress: dict[str, float] | None
            ) -> tuple[TrainState, dict[str, float]]:
   """Steps start + 1 .. num_steps with their logs, checkpoints and
   evaluations; returns the state and the last evaluation."""
   train_cfg, workdir = trainer.config.train, trainer.workdir
   log = _TrainLog(workdir, writer, trainer.task.unit, start,
-                  train_cfg.num_steps, trainer.schedule)
+                  train_cfg.num_steps, trainer.schedule, progress)
   monitor = faults.NonFiniteMonitor(train_cfg.nonfinite,
                                     train_cfg.max_consecutive_skips, workdir)
   batches = trainer.task.train_iter(start)
@@ -348,10 +351,10 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
       preempted = signals.stop_requested(mngr, step)
       if step % train_cfg.log_every == 0 or last or preempted:
         log.write(step)
+        mngr.raise_write_errors()
       if step % train_cfg.checkpoint_every == 0 or last or preempted:
         monitor.flush()  # never checkpoint past an unjudged step
-        _save(mngr, step, state, workdir)
-        log.save_progress(step)
+        log.save(mngr, step, state)
       if preempted:
         mngr.wait_until_finished()
         mngr.close()
@@ -406,14 +409,14 @@ def _train_and_evaluate(config: ml_collections.ConfigDict,
   trainer = Trainer(config, workdir)
   mngr = checkpoints.manager(workdir,
                              max_to_keep=config.train.keep_checkpoints)
-  state, start = _restore_or_initialise(trainer, mngr, workdir)
+  state, start, progress = _restore_or_initialise(trainer, mngr, workdir)
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'Model: {num_params:,} parameters; mesh {dict(trainer.mesh.shape)}; '
         f'workdir {workdir}', flush=True)
   writer = metrics.MetricWriter(workdir)
   with sharding.active(trainer.mesh, trainer.rules), \
       checkpoints.finish_writes_on_error(mngr):
-    state, result = _train(trainer, state, start, mngr, writer)
+    state, result = _train(trainer, state, start, mngr, writer, progress)
   if not result:  # resumed a finished run: evaluate what it ended with
     result = trainer.evaluate(state.params, f'step{start}')
   mngr.wait_until_finished()

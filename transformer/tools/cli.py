@@ -2,8 +2,8 @@
 --config field with a message, and one meaning for exit codes:
 
    0  done
-   1  the run failed: training stopped on non-finite values (the message
-      says what to change)
+   1  the run failed: training stopped on non-finite values, or a
+      checkpoint could not be written (the message says what to change)
    2  user error: bad flags, config, input file or workdir (the message says
       what to fix)
   66  missing input: a dataset, file, workdir or checkpoint that is not
@@ -16,7 +16,9 @@ Errors end with 'Error: <message>' instead of a traceback from inside JAX;
 
 The console shows the commands' own lines and warnings; libraries' INFO
 logs (orbax's checkpointing, JAX's backends, ...) stay off it, and go to
-WORKDIR/logs/ for training runs. `--verbosity=0` shows them again.
+WORKDIR/logs/ for training runs. So do orbax's warnings and errors: the
+checkpoint code reports every failure itself, in one line (`checkpoints`).
+`--verbosity=0` shows them all again.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ import functools
 import logging as std_logging
 import os
 import sys
+import threading
 from typing import Callable
 
 from absl import app
 from absl import flags
 from absl import logging
 
+from transformer import checkpoints
 from transformer import faults
 
 RUN_FAILED = 1
@@ -56,16 +60,57 @@ def quiet_console() -> None:
   """Keeps INFO log lines off the console (warnings and errors still show),
   unless --verbosity was given."""
   if not flags.FLAGS['verbosity'].present:
-    logging.get_absl_handler().setLevel(std_logging.WARNING)
+    handler = logging.get_absl_handler()
+    handler.setLevel(std_logging.WARNING)
+    handler.addFilter(_not_from_orbax)
+
+
+def _not_from_orbax(record: std_logging.LogRecord) -> bool:
+  """Orbax logs a background write's failure several times, with thread
+  tracebacks; `checkpoints.Manager` reports it once, in words."""
+  return f'{os.sep}orbax{os.sep}' not in record.pathname
 
 
 def log_to_file(path: str) -> None:
   """Also writes every log line from INFO up to `path` (e.g. a training
   run's WORKDIR/logs/train.log), which keeps what the console leaves out."""
   os.makedirs(os.path.dirname(path), exist_ok=True)
-  handler = std_logging.FileHandler(path, encoding='utf-8')
+  handler = _LogFile(path, encoding='utf-8')
   handler.setFormatter(logging.PythonFormatter())
   std_logging.getLogger().addHandler(handler)
+
+
+class _LogFile(std_logging.FileHandler):
+  """A log file that, once it cannot be written (a full disk), says so in
+  one line and stops, instead of a traceback for every log line."""
+
+  def handleError(self, record: std_logging.LogRecord) -> None:
+    error = sys.exc_info()[1]
+    std_logging.getLogger().removeHandler(self)
+    print(f'Warning: cannot write the log file {self.baseFilename} '
+          f'({getattr(error, "strerror", None) or error}); it stops here.',
+          file=sys.stderr, flush=True)
+
+
+class _MainThreadStderr:
+  """sys.stderr for the main thread; what other threads print there goes to
+  the log. After a failed checkpoint write, TensorStore's callbacks print a
+  traceback per pending write from orbax's threads ('Event loop is
+  closed'); the failure itself is reported once, by `checkpoints.Manager`."""
+
+  def __init__(self, stream):
+    self._stream = stream
+
+  def write(self, text: str) -> int:
+    if threading.current_thread() is threading.main_thread():
+      return self._stream.write(text)
+    if text.strip():
+      logging.info('stderr of thread %s: %s',
+                    threading.current_thread().name, text.rstrip())
+    return len(text)
+
+  def __getattr__(self, name):
+    return getattr(self._stream, name)
 
 
 def handle_errors(main: Callable[[list[str]], None]
@@ -76,6 +121,7 @@ def handle_errors(main: Callable[[list[str]], None]
   @functools.wraps(main)
   def wrapped(argv):
     quiet_console()
+    sys.stderr = _MainThreadStderr(sys.stderr)
     try:
       return main(argv)
     except faults.Preempted as e:
@@ -83,7 +129,7 @@ def handle_errors(main: Callable[[list[str]], None]
       sys.exit(PREEMPTED)
     except FileNotFoundError as e:  # also a TFDS dataset not prepared
       _exit(MISSING_INPUT, e)
-    except FloatingPointError as e:
+    except (FloatingPointError, checkpoints.WriteFailed) as e:
       _exit(RUN_FAILED, e)
     except (OSError, ValueError, app.UsageError) as e:
       _exit(USER_ERROR, e)
