@@ -1,5 +1,10 @@
 """The original vision_transformer .npz checkpoints (no torch needed): a file
-written with the original names and shapes loads into our ViT."""
+written with the original names and shapes loads into our ViT; `convert`
+checks the converted tensors against the model and the written workdir by
+restoring it, and leaves nothing behind when a check fails."""
+
+import dataclasses
+import os
 
 import flax.linen as nn
 import jax
@@ -7,7 +12,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer import workdir as workdir_lib
 from transformer.interop import vit as vit_interop
+from transformer.interop import workdirs
 from transformer.models import vit
 
 
@@ -99,8 +106,6 @@ def test_npz_with_a_wrong_array_lists_it(checkpoint, tmp_path):
 
 def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
   from PIL import Image  # pylint: disable=g-import-not-at-top
-  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
   from transformer.tools import predict  # pylint: disable=g-import-not-at-top
   _, params, path = checkpoint
   workdir = str(tmp_path / 'converted')
@@ -115,3 +120,76 @@ def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
   assert predictions[0][1][0][0].startswith('class_')
   with pytest.raises(ValueError, match='already has checkpoints'):
     workdirs.convert('vit_npz', path, workdir)
+
+
+def _leftovers(folder):
+  """What a conversion left in `folder` (staging folders included)."""
+  return sorted(os.listdir(folder))
+
+
+def test_convert_refuses_tensors_that_do_not_fit_the_model(
+    checkpoint, tmp_path, monkeypatch):
+  config, params, path = checkpoint
+  wrong = {**params, 'head': {'kernel': np.zeros((config.d_model, 4)),
+                              'bias': params['head']['bias']},
+           'extra': {'kernel': np.zeros((2, 2))}}
+  monkeypatch.setattr(workdirs.vit_interop, 'load_npz',
+                      lambda *_: (config, wrong))
+  with pytest.raises(ValueError) as error:
+    workdirs.convert('vit_npz', path, str(tmp_path / 'converted'))
+  message = str(error.value)
+  assert 'head/kernel: converted (192, 4), the model has (192, 5)' in message
+  assert 'extra/kernel: not in the model (converted (2, 2))' in message
+  assert '\n' not in message
+  assert _leftovers(tmp_path) == []  # no workdir, no staging folder
+
+
+def test_convert_refuses_a_workdir_that_restores_otherwise(
+    checkpoint, tmp_path, monkeypatch):
+  _, _, path = checkpoint
+  restore = workdir_lib.restore
+
+  def perturbed(folder, **kwargs):
+    restored = restore(folder, **kwargs)
+    return dataclasses.replace(restored, params=jax.tree.map(
+        lambda x: x * 1.01, restored.params))
+
+  monkeypatch.setattr(workdir_lib, 'restore', perturbed)
+  with pytest.raises(workdirs.ConversionFailed,
+                     match='computes other logits'):
+    workdirs.convert('vit_npz', path, str(tmp_path / 'converted'))
+  assert _leftovers(tmp_path) == []
+
+
+def test_convert_refuses_a_workdir_that_does_not_restore(
+    checkpoint, tmp_path, monkeypatch):
+  _, _, path = checkpoint
+  monkeypatch.setattr(workdirs.checkpoints, 'save', lambda *_: None)
+  (tmp_path / 'converted').mkdir()  # an empty --output is fine
+  with pytest.raises(workdirs.ConversionFailed,
+                     match='does not restore .*No checkpoint'):
+    workdirs.convert('vit_npz', path, str(tmp_path / 'converted'))
+  assert _leftovers(tmp_path) == ['converted']
+  assert _leftovers(tmp_path / 'converted') == []
+
+
+def test_convert_refuses_an_output_that_is_not_empty(checkpoint, tmp_path):
+  _, _, path = checkpoint
+  (tmp_path / 'notes.txt').write_text('mine')
+  with pytest.raises(ValueError, match='is not empty'):
+    workdirs.convert('vit_npz', path, str(tmp_path))
+  assert _leftovers(tmp_path) == ['notes.txt']
+
+
+def test_a_one_channel_vit_converts_with_its_channels(tmp_path):
+  config = vit.config_for('mu/8', image_size=16, num_classes=3,
+                          num_channels=1)
+  params = nn.unbox(vit.VisionTransformer(config).init(
+      jax.random.key(0), jnp.ones((1, 16, 16, 1)),
+      deterministic=True))['params']
+  path = tmp_path / 'gray.npz'
+  np.savez(path, **original_arrays(params, config.num_layers))
+  workdirs.convert('vit_npz', str(path), str(tmp_path / 'converted'))
+  restored = workdir_lib.restore(str(tmp_path / 'converted'))
+  assert restored.task.model_config.num_channels == 1
+  assert restored.params['embedding']['kernel'].shape == (8, 8, 1, 32)

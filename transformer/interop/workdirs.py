@@ -8,17 +8,24 @@ tools work on it as on a trained run: Marian (OPUS-MT) -> translate; GPT-2
 (`google/vit-*`, or the original .npz) -> predict, and
 `--config.train.init_from=WORKDIR` fine-tunes it. `python -m
 transformer.tools.convert` is the command.
+
+A workdir is written into a staging folder beside it and checked there
+(`write_workdir`: tensor shapes against the model, then a restore and a
+forward pass); only a workdir that passes takes its place.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 
 from transformer import checkpoints
 from transformer import configs
@@ -31,6 +38,9 @@ from transformer.interop import gpt2
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
 from transformer.interop import vocabularies
+from transformer.models import encoder
+from transformer.models import encoder_decoder
+from transformer.models import vit
 from transformer.tasks import image_classification
 from transformer.tasks import language_modeling
 from transformer.tasks import masked_language_modeling
@@ -86,32 +96,151 @@ def bert_experiment(config) -> ml_collections.ConfigDict:
   return experiment
 
 
+class ConversionFailed(ValueError):
+  """A converted workdir that did not restore to the converted model."""
+
+
 def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
                   params: Any, write_task_files: Callable[[str], None]
                   ) -> None:
-  """config.json, the task's files (`write_task_files(workdir)`) and
+  """config.json, the task's files (`write_task_files(folder)`) and
   checkpoint 0 (with the experiment's optimizer state, freshly initialised,
-  so that training can go on in the workdir)."""
+  so that training can go on in the workdir), written into a staging folder
+  beside `workdir` and checked there: every converted tensor against the
+  shapes of the model's initialisation before the checkpoint is written,
+  then the written workdir restored and its forward pass compared with the
+  converted parameters'. Only a workdir that passes becomes `workdir`; a
+  failure leaves nothing there.
+
+  Raises:
+    ValueError: `workdir` is not new or empty, or the converted tensors do
+      not fit the model (each path named with both shapes).
+    ConversionFailed: the written workdir does not restore, or computes
+      something else than the converted parameters.
+  """
   if checkpoints.exist(workdir):
     raise ValueError(f'{workdir} already has checkpoints; convert into a new '
                      f'--output.')
-  os.makedirs(workdir, exist_ok=True)
-  write_task_files(workdir)
-  workdir_lib.save_config(experiment, workdir)
-  trainer = train.Trainer(experiment, workdir)
+  if os.path.isdir(workdir) and os.listdir(workdir):
+    raise ValueError(f'{workdir} is not empty; convert into a new (or empty) '
+                     f'--output.')
+  parent = os.path.dirname(os.path.abspath(workdir))
+  os.makedirs(parent, exist_ok=True)
+  staging = tempfile.mkdtemp(
+      prefix=f'.{os.path.basename(os.path.abspath(workdir))}.converting-',
+      dir=parent)
+  try:
+    _write_checked(staging, experiment, params, write_task_files)
+    os.replace(staging, workdir)  # onto nothing, or an empty folder
+  except BaseException:
+    shutil.rmtree(staging, ignore_errors=True)
+    raise
+
+
+def _write_checked(folder: str, experiment: ml_collections.ConfigDict,
+                   params: Any, write_task_files: Callable[[str], None]
+                   ) -> None:
+  """`write_workdir` into `folder`, with its checks."""
+  write_task_files(folder)
+  workdir_lib.save_config(experiment, folder)
+  trainer = train.Trainer(experiment, folder)
+  fresh = check_shapes(params, trainer.abstract.params)
+  if fresh:  # e.g. the pooler of a BertForMaskedLM checkpoint
+    print(f'Not in the checkpoint, initialised: {", ".join(fresh)}.')
   with sharding.active(trainer.mesh, trainer.rules):
     state = trainer.initialise()
-    fresh = sorted(set(state.params) - set(params))
-    if fresh:  # e.g. the pooler of a BertForMaskedLM checkpoint
-      print(f'Not in the checkpoint, initialised: {", ".join(fresh)}.')
     params = {**{k: state.params[k] for k in fresh}, **params}
     converted = jax.tree.map(
         lambda new, old: jax.device_put(jnp.asarray(new, old.dtype),
                                         old.sharding), params, state.params)
-  mngr = checkpoints.manager(workdir)
+    expected = probe(trainer.task, converted)
+  mngr = checkpoints.manager(folder)
   checkpoints.save(mngr, 0, converted, state.opt_state)
   mngr.wait_until_finished()
   mngr.close()
+  check_round_trip(folder, expected)
+
+
+def _flat(tree: Any) -> dict[str, Any]:
+  """path ('encoder/layer_0/mlp/wi/kernel') -> leaf."""
+  leaves, _ = jax.tree_util.tree_flatten_with_path(tree)
+  return {'/'.join(str(getattr(key, 'key', key)) for key in path): leaf
+          for path, leaf in leaves}
+
+
+def check_shapes(params: dict[str, Any], abstract: dict[str, Any]
+                 ) -> list[str]:
+  """Checks every converted tensor against the model's initialisation
+  (`abstract`, shapes only); returns the model's top-level entries the
+  checkpoint lacks entirely, which are initialised instead (a pooler).
+
+  Raises:
+    ValueError: naming each tensor whose shape differs (with both shapes),
+      that the model lacks, or that is missing from an entry the checkpoint
+      has.
+  """
+  fresh = sorted(set(abstract) - set(params))
+  model = _flat({k: v for k, v in abstract.items() if k not in fresh})
+  ours = _flat(params)
+  shape = lambda x: tuple(np.shape(x))
+  problems = [f'{path}: converted {shape(ours[path])}, the model has '
+              f'{shape(model[path])}'
+              for path in sorted(model.keys() & ours.keys())
+              if shape(ours[path]) != shape(model[path])]
+  problems += [f'{path}: missing (the model has {shape(model[path])})'
+               for path in sorted(model.keys() - ours.keys())]
+  problems += [f'{path}: not in the model (converted {shape(ours[path])})'
+               for path in sorted(ours.keys() - model.keys())]
+  if problems:
+    raise ValueError('The converted tensors do not fit the model, nothing '
+                     'was written: ' + '; '.join(problems))
+  return fresh
+
+
+def probe(task: Any, params: Any) -> np.ndarray:
+  """The model's logits for a few fixed tokens (or one fixed image): what
+  the round trip compares."""
+  c, model = task.model_config, task.model
+  if isinstance(c, vit.Config):
+    shape = (1, c.image_size, c.image_size, c.num_channels)
+    images = jnp.linspace(-1, 1, int(np.prod(shape))).reshape(shape)
+    return np.asarray(model.apply({'params': params}, images,
+                                  deterministic=True))
+  tokens = jnp.arange(1, 8)[None] % c.vocab_size
+  if isinstance(c, encoder_decoder.Config):
+    logits = model.apply({'params': params}, tokens, tokens,
+                         deterministic=True)
+  elif isinstance(c, encoder.Config):
+    logits = model.apply({'params': params}, tokens, deterministic=True,
+                         method='mlm_logits')
+  else:
+    logits = model.apply({'params': params}, tokens, deterministic=True)
+  return np.asarray(logits)
+
+
+def check_round_trip(folder: str, expected: np.ndarray) -> None:
+  """Restores the written workdir as the tools do and compares its
+  `probe` with the converted parameters' (`expected`).
+
+  Raises:
+    ConversionFailed: the workdir does not restore, or computes otherwise.
+  """
+  try:
+    restored = workdir_lib.restore(folder)
+    with restored.active():
+      found = probe(restored.task, restored.params)
+  except Exception as e:  # pylint: disable=broad-except
+    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    raise ConversionFailed(f'The converted workdir does not restore '
+                           f'({reason}); nothing was written.') from e
+  if found.shape != expected.shape or not np.allclose(
+      found, expected, rtol=1e-5, atol=1e-5):
+    difference = (np.abs(found - expected).max()
+                  if found.shape == expected.shape else 'shape')
+    raise ConversionFailed(
+        f'The converted workdir, restored, computes other logits than the '
+        f'converted parameters (largest difference {difference}); nothing '
+        f'was written.')
 
 
 def convert(kind: str, source: str, workdir: str, *,
@@ -146,7 +275,7 @@ def _write_vit(workdir: str, config, params, labels: dict) -> str:
   def dataset_file(workdir):
     with open(os.path.join(workdir, image_classification.DATASET_FILE),
               'w') as f:
-      json.dump({'classes': class_names, 'channels': 3}, f)
+      json.dump({'classes': class_names, 'channels': config.num_channels}, f)
 
   write_workdir(workdir, vit_experiment(config), params, dataset_file)
   return (f'{config.num_layers} layers, width {config.d_model}, '

@@ -11,6 +11,12 @@ ViT (`google/vit-*`, or the original .npz) -> `python -m
 transformer.tools.predict --workdir=WORKDIR`, and
 `--config.train.init_from=WORKDIR` fine-tunes it (at another resolution or
 on other classes). See `transformer/interop/workdirs.py`.
+
+A config field the model cannot follow exactly is refused by name (the
+loaders' docstrings list every field). Before it reports success, convert
+checks every converted tensor against the model's shapes and restores the
+written workdir, comparing its logits with the converted parameters'; a
+failure exits non-zero and leaves no workdir at --output.
 """
 
 from absl import flags
