@@ -193,3 +193,72 @@ def test_a_one_channel_vit_converts_with_its_channels(tmp_path):
   restored = workdir_lib.restore(str(tmp_path / 'converted'))
   assert restored.task.model_config.num_channels == 1
   assert restored.params['embedding']['kernel'].shape == (8, 8, 1, 32)
+
+
+DENSE_0 = 'Transformer/encoderblock_1/MlpBlock_3/Dense_0/'
+
+
+def _damaged(arrays, case, path):
+  """Writes the checkpoint's arrays with one `case` of damage to `path`;
+  returns the array the refusal must name."""
+  arrays = dict(arrays)
+  if case == 'missing':
+    del arrays[DENSE_0 + 'bias']
+  elif case == 'extra':
+    arrays['Transformer/stray/kernel'] = np.zeros((2, 2), np.float32)
+  elif case == 'wrong shape':
+    arrays[DENSE_0 + 'bias'] = np.zeros(3, np.float32)
+  elif case == 'object array':
+    arrays[DENSE_0 + 'bias'] = np.asarray([{'run': 'code'}], dtype=object)
+  elif case == 'integer array':
+    arrays[DENSE_0 + 'bias'] = np.zeros(768, np.int64)
+  elif case == 'missing config array':
+    del arrays['head/kernel']
+  np.savez(path, **arrays)
+  if case == 'extra':
+    return 'Transformer/stray/kernel'
+  return 'head/kernel' if case == 'missing config array' else DENSE_0 + 'bias'
+
+
+@pytest.mark.parametrize('case', ['missing', 'extra', 'wrong shape',
+                                  'object array', 'integer array',
+                                  'missing config array'])
+def test_a_damaged_npz_is_refused_naming_the_file_and_the_array(
+    checkpoint, tmp_path, case):
+  _, _, path = checkpoint
+  with np.load(path) as data:
+    arrays = dict(data)
+  broken = tmp_path / 'broken.npz'
+  named = _damaged(arrays, case, broken)
+  with pytest.raises(ValueError) as error:
+    vit_interop.load_npz(str(broken))
+  message = str(error.value)
+  assert message.startswith(str(broken)) and named in message, message
+  assert '\n' not in message
+
+
+@pytest.mark.parametrize('content', [b'<html>not found</html>', b'PK\x03\x04',
+                                     'npy', 'cut short', 'bytes flipped'])
+def test_a_file_that_is_not_an_npz_is_refused_naming_it(checkpoint, tmp_path,
+                                                        content):
+  _, _, path = checkpoint
+  broken = tmp_path / 'broken.npz'
+  if content == 'npy':
+    with open(broken, 'wb') as f:
+      np.save(f, np.zeros(3, np.float32))
+  elif content == 'cut short':
+    with open(path, 'rb') as f:
+      broken.write_bytes(f.read()[:5000])
+  elif content == 'bytes flipped':  # inside the first array's data
+    with open(path, 'rb') as f:
+      data = bytearray(f.read())
+    data[200:204] = bytes(b ^ 0xff for b in data[200:204])
+    broken.write_bytes(bytes(data))
+  else:
+    broken.write_bytes(content)
+  with pytest.raises(ValueError) as error:
+    vit_interop.load_npz(str(broken))
+  assert str(error.value).startswith(str(broken))
+  assert '\n' not in str(error.value)
+  with pytest.raises(FileNotFoundError, match='nowhere.npz not found'):
+    vit_interop.load_npz(str(tmp_path / 'nowhere.npz'))

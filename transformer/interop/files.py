@@ -1,10 +1,14 @@
-"""Reading published checkpoints: safetensors only (pickled .bin files can
-run code when loaded), every tensor name and shape checked."""
+"""Reading published checkpoints: safetensors and .npz only, never
+unpickled (pickled .bin files can run code when loaded), every tensor name
+and shape checked, and a config.json's fields checked against what our
+models compute (`hf_config`)."""
 
 from __future__ import annotations
 
 import json
 import os
+import zipfile
+import zlib
 from typing import Any, Callable
 
 import numpy as np
@@ -139,10 +143,9 @@ def _load_safetensors(path: str) -> dict[str, np.ndarray]:
   try:
     return load_file(path)
   except safetensors.SafetensorError as e:
-    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-    raise ValueError(f'{path} is not a valid safetensors file ({reason}): '
-                     f'the file is damaged or cut short; download it '
-                     f'again.') from e
+    raise ValueError(f'{path} is not a valid safetensors file '
+                     f'({_first_line(e)}): the file is damaged or cut short; '
+                     f'download it again.') from e
 
 
 def _shard_paths(directory: str, index: str) -> list[str]:
@@ -177,6 +180,58 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
   raise FileNotFoundError(
       f'No model.safetensors or model.safetensors.index.json in {directory} '
       f'(only safetensors are read: pickled .bin checkpoints can run code).')
+
+
+def read_npz(path: str) -> dict[str, np.ndarray]:
+  """The arrays of an .npz checkpoint, never unpickled; a damaged file, an
+  array of Python objects (pickled) or of anything but floating point is
+  refused in one line naming the file and the array.
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: naming the file (and the array) and the problem.
+  """
+  if not os.path.isfile(path):
+    raise FileNotFoundError(f'{path} not found: give the path of the .npz '
+                            f'checkpoint.')
+  with open(path, 'rb') as f:
+    magic = f.read(6)
+  if magic.startswith(b'\x93NUMPY'):
+    raise ValueError(f'{path} holds a single array (.npy), not the named '
+                     f'arrays of an .npz checkpoint.')
+  if not magic.startswith((b'PK\x03\x04', b'PK\x05\x06')):
+    raise ValueError(f'{path} is not an .npz file (no zip header): the file '
+                     f'is damaged or another kind; download it again.')
+  try:
+    data = np.load(path, allow_pickle=False)  # never unpickle
+  except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
+    raise ValueError(f'{path} is not a valid .npz file ({_first_line(e)}): '
+                     f'the file is damaged or cut short; download it '
+                     f'again.') from e
+  with data:
+    return {name: _float_array(data, name, path) for name in data.files}
+
+
+def _float_array(data: Any, name: str, path: str) -> np.ndarray:
+  """One floating-point array of an open .npz, or an error naming it."""
+  try:
+    array = data[name]
+  except ValueError as e:  # object arrays need pickle
+    raise ValueError(f'{path}: array {name!r} holds Python objects, which '
+                     f'are never unpickled; re-save the checkpoint with '
+                     f'numeric arrays.') from e
+  except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise ValueError(f'{path}: array {name!r} cannot be read '
+                     f'({_first_line(e)}): the file is damaged or cut '
+                     f'short; download it again.') from e
+  if array.dtype.kind != 'f':
+    raise ValueError(f'{path}: array {name!r} has dtype {array.dtype}, not '
+                     f'floating point: it is not a parameter.')
+  return array
+
+
+def _first_line(error: BaseException) -> str:
+  return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def save_hf(directory: str, hf: dict, tensors: dict[str, np.ndarray]

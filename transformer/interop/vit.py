@@ -143,13 +143,32 @@ def load(directory: str) -> tuple[vit.Config, dict[str, Any]]:
 _BLOCK = 'Transformer/encoderblock_{}/'
 
 
+# The arrays whose shapes give the config, with their number of axes.
+_SIZED = {'embedding/kernel': 4, 'Transformer/posembed_input/pos_embedding': 3,
+          'head/kernel': 2,
+          _BLOCK.format(0) + 'MultiHeadDotProductAttention_1/query/kernel': 3,
+          _BLOCK.format(0) + 'MlpBlock_3/Dense_0/kernel': 2}
+
+
 def config_from_npz(arrays: dict[str, np.ndarray]) -> vit.Config:
   """The ViT an original checkpoint (e.g. ViT-B_16.npz) holds, from the
-  shapes of its arrays (its names are those of the original flax model)."""
+  shapes of its arrays (its names are those of the original flax model).
+
+  Raises:
+    ValueError: a pre-logits layer, or naming an array the config comes
+      from that is missing or has the wrong number of axes.
+  """
   if 'pre_logits/kernel' in arrays:
     raise ValueError('This checkpoint has a pre-logits layer (the '
                      'ImageNet-21k pre-training head), which our ViT does not '
                      'have; use a fine-tuned checkpoint or drop pre_logits/*.')
+  problems = [f'missing {name}' if name not in arrays else
+              f'{name} has shape {arrays[name].shape}, not {axes} axes'
+              for name, axes in _SIZED.items()
+              if name not in arrays or arrays[name].ndim != axes]
+  if problems:
+    raise ValueError('Not a ViT checkpoint of the original layout: ' +
+                     '; '.join(problems))
   patch, _, channels, d = arrays['embedding/kernel'].shape
   layers = len({name.split('/')[1] for name in arrays
                 if name.startswith('Transformer/encoderblock_')})
@@ -223,11 +242,19 @@ def load_npz(path: str, image_size: int | None = None
              ) -> tuple[vit.Config, dict[str, Any]]:
   """(config, parameters) of an original .npz checkpoint; with
   `image_size`, the position embeddings are resampled to its patch grid
-  (fine-tuning at another resolution)."""
-  with np.load(path, allow_pickle=False) as data:  # never unpickle
-    arrays = {name: data[name] for name in data.files}
-  config = config_from_npz(arrays)
-  params = params_from_npz(arrays, config)
+  (fine-tuning at another resolution).
+
+  Raises:
+    FileNotFoundError: no such file.
+    ValueError: naming the file and each missing, unexpected, mis-shaped,
+      pickled or non-float array.
+  """
+  arrays = files.read_npz(path)
+  try:
+    config = config_from_npz(arrays)
+    params = params_from_npz(arrays, config)
+  except ValueError as e:
+    raise ValueError(f'{path}: {e}') from e
   if image_size and image_size != config.image_size:
     if image_size % config.patch_size:
       raise ValueError(f'image_size={image_size} is not a multiple of the '
