@@ -495,11 +495,22 @@ USER_ERROR, MISSING_INPUT = 2, 66
 @pytest.mark.parametrize('case', [
     'no workdir', 'empty input', 'invalid UTF-8 input', 'url workdir',
     'generate without prompts', 'predict with a translation workdir',
-    'missing image', 'unknown flag field', 'positional argument'])
+    'missing image', 'unknown flag field', 'positional argument',
+    'translate with a language-model workdir',
+    'generate with a translation workdir', 'damaged SentencePiece model',
+    'output into a folder'])
 def test_commands_refuse_bad_input_without_a_traceback(case, trained,
                                                         tmp_path):
   not_image = tmp_path / 'notes.png'
   not_image.write_text('hello')
+  lm_workdir = tmp_path / 'lm'
+  lm_workdir.mkdir()
+  (lm_workdir / 'config.json').write_text('{"task": "language_modeling"}')
+  damaged = tmp_path / 'damaged'
+  if case == 'damaged SentencePiece model':
+    shutil.copytree(trained, damaged)
+    model = damaged / 'vocab' / 'spm.model'
+    model.write_bytes(model.read_bytes()[:1000])
   runs = {
       'no workdir': (('tools.translate', f'--workdir={tmp_path}'),
                      b'a house\n', 'is not a training workdir',
@@ -529,6 +540,23 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
       'positional argument': (
           ('tools.translate', f'--workdir={trained}', 'beam_size=2'), b'',
           'Unexpected arguments', USER_ERROR),
+      'translate with a language-model workdir': (
+          ('tools.translate', f'--workdir={lm_workdir}'), b'a dog\n',
+          f"{lm_workdir} trained a 'language_modeling' task, not "
+          f"'translation': python -m transformer.tools.generate "
+          f'--workdir={lm_workdir} reads it', USER_ERROR),
+      'generate with a translation workdir': (
+          ('tools.generate', f'--workdir={trained}', '--prompt=a'), b'',
+          "trained a 'translation' task, not 'language_modeling': python -m "
+          'transformer.tools.translate', USER_ERROR),
+      'damaged SentencePiece model': (
+          ('tools.translate', f'--workdir={damaged}'), b'a dog\n',
+          f'{damaged}/vocab/spm.model is not a SentencePiece model: the file '
+          f'is damaged', USER_ERROR),
+      'output into a folder': (
+          ('tools.translate', f'--workdir={trained}', f'--output={tmp_path}'),
+          b'a dog\n', f'--output={tmp_path} is a folder; give the path of '
+          f'the file', USER_ERROR),
   }
   args, stdin, message, code = runs[case]
   run = command(*args, stdin=stdin)
@@ -549,12 +577,46 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
      '--max_new_tokens=-5 must be >= 1'),
     (lambda w: predict.classify(w, [__file__], top_k=0),
      '--top_k=0 must be >= 1'),
+    (lambda w: translate.translate(w, ['a dog'], length_penalty=float('inf')),
+     '--length_penalty=inf must be >= 0 (a finite number)'),
+    (lambda w: generate.generate(w, ['a'], temperature=float('nan')),
+     '--temperature=nan must be > 0 (a finite number)'),
+    (lambda w: generate.generate(w, ['a'], top_p=1.5),
+     '--top_p=1.5 must be in (0, 1]'),
+    (lambda w: generate.generate(w, ['a'], top_k=-1),
+     '--top_k=-1 must be >= 0'),
 ])
 def test_command_flags_out_of_range_are_refused_before_work(call, message,
                                                             trained):
   with pytest.raises(ValueError) as error:
     call(str(trained))
   assert message in str(error.value)
+
+
+@pytest.mark.parametrize('case', ['argument typo', 'syntax error',
+                                  'missing file', 'no get_config'])
+def test_experiment_file_errors_are_one_line(case, tmp_path):
+  experiments = os.path.join(REPO, 'experiments')
+  (tmp_path / 'broken.py').write_text('def get_config(:\n')
+  (tmp_path / 'empty.py').write_text('CONFIG = {}\n')
+  spec, message, code = {
+      'argument typo': (
+          f'{experiments}/mt_offline.py:runlokal',
+          "mt_offline.py:runlokal: Unknown argument 'runlokal'; use '' or "
+          "'runlocal'", USER_ERROR),
+      'syntax error': (f'{tmp_path}/broken.py',
+                       'broken.py line 1: invalid syntax', USER_ERROR),
+      'missing file': (f'{experiments}/mt_ofline.py:runlocal',
+                       'no experiment file', MISSING_INPUT),
+      'no get_config': (f'{tmp_path}/empty.py', 'defines no get_config()',
+                        USER_ERROR),
+  }[case]
+  run = command('main', f'--config={spec}', f'--workdir={tmp_path / "w"}')
+  stderr = run.stderr.decode()
+  assert run.returncode == code, stderr[-2000:]
+  assert f'Error: --config={spec}: ' in stderr and message in stderr, stderr
+  assert len(stderr.strip().splitlines()) == 1, stderr
+  assert not (tmp_path / 'w').exists()
 
 
 def test_translate_output_into_a_missing_folder_fails_first(trained,

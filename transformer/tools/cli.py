@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import functools
 import logging as std_logging
+import math
 import os
+import re
 import sys
 import threading
 from typing import Callable
@@ -33,9 +35,11 @@ from typing import Callable
 from absl import app
 from absl import flags
 from absl import logging
+import ml_collections
 
 from transformer import checkpoints
 from transformer import faults
+from transformer import workdir as workdir_lib
 
 RUN_FAILED = 1
 USER_ERROR = 2
@@ -49,11 +53,50 @@ def _exit(code: int, error: BaseException) -> None:
   sys.exit(code)
 
 
-def check_flag(name: str, value: float | None, *, at_least: float) -> None:
-  """Refuses a numeric flag below its least value (or NaN), before any
-  work: e.g. `--max_new_tokens=-5`."""
-  if value is not None and not value >= at_least:
-    raise ValueError(f'--{name}={value} must be >= {at_least}.')
+def check_flag(name: str, value: float | None, *,
+               at_least: float | None = None, above: float | None = None,
+               at_most: float | None = None) -> None:
+  """Refuses a numeric flag that is not finite or outside its range, before
+  any work: e.g. `--max_new_tokens=-5`, `--temperature=nan`."""
+  if value is None:
+    return
+  if not (math.isfinite(value)
+          and (at_least is None or value >= at_least)
+          and (above is None or value > above)
+          and (at_most is None or value <= at_most)):
+    finite = '' if math.isfinite(value) else ' (a finite number)'
+    raise ValueError(f'--{name}={value} must be '
+                     f'{_range(at_least, above, at_most)}{finite}.')
+
+
+def _range(at_least: float | None, above: float | None,
+           at_most: float | None) -> str:
+  """'>= 1', '> 0', 'in (0, 1]': the values a flag takes."""
+  if at_most is None:
+    return f'> {above}' if above is not None else f'>= {at_least}'
+  if above is None and at_least is None:
+    return f'<= {at_most}'
+  low = f'({above}' if above is not None else f'[{at_least}'
+  return f'in {low}, {at_most}]'
+
+
+# The command that reads each task's workdirs.
+TASK_COMMANDS = {'translation': 'translate', 'language_modeling': 'generate',
+                 'image_classification': 'predict'}
+
+
+def workdir_config(workdir: str, task: str) -> ml_collections.ConfigDict:
+  """The config `workdir` was trained with, refused unless it trained
+  `task`, naming the task it trained and the command that reads it."""
+  config = workdir_lib.load_config(workdir)
+  if config.task != task:
+    command = TASK_COMMANDS.get(config.task)
+    fix = (f'python -m transformer.tools.{command} --workdir={workdir} reads '
+           f'it' if command else f'no command reads such a workdir; give one '
+           f'that trained {task!r}')
+    raise ValueError(f'{workdir} trained a {config.task!r} task, not '
+                     f'{task!r}: {fix}.')
+  return config
 
 
 def quiet_console() -> None:
@@ -139,16 +182,83 @@ def handle_errors(main: Callable[[list[str]], None]
 def parse_flags(argv: list[str]) -> list[str]:
   """absl's flag parsing, with a misspelt --config.field refused by a
   message (ml_collections raises AttributeError or KeyError there, which
-  absl would show as a traceback); exits USER_ERROR."""
+  absl would show as a traceback), and an experiment file that is missing,
+  does not parse or refuses its argument named in one line; exits
+  USER_ERROR (MISSING_INPUT for a missing file)."""
+  spec = _config_spec(argv)
   try:
-    return flags.FLAGS(argv)
+    _check_experiment_file(spec)
+    remaining = flags.FLAGS(argv)
+    _check_experiment_loaded(spec)
+    return remaining
+  except FileNotFoundError as e:
+    _exit(MISSING_INPUT, e)
+  except OSError as e:
+    _exit(USER_ERROR, e)
+  except SyntaxError as e:
+    _exit(USER_ERROR, ValueError(
+        f'--config={spec}: {e.filename} line {e.lineno}: {e.msg}; fix the '
+        f'experiment file.'))
   except flags.Error as e:
-    print(f'FATAL Flags parsing error: {e}\nPass --helpshort or --helpfull '
-          f'to see help on flags.', file=sys.stderr)
+    if _CONFIG_FILE_ERROR not in str(e):
+      print(f'FATAL Flags parsing error: {e}\nPass --helpshort or '
+            f'--helpfull to see help on flags.', file=sys.stderr)
+      sys.exit(USER_ERROR)
+    _exit(USER_ERROR, ValueError(f'--config={spec}: {_last_line(e)}'))
   except (AttributeError, KeyError, TypeError) as e:
+    if 'get_config' in str(e):
+      _exit(USER_ERROR, ValueError(
+          f'--config={spec}: the file defines no get_config(); an '
+          f'experiment file returns its config from get_config(arg).'))
     detail = str(e).strip('\'"').replace('\\n', ' ').replace("\\'", "'")
     print(f'Error in a --config override: {detail}', file=sys.stderr)
-  sys.exit(USER_ERROR)
+    sys.exit(USER_ERROR)
+
+
+# How ml_collections reports an error raised by an experiment's get_config:
+# this, then the traceback as text.
+_CONFIG_FILE_ERROR = 'Error whilst parsing config file'
+
+
+def _last_line(error: Exception) -> str:
+  """The last line of an error's text (the exception at the end of a
+  traceback quoted in it), without its type."""
+  line = str(error).strip().splitlines()[-1]
+  return re.sub(r'^[\w.]+(Error|Exception): ', '', line)
+
+
+def _config_spec(argv: list[str]) -> str | None:
+  """The value of --config in `argv` (None without one, or for commands
+  without that flag)."""
+  if 'config' not in flags.FLAGS:
+    return None
+  for i, arg in enumerate(argv[1:], 1):
+    if arg.startswith('--config='):
+      return arg.split('=', 1)[1]
+    if arg == '--config' and i + 1 < len(argv):
+      return argv[i + 1]
+  return None
+
+
+def _check_experiment_file(spec: str | None) -> None:
+  """Refuses a --config file that is not there (ml_collections would report
+  it only when the config is first used, in several lines)."""
+  path = (spec or '').split(':', 1)[0]
+  if spec is not None and not os.path.isfile(path):
+    raise FileNotFoundError(
+        f'--config={spec}: no experiment file {path}; the experiments are '
+        f'in experiments/, e.g. --config=experiments/mt_offline.py:runlocal.')
+
+
+def _check_experiment_loaded(spec: str | None) -> None:
+  """Raises the error an experiment's get_config raised as OSError (e.g. a
+  workdir it reads that is not there), which ml_collections keeps until
+  the config is first used, with the flag in its message."""
+  if spec is None:
+    return
+  error = getattr(flags.FLAGS['config'].value, '__dict__', {}).get('_error')
+  if isinstance(error, OSError):
+    raise type(error)(f'--config={spec}: {error}')
 
 
 def run(main: Callable[[list[str]], None]) -> None:

@@ -42,6 +42,17 @@ def define_flags() -> None:
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
 
 
+def _check_flags(*, max_new_tokens: int, temperature: float, top_k: int,
+                 top_p: float, greedy: bool, average: int) -> None:
+  """Refuses sampling settings that mean nothing, before restoring."""
+  cli.check_flag('max_new_tokens', max_new_tokens, at_least=1)
+  cli.check_flag('average', average, at_least=1)
+  if not greedy:  # greedy decoding ignores the temperature
+    cli.check_flag('temperature', temperature, above=0)
+  cli.check_flag('top_k', top_k, at_least=0)
+  cli.check_flag('top_p', top_p, above=0, at_most=1)
+
+
 def generate(workdir: str, prompts: Sequence[str], *,
              max_new_tokens: int = 200, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
@@ -52,9 +63,9 @@ def generate(workdir: str, prompts: Sequence[str], *,
   if not prompts:
     raise ValueError('Give --prompt (repeatable) or --prompts_file; '
                      '--prompt="" generates from nothing.')
-  cli.check_flag('max_new_tokens', max_new_tokens, at_least=1)
-  cli.check_flag('average', average, at_least=1)
-  workdir_lib.load_config(workdir, task='language_modeling')
+  _check_flags(max_new_tokens=max_new_tokens, temperature=temperature,
+               top_k=top_k, top_p=top_p, greedy=greedy, average=average)
+  cli.workdir_config(workdir, 'language_modeling')
   restored = workdir_lib.restore(workdir, average=average)
   with restored.active():
     samples = restored.task.generate(

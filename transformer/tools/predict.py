@@ -40,7 +40,7 @@ def define_flags() -> None:
 
 
 # (path, [(class name, probability)] best first) per image.
-  Predictions = list[tuple[str, list[tuple[str, float]]]]
+Predictions = list[tuple[str, list[tuple[str, float]]]]
 
 
 def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
@@ -56,7 +56,7 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
   for name, value in (('top_k', top_k), ('average', average),
                       ('batch_size', batch_size)):
     cli.check_flag(name, value, at_least=1)
-  config = workdir_lib.load_config(workdir, task='image_classification')
+  config = cli.workdir_config(workdir, 'image_classification')
   restored = workdir_lib.restore(workdir, average=average)
   task = restored.task
   if attention_dir and task.model_config.pooling != 'token':

@@ -54,7 +54,7 @@ def translate(workdir: str, sentences: Sequence[str], *,
                              ('max_length_offset', max_length_offset, 0),
                              ('average', average, 1)):
     cli.check_flag(name, value, at_least=least)
-  config = workdir_lib.load_config(workdir, task='translation')
+  config = cli.workdir_config(workdir, 'translation')
   pick = lambda value, default: default if value is None else value
   restored = workdir_lib.restore(
       workdir, average=pick(average, config.eval.average_checkpoints))
@@ -68,13 +68,22 @@ def translate(workdir: str, sentences: Sequence[str], *,
   return translations, restored.step
 
 
+def _check_output(path: str) -> None:
+  """Refuses an --output that cannot be written, before any decoding."""
+  folder = os.path.dirname(os.path.abspath(path))
+  if not os.path.isdir(folder):
+    raise FileNotFoundError(f'--output={path}: the folder {folder} does not '
+                            f'exist; create it first.')
+  if os.path.isdir(path):
+    raise ValueError(f'--output={path} is a folder; give the path of the '
+                     f'file to write, e.g. --output={path}/hyp.txt.')
+
+
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
-  folder = os.path.dirname(os.path.abspath(args.output))
-  if args.output != '-' and not os.path.isdir(folder):
-    raise FileNotFoundError(f'--output={args.output}: the folder {folder} '
-                            f'does not exist; create it first.')
+  if args.output != '-':
+    _check_output(args.output)
   if args.input == '-':
     sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
                                                   'standard input'))
