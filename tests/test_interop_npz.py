@@ -176,8 +176,9 @@ def test_convert_refuses_a_workdir_that_does_not_restore(
 def test_convert_refuses_an_output_that_is_not_empty(checkpoint, tmp_path):
   _, _, path = checkpoint
   (tmp_path / 'notes.txt').write_text('mine')
-  with pytest.raises(ValueError, match='is not empty'):
-    workdirs.convert('vit_npz', path, str(tmp_path))
+  for output in (tmp_path, tmp_path / 'notes.txt'):
+    with pytest.raises(ValueError, match='is not empty'):
+      workdirs.convert('vit_npz', path, str(output))
   assert _leftovers(tmp_path) == ['notes.txt']
 
 

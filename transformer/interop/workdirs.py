@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from typing import Any, Callable
 
 import jax
@@ -121,14 +120,17 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   if checkpoints.exist(workdir):
     raise ValueError(f'{workdir} already has checkpoints; convert into a new '
                      f'--output.')
-  if os.path.isdir(workdir) and os.listdir(workdir):
+  if os.path.exists(workdir) and (not os.path.isdir(workdir) or
+                                  os.listdir(workdir)):
     raise ValueError(f'{workdir} is not empty; convert into a new (or empty) '
                      f'--output.')
-  parent = os.path.dirname(os.path.abspath(workdir))
-  os.makedirs(parent, exist_ok=True)
-  staging = tempfile.mkdtemp(
-      prefix=f'.{os.path.basename(os.path.abspath(workdir))}.converting-',
-      dir=parent)
+  path = os.path.abspath(workdir)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  # A hidden sibling, so that the final rename stays on one filesystem.
+  staging = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}'
+                         f'.converting-{os.getpid()}')
+  shutil.rmtree(staging, ignore_errors=True)  # this process's, if any
+  os.mkdir(staging)
   try:
     _write_checked(staging, experiment, params, write_task_files)
     os.replace(staging, workdir)  # onto nothing, or an empty folder
