@@ -95,8 +95,9 @@ def bert_experiment(config) -> ml_collections.ConfigDict:
   return experiment
 
 
-class ConversionFailed(ValueError):
-  """A converted workdir that did not restore to the converted model."""
+class ConversionFailed(checkpoints.WriteFailed):
+  """A converted workdir that did not restore to the converted model: a
+  checkpoint write that failed (the commands exit 1)."""
 
 
 def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
