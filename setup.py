@@ -31,6 +31,8 @@ setuptools.setup(
         # Reading published checkpoints and their tokenizers (convert).
         'safetensors>=0.4',
         'tokenizers>=0.15',
+        # Workdirs on gs:// where TensorFlow is not installed (etils.epath).
+        'gcsfs>=2024.2',
     ],
     # python -m transformer.main / transformer.tools.NAME, as commands.
     entry_points={'console_scripts': [
@@ -40,7 +42,8 @@ setuptools.setup(
             'reproduce')),
     ]},
     extras_require={
-        'test': ['pytest>=9.0', 'pytest-xdist>=3.8'],
+        'test': ['pytest>=9.0', 'pytest-xdist>=3.8',
+                 'gcp-storage-emulator>=2024.8'],
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
         # Verifying converted checkpoints against their reference

@@ -200,25 +200,14 @@ setup() {
 }
 
 run_training() {
-  local main mount=() local_workdir="$workdir"
-  if [[ "$workdir" == gs://* ]]; then
-    # The trainer writes through the filesystem: mount the bucket with
-    # gcsfuse at the same path on every worker (orbax, config, events and
-    # reports then all land in the bucket).
-    local bucket="${workdir#gs://}" mount_point
-    bucket="${bucket%%/*}"
-    local_workdir="/gcs/$bucket${workdir#gs://"$bucket"}"
-    # Every value that reaches the remote shell is quoted.
-    mount_point="$(quote_line "/gcs/$bucket")"
-    mount=("command -v gcsfuse >/dev/null || { echo \"deb https://packages.cloud.google.com/apt gcsfuse-\$(lsb_release -c -s) main\" | sudo tee /etc/apt/sources.list.d/gcsfuse.list && curl -s https://packages.cloud.google.com/apt/doc/apt-key.gpg | sudo apt-key add - && sudo apt-get update -qq && sudo apt-get install -y -qq gcsfuse; }"
-           "sudo mkdir -p $mount_point && sudo chown \$USER $mount_point"
-           "mountpoint -q $mount_point || gcsfuse --implicit-dirs $(quote_line "$bucket") $mount_point")
-  fi
+  local main
+  # The trainer reads and writes gs:// itself (orbax, config, events,
+  # reports); every value that reaches the remote shell is quoted.
   main="\$HOME/$REMOTE_VENV/bin/python -m transformer.main $(quote_line \
-        "--config=$config" "--workdir=$local_workdir" ${extra[@]+"${extra[@]}"})"
+        "--config=$config" "--workdir=$workdir" ${extra[@]+"${extra[@]}"})"
   # nohup with every stream redirected so that ssh returns and the run
   # outlives the session; the pid file is what `kill` stops.
-  on_workers all "cd \$HOME/$REMOTE_REPO || exit 1" ${mount[@]+"${mount[@]}"} \
+  on_workers all "cd \$HOME/$REMOTE_REPO || exit 1" \
     "if [ -f \$HOME/$REMOTE_PID ] && kill -0 \"\$(cat \$HOME/$REMOTE_PID)\" 2>/dev/null; then echo \"A run is already going on \$(hostname); stop it first: launch/tpu_vm.sh kill\" >&2; exit 1; fi" \
     "nohup $main > \$HOME/$REMOTE_LOG 2>&1 < /dev/null & echo \$! > \$HOME/$REMOTE_PID"
   ((dry_run)) || echo "Started on all workers of $name. Follow it with:" \

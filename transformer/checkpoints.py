@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from typing import Any, Iterator, Sequence
 
 from absl import logging
@@ -33,14 +32,13 @@ CHECKSUMS = 'checksums.json'
 
 
 def directory(workdir: str) -> str:
-  return os.path.join(os.path.abspath(workdir), 'checkpoints')
+  return os.fspath(files.path(workdir) / 'checkpoints')
 
 
 def exist(workdir: str) -> bool:
   """Whether the workdir holds at least one finished checkpoint."""
   folder = directory(workdir)
-  return os.path.isdir(folder) and any(name.isdigit()
-                                       for name in os.listdir(folder))
+  return any(name.isdigit() for name in files.listdir(folder))
 
 
 class WriteFailed(OSError):
@@ -81,7 +79,7 @@ class Manager(ocp.CheckpointManager):
     try:
       super().wait_until_finished()
       if step is not None and jax.process_index() == 0:
-        record_checksums(os.path.join(self.directory, str(step)))
+        record_checksums(os.fspath(self.directory / str(step)))
     except Exception as e:  # pylint: disable=broad-except
       raise self._write_failed(step, e) from e
 
@@ -99,13 +97,13 @@ class Manager(ocp.CheckpointManager):
     self._failed = True
     folder = os.fspath(self.directory)
     complete = []
-    if os.path.isdir(folder):
-      for name in os.listdir(folder):
-        if (jax.process_index() == 0 and step is not None
-            and name.startswith(f'{step}.orbax-checkpoint-tmp')):
-          shutil.rmtree(os.path.join(folder, name), ignore_errors=True)
-        elif name.isdigit() and int(name) != step:
-          complete.append(int(name))
+    for name in files.listdir(folder):
+      if (jax.process_index() == 0 and step is not None
+          and name.startswith(f'{step}.orbax-checkpoint-tmp')):
+        with contextlib.suppress(OSError):
+          (self.directory / name).rmtree()
+      elif name.isdigit() and int(name) != step:
+        complete.append(int(name))
     last = (f'checkpoint {max(complete)} is intact: rerun to resume from it'
             if complete else 'no checkpoint was completed before')
     return WriteFailed(
@@ -149,24 +147,21 @@ def manager(workdir: str, *, max_to_keep: int | None = None,
 def _digests(folder: str) -> dict[str, str]:
   """{path relative to `folder`: blake2b digest} of every file in it."""
   digests = {}
-  for root, _, names in os.walk(folder):
-    for name in names:
-      path = os.path.join(root, name)
-      relative = os.path.relpath(path, folder)
-      if relative == CHECKSUMS:
-        continue
-      digest = hashlib.blake2b(digest_size=16)
-      with open(path, 'rb') as f:
-        while chunk := f.read(1 << 22):
-          digest.update(chunk)
-      digests[relative] = digest.hexdigest()
+  for relative, path in files.walk_files(folder):
+    if relative == CHECKSUMS:
+      continue
+    digest = hashlib.blake2b(digest_size=16)
+    with path.open('rb') as f:
+      while chunk := f.read(1 << 22):
+        digest.update(chunk)
+    digests[relative] = digest.hexdigest()
   return digests
 
 
 def record_checksums(folder: str) -> None:
   """Writes `folder`/checksums.json for a finished checkpoint (TensorStore
   and orbax store no checksum: flipped bytes would restore silently)."""
-  files.write_atomically(os.path.join(folder, CHECKSUMS),
+  files.write_atomically(files.join(folder, CHECKSUMS),
                          json.dumps(_digests(folder), indent=0))
 
 
@@ -177,14 +172,13 @@ def verify_checksums(folder: str) -> None:
   Raises:
     ValueError: naming the files that changed or went missing.
   """
-  path = os.path.join(folder, CHECKSUMS)
-  if not os.path.exists(path):
+  path = files.join(folder, CHECKSUMS)
+  if not files.exists(path):
     return
-  with open(path, encoding='utf-8') as f:
-    try:
-      expected = json.load(f)
-    except ValueError as e:
-      raise ValueError(f'{path} is damaged ({e})') from e
+  try:
+    expected = json.loads(files.read_text(path))
+  except ValueError as e:
+    raise ValueError(f'{path} is damaged ({e})') from e
   found = _digests(folder)
   changed = sorted(name for name, digest in expected.items()
                    if found.get(name) != digest)
@@ -218,16 +212,16 @@ def param_shapes(mngr: ocp.CheckpointManager, step: int
 def set_aside(workdir: str, step: int) -> str:
   """Moves checkpoint `step` to workdir/unreadable_checkpoints/ (process 0;
   the others wait), so that training past that step can save it again."""
-  target = os.path.join(os.path.abspath(workdir), 'unreadable_checkpoints',
-                        str(step))
+  target = files.path(workdir) / 'unreadable_checkpoints' / str(step)
   if jax.process_index() == 0:
-    os.makedirs(os.path.dirname(target), exist_ok=True)
-    if os.path.exists(target):
-      shutil.rmtree(target)
-    os.rename(os.path.join(directory(workdir), str(step)), target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():
+      target.rmtree()
+    # On cloud storage a rename copies every object; it is rare enough.
+    (files.path(directory(workdir)) / str(step)).rename(target)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f'set aside checkpoint {step}')
-  return target
+  return os.fspath(target)
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params: Any,
@@ -244,7 +238,7 @@ def saved_progress(mngr: ocp.CheckpointManager, step: int
                    ) -> dict[str, float] | None:
   """The counts checkpoint `step` holds (None for checkpoints written
   before they were kept there)."""
-  if not os.path.isdir(os.path.join(mngr.directory, str(step), PROGRESS)):
+  if not (mngr.directory / str(step) / PROGRESS).is_dir():
     return None
   return dict(mngr.restore(step, args=ocp.args.Composite(
       **{PROGRESS: ocp.args.JsonRestore()}))[PROGRESS])
@@ -252,7 +246,7 @@ def saved_progress(mngr: ocp.CheckpointManager, step: int
 
 def verified(mngr: ocp.CheckpointManager, step: int) -> None:
   """Raises ValueError if checkpoint `step`'s files fail their checksums."""
-  verify_checksums(os.path.join(mngr.directory, str(step)))
+  verify_checksums(os.fspath(mngr.directory / str(step)))
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, abstract: dict[str, Any]

@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 from transformer import checkpoints
 from transformer import train
+from transformer.data import files
 from transformer.tools import cli
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(
@@ -52,12 +53,8 @@ def _workdir() -> str:
     workdir = DEFAULT_WORKDIR
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
           f'{os.path.abspath(workdir)}', flush=True)
-  if '://' in workdir:
-    raise ValueError(
-        f'--workdir={workdir} is a URL, but the trainer writes through the '
-        f'filesystem: mount the bucket on every host (gcsfuse --implicit-dirs '
-        f'BUCKET /gcs/BUCKET; launch/tpu_vm.sh does this) and pass '
-        f'--workdir=/gcs/BUCKET/...')
+  if files.is_remote(workdir):
+    files.check_remote(workdir)
   return workdir
 
 
@@ -74,16 +71,23 @@ def main(argv):
                                process_id=_env_int('JAX_PROCESS_ID'))
   name = 'train.log' if jax.process_index() == 0 else (
       f'train.{jax.process_index()}.log')
-  cli.log_to_file(os.path.join(workdir, 'logs', name))
+  # A log file is written locally; a workdir on cloud storage gets a copy
+  # when the run ends, however it ends.
+  logs = files.join(workdir, 'logs')
+  cli.log_to_file(os.path.join(files.local_mirror(logs), name))
   logging.info('JAX devices: %s', jax.devices())
-  result = train.train_and_evaluate(_CONFIG.value, workdir)
+  try:
+    result = train.train_and_evaluate(_CONFIG.value, workdir)
+  finally:
+    if files.is_remote(logs):
+      files.upload(files.local_mirror(logs), logs, prefix=name)
   print('Final evaluation: ' + '  '.join(
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
-  workdir = os.path.abspath(workdir)
+  workdir = os.fspath(files.path(workdir))
   print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
         f'TensorBoard: tensorboard --logdir={workdir}\n'
         f'Reports and plots: {workdir}/reports, {workdir}/plots\n'
-        f'Log: {workdir}/logs')
+        f'Log: {logs}')
 
 
 def run() -> None:

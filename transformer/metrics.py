@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Any, Mapping, Sequence
 
 from absl import logging
 import jax
 import numpy as np
 import sacrebleu
+
+from transformer.data import files
 
 
 Sums = Mapping[str, tuple[Any, Any]]
@@ -66,15 +69,27 @@ def multi_reference_bleu(hypotheses: Sequence[str],
 class MetricWriter:
   """TensorBoard event files via tensorboardX (no TensorFlow import).
 
-  Only process 0 writes, so multi-host runs produce one set of events.
+  Only process 0 writes, so multi-host runs produce one set of events. For
+  a workdir on cloud storage the events are written to its local mirror
+  and copied up at most once a minute and when the writer closes.
   """
 
+  UPLOAD_SECONDS = 60
+
   def __init__(self, logdir: str):
-    self._writer = None
+    self._writer, self._logdir, self._uploaded = None, logdir, 0.0
     if jax.process_index() == 0:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      os.makedirs(logdir, exist_ok=True)
-      self._writer = SummaryWriter(logdir=logdir)
+      local = files.local_mirror(logdir)
+      os.makedirs(local, exist_ok=True)
+      self._writer = SummaryWriter(logdir=local)
+
+  def _upload(self, force: bool = False) -> None:
+    now = time.time()
+    if files.is_remote(self._logdir) and (
+        force or now - self._uploaded > self.UPLOAD_SECONDS):
+      files.upload(self._writer.logdir, self._logdir, prefix='events.')
+      self._uploaded = now
 
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
     if self._writer is None:
@@ -83,6 +98,7 @@ class MetricWriter:
       if np.isfinite(value):
         self._writer.add_scalar(name, value, global_step=step)
     self._writer.flush()
+    self._upload()
 
   def write_text(self, step: int, name: str, text: str) -> None:
     if self._writer is not None:
@@ -91,7 +107,8 @@ class MetricWriter:
   def close(self) -> None:
     if self._writer is not None:
       self._writer.close()
-      logging.info('Metrics written to %s', self._writer.logdir)
+      self._upload(force=True)
+      logging.info('Metrics written to %s', self._logdir)
 
 
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
@@ -101,14 +118,12 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
   left out."""
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
   scalars: dict[str, dict[int, float]] = {}
-  if not os.path.isdir(workdir):
-    return scalars
-  names = sorted((n for n in os.listdir(workdir)
+  folder = files.path(workdir)
+  names = sorted((n for n in files.listdir(workdir)
                   if n.startswith('events.out.tfevents')),
-                 key=lambda n: os.path.getmtime(os.path.join(workdir, n)))
+                 key=lambda n: (folder / n).stat().mtime)
   for name in names:
-    with open(os.path.join(workdir, name), 'rb') as f:
-      data = f.read()
+    data = (folder / name).read_bytes()
     offset = 0
     while offset + 12 <= len(data):
       length = int.from_bytes(data[offset:offset + 8], 'little')

@@ -6,6 +6,7 @@ pyplot's global state or needs a display.
 
 from __future__ import annotations
 
+import io
 import math
 import os
 from typing import Sequence
@@ -13,6 +14,17 @@ from typing import Sequence
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
+
+from transformer.data import files
+
+
+def _save(figure: Figure, path: str) -> None:
+  """Writes the figure (its format from the file name) locally or to cloud
+  storage."""
+  buffer = io.BytesIO()
+  figure.savefig(buffer, dpi=100,
+                 format=os.path.splitext(path)[1].lstrip('.') or 'png')
+  files.write_atomically(path, buffer.getvalue())
 
 
 def plot_attention(weights: np.ndarray, query_labels: Sequence[str],
@@ -55,8 +67,7 @@ def plot_attention(weights: np.ndarray, query_labels: Sequence[str],
     if titles is not None:
       axes.set_title(titles[p], fontsize=9)
   figure.colorbar(image, ax=figure.axes, shrink=0.8)
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  figure.savefig(path, dpi=100)
+  _save(figure, path)
   return path
 
 
@@ -103,6 +114,5 @@ def plot_image_attention(image: np.ndarray, maps: np.ndarray,
     axes.set_axis_off()
   if suptitle:
     figure.suptitle(suptitle, fontsize=10)
-  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-  figure.savefig(path, dpi=100)
+  _save(figure, path)
   return path

@@ -11,7 +11,8 @@
 
 `restore(workdir)` gives a trained workdir's task, parameters and step, with
 no optimizer or train step built: the one way commands, fine-tuning and
-tests open a workdir.
+tests open a workdir. A workdir may be a local folder or a URL
+(`gs://bucket/path`): every file goes through `data.files`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import datetime
 import fcntl
 import json
 import os
+import re
 import socket
 from typing import Any, Iterator, Sequence
 
@@ -46,16 +48,15 @@ REFUSED_CHANGES = ('task', 'data.tokenizer', 'data.tokenizer_model_type',
 def check_writable(workdir: str) -> None:
   """Refuses, before anything is built, a workdir this process cannot
   write (permissions, read-only or full filesystem)."""
-  probe = os.path.join(workdir, f'.write_test_{jax.process_index()}')
+  probe = files.join(workdir, f'.write_test_{jax.process_index()}')
   try:
-    os.makedirs(workdir, exist_ok=True)
-    with open(probe, 'w') as f:
-      f.write('ok')
-    os.remove(probe)
+    files.makedirs(workdir)
+    files.write_atomically(probe, 'ok')
+    files.path(probe).unlink()
   except OSError as e:
-    raise OSError(f'Cannot write to the workdir {workdir}: {e.strerror}. '
-                  f'Fix its permissions or free space, or choose another '
-                  f'--workdir.') from e
+    raise OSError(f'Cannot write to the workdir {workdir}: '
+                  f'{e.strerror or e}. Fix its permissions or free space, '
+                  f'or choose another --workdir.') from e
 
 
 class WorkdirBusy(OSError):
@@ -72,6 +73,10 @@ def lock(workdir: str) -> Iterator[None]:
   (translate, generate, predict) do not lock."""
   if jax.process_index() != 0:
     yield
+    return
+  if files.is_remote(workdir):
+    with _remote_lock(workdir):
+      yield
     return
   path = os.path.join(workdir, LOCK_FILE)
   # Appending: opening never empties the record of a holder still running.
@@ -93,8 +98,7 @@ def lock(workdir: str) -> Iterator[None]:
       print(f'Taking over {path} from a run that ended without releasing it '
             f'({previous}).', flush=True)
     handle.truncate(0)
-    handle.write(f'host {socket.gethostname()}, pid {os.getpid()}, since '
-                 f'{datetime.datetime.now().isoformat(timespec="seconds")}')
+    handle.write(_holder())
     handle.flush()
     yield
   finally:
@@ -103,23 +107,63 @@ def lock(workdir: str) -> Iterator[None]:
     handle.close()  # which releases the lock
 
 
+def _holder() -> str:
+  return (f'host {socket.gethostname()}, pid {os.getpid()}, since '
+          f'{datetime.datetime.now().isoformat(timespec="seconds")}')
+
+
+@contextlib.contextmanager
+def _remote_lock(workdir: str) -> Iterator[None]:
+  """run.lock on cloud storage, which has no file locks: the file names
+  its holder while the run lasts and is deleted when it ends. A record
+  left by a process of this host that is gone is taken over; one of
+  another host is refused, naming it and the file to delete if that run
+  is gone (a preempted VM's run, say)."""
+  path = files.path(files.join(workdir, LOCK_FILE))
+  if path.exists():
+    previous = path.read_text().strip()
+    match = re.fullmatch(r'host (\S+), pid (\d+), since .*', previous)
+    if not (match and match.group(1) == socket.gethostname()
+            and not _alive(int(match.group(2)))):
+      raise WorkdirBusy(
+          f'{workdir} is in use by another training run ({previous}): wait '
+          f'for it to end or stop it, or train into another --workdir. If '
+          f'that run is gone, delete {path}.')
+    print(f'Taking over {path} from a run that ended without releasing it '
+          f'({previous}).', flush=True)
+  files.write_atomically(os.fspath(path), _holder())
+  try:
+    yield
+  finally:
+    path.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:
+    return True
+  return True
+
+
 # -- config.json --------------------------------------------------------------
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   if jax.process_index() == 0:
-    files.write_atomically(os.path.join(workdir, CONFIG_FILE),
-                     config.to_json_best_effort(indent=2))
+    files.write_atomically(files.join(workdir, CONFIG_FILE),
+                           config.to_json_best_effort(indent=2))
 
 
 def _saved(workdir: str) -> dict[str, Any]:
-  path = os.path.join(workdir, CONFIG_FILE)
-  if not os.path.exists(path):
+  path = files.join(workdir, CONFIG_FILE)
+  if not files.exists(path):
     raise FileNotFoundError(
         f'{path} not found: {workdir} is not a training workdir. Train into '
         f'it first: python -m transformer.main --workdir={workdir}')
-  with open(path, encoding='utf-8') as f:
-    text = f.read()
+  text = files.read_text(path)
   try:
     saved = json.loads(text)
   except json.JSONDecodeError as e:
@@ -153,7 +197,7 @@ def _fine_tuned_model(config: ml_collections.ConfigDict) -> None:
   workdirs written then restore with them, as they trained. (Experiments
   now copy them into the config, for which this changes nothing.)"""
   source = config.train.init_from
-  if source and os.path.exists(os.path.join(source, CONFIG_FILE)):
+  if source and files.exists(files.join(source, CONFIG_FILE)):
     pretrained = load_config(source)
     if pretrained.task == 'masked_language_modeling':
       text_classification.take_pretrained(config, pretrained)
@@ -173,7 +217,7 @@ def config_changes(workdir: str, config: ml_collections.ConfigDict
                    ) -> dict[str, tuple[Any, Any]]:
   """Fields whose value differs from the config.json of the workdir:
   {field: (saved, now)}; empty for a new workdir."""
-  if not os.path.exists(os.path.join(workdir, CONFIG_FILE)):
+  if not files.exists(files.join(workdir, CONFIG_FILE)):
     return {}
   saved = _flat(_saved(workdir))
   now = _flat(json.loads(config.to_json_best_effort()))
@@ -203,12 +247,11 @@ def load_progress(workdir: str) -> dict[str, float]:
   its units (e.g. 'tokens'); empty before its first checkpoint. A damaged
   file only loses those counts (the checkpoints hold the run): it is
   reported and read as empty."""
-  path = os.path.join(workdir, PROGRESS_FILE)
-  if not os.path.exists(path):
+  path = files.join(workdir, PROGRESS_FILE)
+  if not files.exists(path):
     return {}
   try:
-    with open(path, encoding='utf-8') as f:
-      progress = json.load(f)
+    progress = json.loads(files.read_text(path))
     if not isinstance(progress, dict) or not all(
         isinstance(v, (int, float)) for v in progress.values()):
       raise ValueError('not a JSON object of numbers')
@@ -221,8 +264,8 @@ def load_progress(workdir: str) -> dict[str, float]:
 
 def save_progress(workdir: str, progress: dict[str, float]) -> None:
   if jax.process_index() == 0:
-    files.write_atomically(os.path.join(workdir, PROGRESS_FILE),
-                     json.dumps(progress))
+    files.write_atomically(files.join(workdir, PROGRESS_FILE),
+                           json.dumps(progress))
 
 
 # -- Inference ----------------------------------------------------------------

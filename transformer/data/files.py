@@ -1,4 +1,13 @@
-"""Files written whole or not at all, and read whole or refused."""
+"""Files written whole or not at all, and read whole or refused; the one
+path layer for workdirs, local or on cloud storage (`gs://bucket/...`).
+
+Workdir files go through `etils.epath` (TensorFlow's gfile where TensorFlow
+is installed, fsspec/gcsfs where it is not; orbax's TensorStore reaches the
+bucket itself). Local paths keep plain `os` semantics: atomic renames, file
+locks. What only a local file can serve (a SentencePiece model, a log file,
+TensorBoard's event writer) lives in a local mirror of the remote folder
+(`local_mirror`) and is copied across (`fetch`, `upload`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +15,101 @@ import gzip
 import os
 import tempfile
 import zlib
+from typing import Iterator
+
+from etils import epath
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+  """Whether `path` is a URL (gs://, s3://, ...) rather than a local path."""
+  return '://' in os.fspath(path)
+
+
+def check_remote(url: str) -> None:
+  """Refuses, in one line, a URL this installation cannot open: a scheme
+  epath does not know, or gs:// without gcsfs or TensorFlow."""
+  scheme = url.split('://', 1)[0]
+  if scheme != 'gs':
+    raise ValueError(f'{url}: only gs:// URLs (or local paths) are '
+                     f'supported as workdirs.')
+  import importlib.util  # pylint: disable=g-import-not-at-top
+  if not any(importlib.util.find_spec(m) for m in ('gcsfs', 'tensorflow')):
+    raise ValueError(f'{url}: reading gs:// needs gcsfs: pip install gcsfs')
+
+
+def path(name: str | os.PathLike) -> epath.Path:
+  """An epath for a local path or a URL (local ones made absolute)."""
+  name = os.fspath(name)
+  return epath.Path(name if is_remote(name) else os.path.abspath(name))
+
+
+def join(folder: str | os.PathLike, *names: str) -> str:
+  """os.path.join for local folders and URLs alike."""
+  return os.fspath(path(folder).joinpath(*names)) if is_remote(folder) \
+      else os.path.join(folder, *names)
+
+
+def local_mirror(remote: str) -> str:
+  """The local path that stands for `remote` where a library needs a local
+  file: ~/.cache/transformer/<scheme>/<bucket>/<path> (a local path is its
+  own mirror)."""
+  if not is_remote(remote):
+    return remote
+  scheme, rest = os.fspath(remote).split('://', 1)
+  if any(part in ('.', '..') for part in rest.split('/')):
+    raise ValueError(f'{remote}: "." and ".." are not allowed in a URL.')
+  root = os.environ.get('XDG_CACHE_HOME',
+                        os.path.join(os.path.expanduser('~'), '.cache'))
+  return os.path.join(root, 'transformer', scheme,
+                      *[part for part in rest.split('/') if part])
+
+
+def fetch(remote_file: str) -> str:
+  """A local copy of `remote_file` (for libraries that only open local
+  files, e.g. SentencePiece); a local path is returned as it is."""
+  if not is_remote(remote_file):
+    return remote_file
+  local = local_mirror(remote_file)
+  os.makedirs(os.path.dirname(local), exist_ok=True)
+  write_atomically(local, path(remote_file).read_bytes())
+  return local
+
+
+def fetch_folder(remote_folder: str) -> str:
+  """A local copy of every file under `remote_folder` (its local mirror);
+  a local folder is returned as it is."""
+  if not is_remote(remote_folder):
+    return remote_folder
+  for _, remote_file in walk_files(remote_folder):
+    fetch(os.fspath(remote_file))
+  return local_mirror(remote_folder)
+
+
+def walk_files(folder: str) -> Iterator[tuple[str, epath.Path]]:
+  """(path relative to `folder` with '/', path) of every file under it,
+  sorted; the same for local folders and URLs."""
+  def under(directory: epath.Path, prefix: str):
+    for child in sorted(directory.iterdir(), key=lambda p: p.name):
+      relative = f'{prefix}{child.name}'
+      if child.is_dir():
+        yield from under(child, relative + '/')
+      else:
+        yield relative, child
+  yield from under(path(folder), '')
+
+
+def upload(local_folder: str, remote_folder: str, prefix: str = '') -> None:
+  """Copies every file under `local_folder` (whose name starts with
+  `prefix`) to the same place under `remote_folder`, replacing each whole."""
+  for root, _, names in os.walk(local_folder):
+    for name in names:
+      if not name.startswith(prefix):
+        continue
+      source = os.path.join(root, name)
+      relative = os.path.relpath(source, local_folder)
+      with open(source, 'rb') as f:
+        write_atomically(join(remote_folder, *relative.split(os.sep)),
+                         f.read())
 
 
 def write_atomically(path: str, data: bytes | str) -> None:
@@ -14,10 +118,16 @@ def write_atomically(path: str, data: bytes | str) -> None:
 
   A crash mid-write leaves at most a stray temporary file, never a partial
   `path` that a later run would take for a finished file (a vocabulary, a
-  workdir's config.json or progress.json).
+  workdir's config.json or progress.json). On cloud storage an object is
+  written whole or not at all by itself.
   """
   if isinstance(data, str):
     data = data.encode('utf-8')
+  if is_remote(path):
+    target = epath.Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(data)
+    return
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.',
@@ -34,17 +144,39 @@ def write_atomically(path: str, data: bytes | str) -> None:
     raise
 
 
-def read_bytes(path: str) -> bytes:
+def read_bytes(name: str) -> bytes:
   """The contents of a file, decompressed if its name ends in .gz; a gzip
   file cut short (an interrupted download) or garbled is refused naming
   the file."""
-  if not path.endswith('.gz'):
-    with open(path, 'rb') as f:
-      return f.read()
+  if not name.endswith('.gz'):
+    return path(name).read_bytes()
   try:
-    with gzip.open(path, 'rb') as f:
+    with path(name).open('rb') as raw, gzip.open(raw, 'rb') as f:
       return f.read()
   except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-    raise ValueError(f'{path} is not a complete gzip file ({e}): the '
+    raise ValueError(f'{name} is not a complete gzip file ({e}): the '
                      f'download was probably cut short; fetch it '
                      f'again.') from e
+
+
+def read_text(name: str) -> str:
+  """A UTF-8 text file, local or remote."""
+  return path(name).read_text(encoding='utf-8')
+
+
+def exists(name: str) -> bool:
+  return path(name).exists()
+
+
+def isdir(name: str) -> bool:
+  return path(name).is_dir()
+
+
+def listdir(name: str) -> list[str]:
+  """The names in a folder (empty if it does not exist)."""
+  folder = path(name)
+  return sorted(p.name for p in folder.iterdir()) if folder.is_dir() else []
+
+
+def makedirs(name: str) -> None:
+  path(name).mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,6 @@ split.
 from __future__ import annotations
 
 import json
-import os
 from typing import Any, Iterable, Iterator
 
 import jax
@@ -84,8 +83,7 @@ def _read_dataset_info(path: str) -> tuple[tuple[str, ...], int]:
   """(class names, channels) from a workdir's dataset.json, which is refused
   naming it unless it holds a list of names and a channel count."""
   try:
-    with open(path, encoding='utf-8') as f:
-      info = json.load(f)
+    info = json.loads(files.read_text(path))
   except (UnicodeDecodeError, json.JSONDecodeError):
     info = None  # refused below, as other damage
   if not (isinstance(info, dict) and isinstance(info.get('classes'), list)
@@ -132,8 +130,8 @@ class ImageClassificationTask(base.Task):
   def _dataset_info(self) -> tuple[tuple[str, ...], int]:
     """Class names and channels: from the workdir, or from the training
     data (then written to the workdir)."""
-    path = os.path.join(self.workdir, DATASET_FILE)
-    if os.path.exists(path):
+    path = files.join(self.workdir, DATASET_FILE)
+    if files.exists(path):
       return _read_dataset_info(path)
     names, channels = self.images.classes()
     if jax.process_index() == 0:
@@ -317,7 +315,7 @@ class ImageClassificationTask(base.Task):
     if self.model_config.pooling == 'token':
       self.plot_attention(
           params, self.images.first_eval_image(self.class_names),
-          os.path.join(self.workdir, 'plots', f'attention_{label}.png'))
+          files.join(self.workdir, 'plots', f'attention_{label}.png'))
     return {}
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from typing import Any, Iterable, Iterator, Sequence
 
 import jax
@@ -26,6 +25,7 @@ from transformer import configs
 from transformer import decoding
 from transformer import layers
 from transformer import losses
+from transformer.data import files
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import tokenizers
@@ -312,11 +312,10 @@ class LanguageModelingTask(CorpusTask):
         temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
         seed=cfg.sample_seed)
     if jax.process_index() == 0:
-      path = os.path.join(self.workdir, 'reports', f'samples_{label}.txt')
-      os.makedirs(os.path.dirname(path), exist_ok=True)
-      with open(path, 'w') as f:
-        for prompt, sample in zip(cfg.prompts, samples):
-          f.write(f'PROMPT {prompt!r}\n{prompt}{sample}\n\n')
+      path = files.join(self.workdir, 'reports', f'samples_{label}.txt')
+      files.write_atomically(path, ''.join(
+          f'PROMPT {prompt!r}\n{prompt}{sample}\n\n'
+          for prompt, sample in zip(cfg.prompts, samples)))
       for prompt, sample in zip(cfg.prompts, samples):
         print(f'--- sample ({label}) ---\n{prompt}{sample}', flush=True)
     return {}

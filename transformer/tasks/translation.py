@@ -8,7 +8,6 @@ so translating with a trained workdir reads no corpus.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, Iterable, Iterator, Sequence
 
 from absl import logging
@@ -26,6 +25,7 @@ from transformer import losses
 from transformer import metrics
 from transformer import plots
 from transformer.data import batching
+from transformer.data import files
 from transformer.data import packing
 from transformer.data import tokenizers
 from transformer.models import encoder_decoder
@@ -238,14 +238,13 @@ class TranslationTask(base.Task):
     score, signature = metrics.bleu(hypotheses, references,
                                     tokenize=cfg.bleu_tokenize)
     exact = float(np.mean([h == r for h, r in zip(hypotheses, references)]))
-    report = os.path.join(self.workdir, 'reports',
-                          f'{data.eval_split}_{label}.txt')
+    report = files.join(self.workdir, 'reports',
+                        f'{data.eval_split}_{label}.txt')
     if jax.process_index() == 0:  # one report, however many hosts
-      os.makedirs(os.path.dirname(report), exist_ok=True)
-      with open(report, 'w') as f:
-        for source, reference, hypothesis in zip(sources, references,
-                                                 hypotheses):
-          f.write(f'SRC {source}\nREF {reference}\nHYP {hypothesis}\n\n')
+      files.write_atomically(report, ''.join(
+          f'SRC {source}\nREF {reference}\nHYP {hypothesis}\n\n'
+          for source, reference, hypothesis in zip(sources, references,
+                                                   hypotheses)))
     print(f'BLEU {score:.2f} on {len(sources)} {data.eval_split} sentences '
           f'(sacreBLEU {signature}); exact match {exact:.1%}; '
           f'translations: {report}', flush=True)
@@ -255,8 +254,8 @@ class TranslationTask(base.Task):
     if cfg.plot_example >= 0 and cfg.plot_example < len(sources):
       self.plot_cross_attention(params, sources[cfg.plot_example],
                                 hypotheses[cfg.plot_example],
-                                os.path.join(self.workdir, 'plots',
-                                             f'cross_attention_{label}'))
+                                files.join(self.workdir, 'plots',
+                                           f'cross_attention_{label}'))
     return {'bleu': score, 'exact_match': exact}
 
   # -- Inference ------------------------------------------------------------

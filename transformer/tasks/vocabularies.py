@@ -11,6 +11,7 @@ from jax.experimental import multihost_utils
 import ml_collections
 
 from transformer import checkpoints
+from transformer.data import files
 from transformer.data import tokenizers
 from transformer.interop import vocabularies as published
 
@@ -24,16 +25,35 @@ def in_workdir(workdir: str, filename: str,
   that has checkpoints but lost its vocabulary is refused: a new one would
   not match the ids the checkpoints were trained with.
   """
-  path = os.path.join(workdir, 'vocab', filename)
-  if not os.path.exists(path) and checkpoints.exist(workdir):
+  path = files.join(workdir, 'vocab', filename)
+  if not files.exists(path) and checkpoints.exist(workdir):
     raise FileNotFoundError(
         f'{path} is missing but {workdir} has checkpoints: a new vocabulary '
         f'would not match them. Restore the file or use a new workdir.')
+  if not files.is_remote(path):
+    if jax.process_index() == 0:
+      build(path)
+    _sync(filename)
+    return path
+  # Tokenizer libraries read local files: build into the local mirror,
+  # then keep the workdir's copy the one every run and host reads.
+  local = files.local_mirror(path)
   if jax.process_index() == 0:
-    build(path)
+    if files.exists(path):
+      files.fetch(path)
+    elif os.path.exists(local):
+      os.remove(local)  # of an earlier run: never reused unseen
+    build(local)
+    if not files.exists(path):
+      with open(local, 'rb') as f:
+        files.write_atomically(path, f.read())
+  _sync(filename)
+  return files.fetch(path)
+
+
+def _sync(filename: str) -> None:
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f'{filename} written')
-  return path
 
 
 # Vocabularies that come with converted checkpoints (`tools/convert.py`
@@ -45,7 +65,8 @@ PUBLISHED_TOKENIZERS = {'marian': published.MarianTokenizer,
 
 def published_tokenizer(name: str, workdir: str):
   """The converted checkpoint's tokenizer kept in `workdir/vocab`."""
-  return PUBLISHED_TOKENIZERS[name](os.path.join(workdir, 'vocab'))
+  return PUBLISHED_TOKENIZERS[name](
+      files.fetch_folder(files.join(workdir, 'vocab')))
 
 
 def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
@@ -58,20 +79,20 @@ def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
     return published_tokenizer(data.tokenizer, workdir)
   if data.tokenizer == 'byte':
     return tokenizers.ByteTokenizer()
-  files = {'char': 'chars.json', 'word': 'words.json',
+  names = {'char': 'chars.json', 'word': 'words.json',
            'sentencepiece': 'spm.model'}
-  if data.tokenizer not in files:
+  if data.tokenizer not in names:
     raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
-                     f"'byte' or one of {sorted(files)} (or, for converted "
+                     f"'byte' or one of {sorted(names)} (or, for converted "
                      f"checkpoints, {tuple(PUBLISHED_TOKENIZERS)}).")
   built = {'char': tokenizers.CharTokenizer, 'word': tokenizers.WordTokenizer}
   if data.tokenizer in built:
     kind = built[data.tokenizer]
     return kind(in_workdir(
-        workdir, files[data.tokenizer],
+        workdir, names[data.tokenizer],
         lambda path: kind.load_or_build(path, texts)))
   return tokenizers.SentencePieceTokenizer(in_workdir(
-      workdir, files[data.tokenizer],
+      workdir, names[data.tokenizer],
       lambda path: tokenizers.load_or_train(
           path, texts, data.vocab_size,
           model_type=data.tokenizer_model_type)))

@@ -105,13 +105,15 @@ def quiet_console() -> None:
   if not flags.FLAGS['verbosity'].present:
     handler = logging.get_absl_handler()
     handler.setLevel(std_logging.WARNING)
-    handler.addFilter(_not_from_orbax)
+    handler.addFilter(_for_the_console)
 
 
-def _not_from_orbax(record: std_logging.LogRecord) -> bool:
+def _for_the_console(record: std_logging.LogRecord) -> bool:
   """Orbax logs a background write's failure several times, with thread
-  tracebacks; `checkpoints.Manager` reports it once, in words."""
-  return f'{os.sep}orbax{os.sep}' not in record.pathname
+  tracebacks (`checkpoints.Manager` reports it once, in words); gcsfs warns
+  on every bucket access it cannot classify. Both stay in the log file."""
+  return not any(f'{os.sep}{library}{os.sep}' in record.pathname
+                 for library in ('orbax', 'gcsfs'))
 
 
 def log_to_file(path: str) -> None:
