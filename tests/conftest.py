@@ -70,3 +70,59 @@ def write_mnist(folder, train: int, test: int, side: int = 28, seed: int = 0):
               rng.integers(0, 256, (count, side, side)))
     write_idx(os.path.join(folder, f'{prefix}-labels-idx1-ubyte.gz'),
               np.arange(count) % 10)
+
+
+def tiny_training_config(steps: int = 4):
+  """mt_offline:runlocal for `steps` steps, a checkpoint every 2."""
+  config = load_experiment('mt_offline', 'runlocal')
+  config.train.update(dict(num_steps=steps, checkpoint_every=2,
+                           eval_every=100, log_every=2))
+  config.eval.num_bleu_examples = 2
+  return config
+
+
+@pytest.fixture(scope='module')
+def trained(tmp_path_factory):
+  """A finished 4-step run with checkpoints 2 and 4 (tests copy it with
+  `copy_of`)."""
+  from transformer import train  # pylint: disable=g-import-not-at-top
+  workdir = tmp_path_factory.mktemp('trained')
+  train.train_and_evaluate(tiny_training_config(), str(workdir))
+  return workdir
+
+
+def copy_of(workdir, tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  copy = tmp_path / 'run'
+  shutil.copytree(workdir, copy)
+  return copy
+
+
+def prepare_translation_dataset(class_name: str, data_dir: str,
+                                splits: dict) -> None:
+  """Prepares a tiny TFDS translation dataset (config 'de-en', splits
+  {name: [(de, en), ...]}) in `data_dir`, as `tfds build` leaves one; left
+  unregistered, so that it is found from its files."""
+  import tensorflow_datasets as tfds  # pylint: disable=g-import-not-at-top
+
+  def info(self):
+    return tfds.core.DatasetInfo(
+        builder=self, features=tfds.features.Translation(['de', 'en']))
+
+  def split_generators(self, dl_manager):
+    del dl_manager
+    return {name: self._generate_examples(pairs)
+            for name, pairs in splits.items()}
+
+  def generate_examples(self, pairs):
+    del self
+    for i, (de, en) in enumerate(pairs):
+      yield i, {'de': de, 'en': en}
+
+  with tfds.core.registered.skip_registration():
+    builder = type(class_name, (tfds.core.GeneratorBasedBuilder,), {
+        'VERSION': tfds.core.Version('1.0.0'),
+        'BUILDER_CONFIGS': [tfds.core.BuilderConfig(name='de-en')],
+        '_info': info, '_split_generators': split_generators,
+        '_generate_examples': generate_examples})
+  builder(config='de-en', data_dir=data_dir).download_and_prepare()

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import load_experiment
+from conftest import prepare_translation_dataset
 from conftest import REPO
 from conftest import write_idx
 from transformer import configs
@@ -409,29 +410,12 @@ def test_train_fraction_leaving_a_split_empty(tmp_path, fraction, message):
 @pytest.fixture(name='toy_tfds', scope='module')
 def fixture_toy_tfds(tmp_path_factory):
   """A tiny translation dataset prepared by TFDS, as `tfds build` leaves
-  one: (its data_dir, the folder of its files)."""
-  tfds = pytest.importorskip('tensorflow_datasets')
-  pairs = [('ein Hund', 'a dog'), ('zwei Katzen', 'two cats')]
-  with tfds.core.registered.skip_registration():
-
-    class ToyPairs(tfds.core.GeneratorBasedBuilder):
-      VERSION = tfds.core.Version('1.0.0')
-      BUILDER_CONFIGS = [tfds.core.BuilderConfig(name='de-en')]
-
-      def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self, features=tfds.features.Translation(['de', 'en']))
-
-      def _split_generators(self, dl_manager):
-        del dl_manager
-        return {'train': self._generate_examples()}
-
-      def _generate_examples(self):
-        for i, (de, en) in enumerate(pairs):
-          yield i, {'de': de, 'en': en}
-
+  one: its data_dir."""
+  pytest.importorskip('tensorflow_datasets')
   data_dir = tmp_path_factory.mktemp('tfds')
-  ToyPairs(config='de-en', data_dir=str(data_dir)).download_and_prepare()
+  prepare_translation_dataset(
+      'ToyPairs', str(data_dir),
+      {'train': [('ein Hund', 'a dog'), ('zwei Katzen', 'two cats')]})
   return data_dir
 
 
@@ -521,8 +505,8 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
           ('tools.translate', f'--workdir={trained}'), b'caf\xe9\n',
           'standard input is not valid UTF-8: byte 0xe9 at line 1',
           USER_ERROR),
-      'url workdir': (('main', '--workdir=gs://bucket/run'), b'',
-                      'mount the bucket', USER_ERROR),
+      'url workdir': (('main', '--workdir=s3://bucket/run'), b'',
+                      'only gs:// URLs', USER_ERROR),
       'generate without prompts': (
           ('tools.generate', f'--workdir={trained}'), b'', 'Give --prompt',
           USER_ERROR),

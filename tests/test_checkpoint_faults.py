@@ -11,33 +11,12 @@ import sys
 
 import pytest
 
-from conftest import load_experiment
+from conftest import copy_of
+from conftest import tiny_training_config as tiny_config
 from conftest import REPO
 from transformer import checkpoints
 from transformer import train
 from transformer import workdir as workdir_lib
-
-
-def tiny_config(steps=4):
-  config = load_experiment('mt_offline', 'runlocal')
-  config.train.update(dict(num_steps=steps, checkpoint_every=2,
-                           eval_every=100, log_every=2))
-  config.eval.num_bleu_examples = 2
-  return config
-
-
-@pytest.fixture(scope='module')
-def trained(tmp_path_factory):
-  """A finished 4-step run with checkpoints 2 and 4 (copied by tests)."""
-  workdir = tmp_path_factory.mktemp('trained')
-  train.train_and_evaluate(tiny_config(), str(workdir))
-  return workdir
-
-
-def copy_of(trained, tmp_path):
-  workdir = tmp_path / 'run'
-  shutil.copytree(trained, workdir)
-  return workdir
 
 
 def flip_bytes(workdir, step):

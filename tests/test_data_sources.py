@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from conftest import prepare_translation_dataset
 from transformer.data import offline_mt
 from transformer.data import parallel_text
 from transformer.data import tfds_source
@@ -323,27 +324,9 @@ def test_load_translation_reads_a_prepared_dataset(tfds, tmp_path):
 
   # Left unregistered, so that load_translation finds it from its files, as
   # it finds a WMT dataset prepared by `tfds build`.
-  with tfds.core.registered.skip_registration():
-
-    class ToyTranslate(tfds.core.GeneratorBasedBuilder):
-      VERSION = tfds.core.Version('1.0.0')
-      BUILDER_CONFIGS = [tfds.core.BuilderConfig(name='de-en')]
-
-      def _info(self):
-        return tfds.core.DatasetInfo(
-            builder=self, features=tfds.features.Translation(['de', 'en']))
-
-      def _split_generators(self, dl_manager):
-        del dl_manager
-        return {'train': self._generate_examples(pairs),
-                'validation': self._generate_examples(pairs[:1])}
-
-      def _generate_examples(self, examples):
-        for i, (de, en) in enumerate(examples):
-          yield i, {'de': de, 'en': en}
-
   data_dir = str(tmp_path)
-  ToyTranslate(config='de-en', data_dir=data_dir).download_and_prepare()
+  prepare_translation_dataset('ToyTranslate', data_dir,
+                              {'train': pairs, 'validation': pairs[:1]})
   load = functools.partial(tfds_source.load_translation, 'toy_translate/de-en',
                            data_dir=data_dir)
   # TFDS orders examples by a hash of their keys, not as generated.

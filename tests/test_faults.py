@@ -13,7 +13,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import load_experiment
+from conftest import copy_of
+from conftest import tiny_training_config as tiny_config
 from conftest import REPO
 from transformer import checkpoints
 from transformer import faults
@@ -114,28 +115,6 @@ def test_sigkill_resumes_from_the_last_periodic_checkpoint_bitwise(
   assert resumed.returncode == 0, output[-3000:]
   assert f'step {latest + 1}/' in output and f'step {latest}/' not in output
   assert_bitwise_equal(final_params(tmp_path), uninterrupted)
-
-
-def tiny_config(steps=4):
-  config = load_experiment('mt_offline', 'runlocal')
-  config.train.update(dict(num_steps=steps, checkpoint_every=2,
-                           eval_every=100, log_every=2))
-  config.eval.num_bleu_examples = 2
-  return config
-
-
-@pytest.fixture(scope='module')
-def trained(tmp_path_factory):
-  """A finished 4-step run with checkpoints 2 and 4 (copied by tests)."""
-  workdir = tmp_path_factory.mktemp('trained')
-  train.train_and_evaluate(tiny_config(), str(workdir))
-  return workdir
-
-
-def copy_of(trained, tmp_path):
-  workdir = tmp_path / 'run'
-  shutil.copytree(trained, workdir)
-  return workdir
 
 
 @pytest.mark.parametrize('damage', ['truncate', 'delete'])

@@ -109,11 +109,13 @@ def quiet_console() -> None:
 
 
 def _for_the_console(record: std_logging.LogRecord) -> bool:
-  """Orbax logs a background write's failure several times, with thread
-  tracebacks (`checkpoints.Manager` reports it once, in words); gcsfs warns
-  on every bucket access it cannot classify. Both stay in the log file."""
-  return not any(f'{os.sep}{library}{os.sep}' in record.pathname
-                 for library in ('orbax', 'gcsfs'))
+  """Orbax (and asyncio, for its tasks) log a background write's failure
+  several times, with thread tracebacks (`checkpoints.Manager` reports it
+  once, in words); gcsfs warns on every bucket access it cannot classify.
+  They stay in the log file."""
+  return record.name != 'asyncio' and not any(
+      f'{os.sep}{library}{os.sep}' in record.pathname
+      for library in ('orbax', 'gcsfs'))
 
 
 def log_to_file(path: str) -> None:
