@@ -175,15 +175,11 @@ def _saved(workdir: str) -> dict[str, Any]:
   return saved
 
 
-def load_config(workdir: str, *, task: str | None = None
-                ) -> ml_collections.ConfigDict:
+def load_config(workdir: str) -> ml_collections.ConfigDict:
   """The config a workdir was trained with. Settings added to the task
-  since then take their default values. With `task`, a workdir of another
-  task is refused."""
+  since then take their default values (`tools.cli.workdir_config` also
+  refuses a workdir of another task, naming the command that reads it)."""
   saved = _saved(workdir)
-  if task is not None and saved['task'] != task:
-    raise ValueError(f'{workdir} trained a {saved["task"]!r} task, not '
-                     f'{task!r}: give a {task} workdir.')
   config = tasks.default_config(saved['task'])
   config.update(saved)
   if config.task == 'text_classification':
