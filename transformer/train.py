@@ -100,10 +100,12 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                            microbatches=microbatches)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  grad_norm = optax.tree.norm(grads)
-  step_health = faults.health(sums['loss'][0], grads,
-                              optax.tree.norm(updates), grad_norm)
-  finite = step_health['finite']
+  step_health = faults.health(
+      sums['loss'][0],
+      jax.tree.map(lambda g: jnp.sum(jnp.square(g.astype(jnp.float32))),
+                   grads),
+      optax.tree.norm(updates))
+  finite, grad_norm = step_health['finite'], step_health.pop('grad_norm')
   keep = lambda new, old: jax.tree.map(
       lambda n, o: jnp.where(finite, n, o), new, old)
   sums = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
