@@ -161,6 +161,24 @@ def test_bf16_within_bf16_tolerance_of_float32():
                                rtol=4e-2)
 
 
+@pytest.mark.parametrize('groups', [1, 2])
+def test_jax_kernel_matches_the_einsum_path(groups):
+  """On a CPU 'xla' takes the einsum path; jax's kernel, which GPUs and
+  TPUs use for 'xla', is checked against it here, fully masked rows
+  included."""
+  q = normal(0, 2, 6, 4, 8)
+  k, v = (normal(i, 2, 6, 4 // groups, 8) for i in (1, 2))
+  mask = masks.combine_masks(masks.padding_mask(jnp.asarray([6, 0]), 6),
+                             masks.causal_mask(6))
+  fused = attention._zero_fully_masked_rows(  # pylint: disable=protected-access
+      attention._fused_attention(q, k, v, mask, 8 ** -0.5, 'xla'),  # pylint: disable=protected-access
+      mask, (2, 4, 6, 6))
+  reference = attention.dot_product_attention(q, k, v, mask=mask,
+                                              implementation='einsum')
+  np.testing.assert_allclose(fused, reference, atol=1e-5)
+  assert not np.asarray(fused[1]).any()  # a sequence with no keys
+
+
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')
 @pytest.mark.parametrize('causal', [False, True])
 def test_cudnn_matches_xla_on_gpu(causal):

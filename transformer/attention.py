@@ -25,7 +25,8 @@ zero and its output is zero (never NaN, never a uniform average).
 Kernels (`implementation=`):
   'einsum'  the plain reference below; the only one that returns weights and
             applies attention dropout, so both of those always use it.
-  'xla'     `jax.nn.dot_product_attention(implementation='xla')`.
+  'xla'     `jax.nn.dot_product_attention(implementation='xla')` on GPUs and
+            TPUs; on a CPU the einsum path, which is faster there.
   'cudnn'   `jax.nn.dot_product_attention(implementation='cudnn')`: cuDNN
             flash attention; raises where cuDNN cannot run the inputs.
   'auto'    cuDNN on a GPU when its constraints hold (bf16/fp16, head dim a
@@ -183,14 +184,33 @@ def _einsum_attention(query, key, value, mask, scale, dropout_rate,
   logits = jnp.einsum('...tkgh,...skh->...kgts', grouped, key,
                       preferred_element_type=jnp.float32)
   logits = logits.reshape(*batch, n, t, s) * scale
-  weights = _masked_softmax(logits, mask)
-  probs = weights
+  if mask is None:
+    probs = jax.nn.softmax(logits, axis=-1)
+  else:
+    # The finite minimum (not -inf) keeps fully masked rows free of NaN in
+    # both passes; their output is zeroed below, on [..., T, N, H] rather
+    # than on every weight.
+    probs = jax.nn.softmax(
+        jnp.where(mask, logits, jnp.finfo(logits.dtype).min), axis=-1)
+  # Exactly 0 where masked (fully masked rows too); computed only when the
+  # caller keeps the weights.
+  weights = probs if mask is None else jnp.where(mask, probs, 0.0)
   if dropout_rng is not None and dropout_rate > 0.0:
     keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
     probs = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
   probs = probs.astype(value.dtype).reshape(*batch, k, n // k, t, s)
   out = jnp.einsum('...kgts,...skh->...tkgh', probs, value)
-  return out.reshape(*batch, t, n, value.shape[-1]), weights
+  out = out.reshape(*batch, t, n, value.shape[-1])
+  return _zero_fully_masked_rows(out, mask, (*batch, n, t, s)), weights
+
+
+def _zero_fully_masked_rows(out: Array, mask: Array | None,
+                            weights_shape: tuple[int, ...]) -> Array:
+  """Zeroes the output [..., T, N, H] of queries that may see no key."""
+  if mask is None:
+    return out
+  attends = jnp.broadcast_to(jnp.any(mask, axis=-1), weights_shape[:-1])
+  return jnp.where(jnp.swapaxes(attends, -1, -2)[..., None], out, 0)
 
 
 def _cudnn_may_run(query: Array, key: Array, value: Array) -> bool:
@@ -279,17 +299,19 @@ def dot_product_attention(
     mask = masks.combine_masks(mask, masks.causal_mask(t, s))
   scale = 1.0 / math.sqrt(h) if scale is None else scale
   dropout = dropout_rng is not None and dropout_rate > 0.0
-  if (implementation == 'einsum' or return_weights or dropout
+  # On a CPU jax's XLA kernel costs more than the einsum path (its grouped
+  # layout adds a transpose and a select per layer and pass): 'xla' and
+  # 'auto' take the einsum path there (benchmarks/README.md).
+  on_cpu = implementation != 'cudnn' and jax.default_backend() == 'cpu'
+  if (implementation == 'einsum' or return_weights or dropout or on_cpu
       or value.shape[-1] != h):
     out, weights = _einsum_attention(query, key, value, mask, scale,
                                      dropout_rate, dropout_rng)
     return (out, weights) if return_weights else out
-  out = _fused_attention(query, key, value, mask, scale, implementation)
-  if mask is not None:
-    # The kernels average all values for a fully masked row; zero it instead.
-    attends = jnp.broadcast_to(jnp.any(mask, axis=-1), weights_shape[:-1])
-    out = jnp.where(jnp.swapaxes(attends, -1, -2)[..., None], out, 0)
-  return out
+  # The kernels average all values for a fully masked row; zero it instead.
+  return _zero_fully_masked_rows(
+      _fused_attention(query, key, value, mask, scale, implementation),
+      mask, weights_shape)
 
 
 # ----------------------------------------------------------------------------
