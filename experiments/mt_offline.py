@@ -5,8 +5,11 @@ grammar (adjectives move after the noun and agree with it), offline.
     python -m transformer.main --config=experiments/mt_offline.py \
         --workdir=/tmp/mt_offline
 
-Measured on a 2-core CPU (AMD EPYC, 17 min): BLEU 91.17 and exact match
-63.8% on the 500 held-out test sentences (beam 4).
+Measured on a 2-core CPU (AMD EPYC, 16 min): BLEU 99.26 and exact match
+96.2% on the 500 held-out test sentences (beam 4). The result moves with
+float-level differences (another summation order, another machine): the
+code before the faster loss gave identical losses for 40 steps and BLEU
+91.17, exact match 63.8%.
 `:runlocal` is a seconds-long variant for tests.
 """
 
