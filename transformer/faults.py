@@ -81,18 +81,12 @@ class NonFiniteError(FloatingPointError):
   """A step produced a non-finite loss, gradient or update."""
 
 
-def health(loss: jax.Array, grad_squares: Any, update_norm: jax.Array
-           ) -> dict[str, Any]:
-  """On device: whether the step is finite, and which gradients are not.
-
-  `grad_squares` holds each gradient's sum of squares (non-finite when the
-  gradient is), from which the norm is taken too: one pass over each
-  gradient serves both.
-  """
-  grad_norm = jax.numpy.sqrt(sum(jax.tree.leaves(grad_squares)))
+def health(loss: jax.Array, grad_squares: Any, update_norm: jax.Array,
+           grad_norm: jax.Array) -> dict[str, Any]:
+  """On device: whether the step is finite, and which gradients are not
+  (from each gradient's sum of squares, non-finite when the gradient is)."""
   return {'finite': (jax.numpy.isfinite(loss) & jax.numpy.isfinite(grad_norm)
                      & jax.numpy.isfinite(update_norm)),
-          'grad_norm': grad_norm,
           'nonfinite_grads': jax.tree.map(
               lambda s: ~jax.numpy.isfinite(s), grad_squares)}
 

@@ -100,12 +100,13 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                            microbatches=microbatches)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
-  step_health = faults.health(
-      sums['loss'][0],
-      jax.tree.map(lambda g: jnp.sum(jnp.square(g.astype(jnp.float32))),
-                   grads),
-      optax.tree.norm(updates))
-  finite, grad_norm = step_health['finite'], step_health.pop('grad_norm')
+  # One pass over each gradient gives both the norm and the finiteness.
+  squares = jax.tree.map(lambda g: jnp.sum(jnp.square(g.astype(jnp.float32))),
+                         grads)
+  grad_norm = jnp.sqrt(sum(jax.tree.leaves(squares)))
+  step_health = faults.health(sums['loss'][0], squares,
+                              optax.tree.norm(updates), grad_norm)
+  finite = step_health['finite']
   keep = lambda new, old: jax.tree.map(
       lambda n, o: jnp.where(finite, n, o), new, old)
   sums = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),

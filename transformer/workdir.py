@@ -144,7 +144,7 @@ def _alive(pid: int) -> bool:
   except ProcessLookupError:
     return False
   except PermissionError:
-    return True
+    pass  # alive, another user's
   return True
 
 

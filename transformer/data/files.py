@@ -70,7 +70,6 @@ def fetch(remote_file: str) -> str:
   if not is_remote(remote_file):
     return remote_file
   local = local_mirror(remote_file)
-  os.makedirs(os.path.dirname(local), exist_ok=True)
   write_atomically(local, path(remote_file).read_bytes())
   return local
 
@@ -166,10 +165,6 @@ def read_text(name: str) -> str:
 
 def exists(name: str) -> bool:
   return path(name).exists()
-
-
-def isdir(name: str) -> bool:
-  return path(name).is_dir()
 
 
 def listdir(name: str) -> list[str]:
