@@ -21,6 +21,7 @@ import jax.numpy as jnp
 
 from transformer import attention
 from transformer import positional
+from transformer import ranges
 
 Array = jax.Array
 Dtype = Any
@@ -64,12 +65,12 @@ def check_ranges(config: Any) -> None:
     value, name = getattr(config, field.name), field.name
     if isinstance(value, bool) or not isinstance(value, (int, float)):
       continue
-    if name.endswith('_rate') and not 0 <= value < 1:
-      raise ValueError(f'{name}={value} must be in [0, 1).')
-    if (name.startswith(_COUNTS) or name.endswith(_SIZES)) and value < 1:
-      raise ValueError(f'{name}={value} must be >= 1.')
-    if name.endswith('_epsilon') and not value > 0:
-      raise ValueError(f'{name}={value} must be > 0.')
+    if name.endswith('_rate'):
+      ranges.check(name, value, low=0, high=1)
+    if name.startswith(_COUNTS) or name.endswith(_SIZES):
+      ranges.check(name, value, low=1)
+    if name.endswith('_epsilon'):
+      ranges.check(name, value, low=0, low_in=False)
 
 
 @dataclasses.dataclass(frozen=True)

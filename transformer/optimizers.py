@@ -17,6 +17,8 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
+from transformer import ranges
+
 
 def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:
   """lrate = learning_rate * min(step^-0.5, step * warmup^-1.5), step >= 1.
@@ -54,14 +56,8 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
   """Refuses numbers out of range (a negative learning rate, b2 = 1, ...),
   naming the field and the range."""
   for name, low, high, low_in, high_in in _RANGES:
-    value = config[name]
-    above = value >= low if low_in else value > low
-    below = value <= high if high_in else value < high
-    if not (above and below):  # also NaN
-      interval = (('[' if low_in else '(') + f'{low}, {high}' +
-                  (']' if high_in else ')'))
-      raise ValueError(f'config.optimizer.{name}={value} must be in '
-                       f'{interval}.')
+    ranges.check(f'config.optimizer.{name}', config[name], low=low,
+                 high=high, low_in=low_in, high_in=high_in)
 
 
 def build(config: ml_collections.ConfigDict, num_steps: int

@@ -27,6 +27,7 @@ from transformer import checkpoints
 from transformer import faults
 from transformer import metrics
 from transformer import optimizers
+from transformer import ranges
 from transformer import sharding
 from transformer import tasks
 from transformer import workdir as workdir_lib
@@ -147,15 +148,10 @@ def _validate(config: ml_collections.ConfigDict) -> None:
   """Checks across config sections, before anything is built or compiled."""
   train_cfg = config.train
   for name in ('num_steps', 'log_every', 'eval_every', 'checkpoint_every',
-               'keep_checkpoints', 'microbatches'):
-    if train_cfg[name] < 1:
-      raise ValueError(f'config.train.{name}={train_cfg[name]} must be >= 1.')
-  if not 0 <= train_cfg.label_smoothing < 1:
-    raise ValueError(f'config.train.label_smoothing='
-                     f'{train_cfg.label_smoothing} must be in [0, 1).')
-  if train_cfg.max_consecutive_skips < 1:
-    raise ValueError(f'config.train.max_consecutive_skips='
-                     f'{train_cfg.max_consecutive_skips} must be >= 1.')
+               'keep_checkpoints', 'microbatches', 'max_consecutive_skips'):
+    ranges.check(f'config.train.{name}', train_cfg[name], low=1)
+  ranges.check('config.train.label_smoothing', train_cfg.label_smoothing,
+               low=0, high=1)
   if train_cfg.nonfinite not in faults.POLICIES:
     raise ValueError(f'config.train.nonfinite={train_cfg.nonfinite!r}; '
                      f'choose one of {faults.POLICIES}.')

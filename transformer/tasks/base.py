@@ -11,6 +11,8 @@ from typing import Any, Iterable, Iterator, Protocol
 import jax
 import ml_collections
 
+from transformer import ranges
+
 Batch = dict[str, Any]
 
 
@@ -89,17 +91,16 @@ def check_data(config: ml_collections.ConfigDict) -> None:
   seeds = {'config.seed': config.seed,
            'config.data.seed': config.data.get('seed', 0)}
   for name, value in seeds.items():
-    if _is_number(value) and value < 0:
-      raise ValueError(f'{name}={value} must be >= 0.')
+    if _is_number(value):
+      ranges.check(name, value, low=0)
   data = config.data
   for name in _COUNTS:
-    if _is_number(data.get(name)) and data[name] < 1:
-      raise ValueError(f'config.data.{name}={data[name]} must be >= 1.')
-  if _is_number(data.get('max_length')) and data.max_length < 2:
-    raise ValueError(
-        f'config.data.max_length={data.max_length} must be >= 2: a sequence '
-        f'holds a token and the end-of-sequence (or start) symbol.')
-  if data.get('source') == 'offline' and _is_number(data.get('num_train')) \
-      and data.num_train < 1:
-    raise ValueError(f'config.data.num_train={data.num_train} must be >= 1: '
-                     f'the offline data would have no training examples.')
+    if _is_number(data.get(name)):
+      ranges.check(f'config.data.{name}', data[name], low=1)
+  if _is_number(data.get('max_length')):
+    ranges.check('config.data.max_length', data.max_length, low=2,
+                 why=': a sequence holds a token and the end-of-sequence (or '
+                 'start) symbol')
+  if data.get('source') == 'offline' and _is_number(data.get('num_train')):
+    ranges.check('config.data.num_train', data.num_train, low=1,
+                 why=': the offline data would have no training examples')

@@ -25,6 +25,7 @@ from transformer import configs
 from transformer import decoding
 from transformer import layers
 from transformer import losses
+from transformer import ranges
 from transformer.data import files
 from transformer.data import packing
 from transformer.data import text
@@ -98,11 +99,10 @@ def read_documents(data: ml_collections.ConfigDict, split: str) -> list[str]:
   if data.eval_path:
     return _nonempty_documents(data.path if split == 'train'
                                else data.eval_path, data.per)
-  if not 0 < data.train_fraction < 1:
-    raise ValueError(
-        f'config.data.train_fraction={data.train_fraction} must be in (0, '
-        f'1): the rest of {data.path} is the validation text (or give '
-        f'config.data.eval_path).')
+  ranges.check('config.data.train_fraction', data.train_fraction, low=0,
+               low_in=False, high=1,
+               why=f': the rest of {data.path} is the validation text (or '
+               f'give config.data.eval_path)')
   documents = _nonempty_documents(data.path, data.per)
   if len(documents) == 1:
     parts = text.split_text(documents[0], data.train_fraction)

@@ -19,6 +19,7 @@ import numpy as np
 
 from transformer import configs
 from transformer import losses
+from transformer import ranges
 from transformer.data import batching
 from transformer.models import encoder
 from transformer.tasks import language_modeling
@@ -46,10 +47,9 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
                batch_divisor: int = 1):
-    if not 0 < config.data.mask_rate < 1:
-      raise ValueError(f'config.data.mask_rate={config.data.mask_rate} must '
-                       f'be in (0, 1): with nothing masked there is nothing '
-                       f'to predict.')
+    ranges.check('config.data.mask_rate', config.data.mask_rate, low=0,
+                 low_in=False, high=1,
+                 why=': with nothing masked there is nothing to predict')
     super().__init__(config, workdir, batch_divisor=batch_divisor)
     self.mask_id = self.tokenizer.vocab_size
     self.model_config = encoder.config_for(

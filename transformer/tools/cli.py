@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import functools
 import logging as std_logging
-import math
 import os
 import re
 import sys
@@ -39,6 +38,7 @@ import ml_collections
 
 from transformer import checkpoints
 from transformer import faults
+from transformer import ranges
 from transformer import workdir as workdir_lib
 
 RUN_FAILED = 1
@@ -58,26 +58,10 @@ def check_flag(name: str, value: float | None, *,
                at_most: float | None = None) -> None:
   """Refuses a numeric flag that is not finite or outside its range, before
   any work: e.g. `--max_new_tokens=-5`, `--temperature=nan`."""
-  if value is None:
-    return
-  if not (math.isfinite(value)
-          and (at_least is None or value >= at_least)
-          and (above is None or value > above)
-          and (at_most is None or value <= at_most)):
-    finite = '' if math.isfinite(value) else ' (a finite number)'
-    raise ValueError(f'--{name}={value} must be '
-                     f'{_range(at_least, above, at_most)}{finite}.')
-
-
-def _range(at_least: float | None, above: float | None,
-           at_most: float | None) -> str:
-  """'>= 1', '> 0', 'in (0, 1]': the values a flag takes."""
-  if at_most is None:
-    return f'> {above}' if above is not None else f'>= {at_least}'
-  if above is None and at_least is None:
-    return f'<= {at_most}'
-  low = f'({above}' if above is not None else f'[{at_least}'
-  return f'in {low}, {at_most}]'
+  if value is not None:
+    ranges.check(f'--{name}', value,
+                 low=above if at_least is None else at_least,
+                 low_in=at_least is not None, high=at_most, high_in=True)
 
 
 # The command that reads each task's workdirs.
