@@ -301,7 +301,7 @@ def dot_product_attention(
   dropout = dropout_rng is not None and dropout_rate > 0.0
   # On a CPU jax's XLA kernel costs more than the einsum path (its grouped
   # layout adds a transpose and a select per layer and pass): 'xla' and
-  # 'auto' take the einsum path there (benchmarks/README.md).
+  # 'auto' take the einsum path there (docs/benchmarks.md).
   on_cpu = implementation != 'cudnn' and jax.default_backend() == 'cpu'
   if (implementation == 'einsum' or return_weights or dropout or on_cpu
       or value.shape[-1] != h):

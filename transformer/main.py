@@ -87,7 +87,7 @@ def main(argv):
   print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
         f'TensorBoard: tensorboard --logdir={workdir}\n'
         f'Reports and plots: {workdir}/reports, {workdir}/plots\n'
-        f'Log: {logs}')
+        f'Log: {files.join(workdir, "logs")}')
 
 
 def run() -> None:
