@@ -413,6 +413,40 @@ def test_kv_cache_overflow_is_an_error():
               mutable=['cache'])
 
 
+def test_beams_read_their_examples_cached_cross_attention_keys():
+  """Cross-attention keys cached for B examples serve G query rows each
+  (rows b * G + g, beams), as if the keys had been tiled to B * G rows."""
+  groups, memory = 3, normal(0, 2, 5, 8)
+  queries = normal(1, 2 * groups, 1, 8)
+  padding = jnp.asarray([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], bool)
+  mha = attention.MultiHeadAttention(num_heads=2, decode=True)
+  params = init_mha(mha.clone(decode=False), queries[:2], memory)
+
+  def cached(keys_from):  # the cache-creating call, then one decode step
+    _, cache = mha.apply(params, keys_from[:, :1], keys_from,
+                         deterministic=True, mutable=['cache'])
+    mask = padding[:, None, None, :]
+    if len(keys_from) > len(memory):
+      mask = jnp.repeat(mask, groups, axis=0)
+    # Later calls ignore inputs_kv for the cached keys and values.
+    return mha.apply({**params, **cache}, queries, keys_from, mask=mask,
+                     deterministic=True, mutable=['cache'],
+                     return_weights=True)[0]
+
+  shared, weights = cached(memory)
+  tiled, tiled_weights = cached(jnp.repeat(memory, groups, axis=0))
+  np.testing.assert_allclose(shared, tiled, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(weights, tiled_weights, rtol=1e-5, atol=1e-6)
+  assert np.all(np.asarray(weights)[:groups, :, :, 3:] == 0)  # padding
+
+  _, cache = mha.apply(params, memory[:, :1], memory, deterministic=True,
+                       mutable=['cache'])
+  per_query = jnp.ones((2 * groups, 1, 1, 5), bool)
+  with pytest.raises(ValueError, match='the same for every query'):
+    mha.apply({**params, **cache}, queries, memory, mask=per_query,
+              deterministic=True, mutable=['cache'])
+
+
 # ----------------------------------------------------------------------------
 # Rotary positions
 # ----------------------------------------------------------------------------

@@ -346,6 +346,41 @@ def test_transformer_beam_scores_equal_full_forward_rescoring(transformer):
 
 
 
+def test_beams_share_the_cross_attention_cache_without_changing_results(
+    transformer):
+  """The family's decoding state keeps the encoder side `PerExample` (one
+  row per example, never tiled or reordered); beam search over it gives
+  what tiling everything gives."""
+  beam, alpha = 3, 0.6
+  model, inputs, params = (transformer[k] for k in ('model', 'inputs',
+                                                     'params'))
+  decoder = encoder_decoder.build(model.config, decode=True)
+  seen = []
+
+  def step_fn(tokens, state):
+    seen.append(jax.tree.map(jnp.shape, state))
+    return encoder_decoder.decoding_step(decoder, params, tokens, state)
+
+  @jax.jit
+  def run():
+    state = encoder_decoder.init_decoding(decoder, params, inputs, MAX_LEN)
+    return decoding.beam_search(
+        step_fn, state, batch_size=len(inputs), beam_size=beam,
+        max_length=MAX_LEN, eos_id=transformer['eos_id'], alpha=alpha)
+
+  seqs, scores = run()
+  shapes = lambda tree: [x for x in jax.tree.leaves(
+      tree, is_leaf=lambda x: isinstance(x, tuple)) if x]  # not scalars
+  shared, per_step = shapes(seen[-1]['shared']), shapes(seen[-1]['cache'])
+  assert {x[0] for x in shared} == {len(inputs)}
+  assert {x[0] for x in per_step} == {len(inputs) * beam}
+  expected_seqs, expected_scores = transformer_search(
+      transformer, decoding.beam_search, beam_size=beam, alpha=alpha)
+  np.testing.assert_array_equal(seqs, expected_seqs)
+  np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-6)
+
+
+
 # ----------------------------------------------------------------------------
 # Sampling
 # ----------------------------------------------------------------------------

@@ -41,6 +41,7 @@ import math
 from typing import Any, Callable
 
 from absl import logging
+from flax import traverse_util
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -373,7 +374,11 @@ class MultiHeadAttention(nn.Module):
     `causal`) and advances the index; a mask, if given, is [..., T, S_cache].
   - Cross-attention: the first call stores the projected keys and values of
     its `inputs_kv`, which must therefore be the real encoder outputs; later
-    calls reuse them and ignore `inputs_kv`.
+    calls reuse them and ignore `inputs_kv`. Later queries may have G times
+    the cache's rows (G beams per example, rows b * G + g; the cache then
+    being `decoding.PerExample`): each group of G reads its example's keys,
+    and a mask must not depend on the query (e.g. source padding [B, 1, 1,
+    S]).
 
   With `rotary=True` self-attention rotates queries and keys by their
   positions (`rotary_embedding`) before the keys enter the cache; positions
@@ -469,8 +474,11 @@ class MultiHeadAttention(nn.Module):
     if self.rotary and not self_attention:
       raise ValueError('Rotary positions apply to self-attention only; '
                        'build cross-attention with rotary=False.')
+    groups = 1
     if self.decode and not self_attention:
       key, value = self._cross_cache(project_kv)
+      groups = _shared_key_groups(query, key, mask)
+      query = _fold_rows(query, groups)
     else:
       key, value = project_kv()
       if self.rotary:
@@ -490,6 +498,9 @@ class MultiHeadAttention(nn.Module):
         implementation=self.implementation, dropout_rate=self.dropout_rate,
         dropout_rng=dropout_rng, return_weights=return_weights or capture)
     out, weights = result if (return_weights or capture) else (result, None)
+    out = _unfold_rows(out, groups, -3)
+    if weights is not None:
+      weights = _unfold_rows(weights, groups, -2)
     if capture:
       self.sow('intermediates', 'attention_weights', weights)
     out = HeadProjection(
@@ -510,26 +521,26 @@ class MultiHeadAttention(nn.Module):
   def _update_self_cache(self, key, value, mask, causal):
     """Writes the new keys/values into the cache; returns cache and mask."""
     initialized = self.has_variable('cache', 'cached_key')
-    cached_key = self.variable('cache', 'cached_key', jnp.zeros, key.shape,
-                               key.dtype)
-    cached_value = self.variable('cache', 'cached_value', jnp.zeros,
-                                 value.shape, value.dtype)
+    cached_key, cached_value = (
+        self.variable('cache', name, jnp.zeros, _cached_shape(x, name),
+                      x.dtype)
+        for name, x in (('cached_key', key), ('cached_value', value)))
     index = self.variable('cache', 'cache_index',
                           lambda: jnp.array(0, jnp.int32))
     if not initialized:  # the call that creates the cache: plain forward
       return key, value, masks.combine_masks(
           mask, masks.causal_mask(key.shape[-3]) if causal else None)
-    t, capacity = key.shape[-3], cached_key.value.shape[-3]
+    t, capacity = key.shape[-3], _capacity(cached_value.value)
     if t > capacity:
       raise ValueError(f'{t} new positions do not fit a KV cache of '
                        f'{capacity}; initialise the cache with a longer '
                        f'sequence.')
     start = index.value
-    cached_key.value = jax.lax.dynamic_update_slice_in_dim(
-        cached_key.value, key.astype(cached_key.value.dtype), start, axis=-3)
-    cached_value.value = jax.lax.dynamic_update_slice_in_dim(
-        cached_value.value, value.astype(cached_value.value.dtype), start,
-        axis=-3)
+    for variable, x in ((cached_key, key), (cached_value, value)):
+      name = variable.name
+      variable.value = jax.lax.dynamic_update_slice_in_dim(
+          variable.value, _to_cache(x, name, variable.value.dtype), start,
+          axis=_CACHE_AXES[name][1])
     index.value = start + t
     if causal:
       visible = masks.causal_mask(t, capacity, offset=start)
@@ -537,15 +548,109 @@ class MultiHeadAttention(nn.Module):
       visible = (jnp.arange(capacity) < start + t)[None, :]
     masks.check(mask, (*key.shape[:-3], self.num_heads, t, capacity),
                 '[..., N, T, S_cache]')
-    return cached_key.value, cached_value.value, masks.combine_masks(
-        mask, visible)
+    return (_from_cache(cached_key.value, 'cached_key'),
+            _from_cache(cached_value.value, 'cached_value'),
+            masks.combine_masks(mask, visible))
 
   def _cross_cache(self, project_kv):
     """Encoder keys/values, projected once on the cache-creating call."""
-    if self.has_variable('cache', 'cross_key'):
-      return (self.get_variable('cache', 'cross_key'),
-              self.get_variable('cache', 'cross_value'))
+    names = ('cross_key', 'cross_value')
+    if self.has_variable('cache', names[0]):
+      return tuple(_from_cache(self.get_variable('cache', name), name)
+                   for name in names)
     key, value = project_kv()
-    self.put_variable('cache', 'cross_key', key)
-    self.put_variable('cache', 'cross_value', value)
+    # The barrier keeps XLA from folding the layout change into every step
+    # that reads the cache (where it would transpose again).
+    stored = jax.lax.optimization_barrier(
+        tuple(_to_cache(x, name) for x, name in zip((key, value), names)))
+    for name, x in zip(names, stored):
+      self.put_variable('cache', name, x)
     return key, value
+
+
+def _shared_key_groups(query: Array, key: Array, mask: Array | None) -> int:
+  """How many consecutive query rows share one row of cached keys."""
+  rows, key_rows = query.shape[0], key.shape[0]
+  if rows == key_rows:
+    return 1
+  if query.ndim != 4 or rows % key_rows:
+    raise ValueError(
+        f'Queries {query.shape} against cached cross-attention keys '
+        f'{key.shape}: the query rows must be the key rows or a multiple of '
+        f'them (beams of each example), with one batch axis.')
+  if mask is not None and (mask.shape[0] not in (1, key_rows)
+                           or mask.shape[-2] != 1):
+    raise ValueError(
+        f'A cross-attention mask {mask.shape} for keys shared by groups of '
+        f'{rows // key_rows} query rows must be [{key_rows} or 1, ..., 1, S]: '
+        f'the same for every query of an example.')
+  return rows // key_rows
+
+
+def _fold_rows(x: Array, groups: int) -> Array:
+  """[B * G, T, ...] -> [B, G * T, ...]: each example's rows as queries."""
+  return x.reshape(x.shape[0] // groups, groups * x.shape[1], *x.shape[2:])
+
+
+def _unfold_rows(x: Array, groups: int, axis: int) -> Array:
+  """Undoes `_fold_rows` on outputs [B, G * T, N, H] (axis -3) or weights
+  [B, N, G * T, S] (axis -2): rows b * G + g again."""
+  if groups == 1:
+    return x
+  axis = x.ndim + axis
+  x = x.reshape(*x.shape[:axis], groups, -1, *x.shape[axis + 1:])
+  x = jnp.moveaxis(x, axis, 1)
+  return x.reshape(-1, *x.shape[2:])
+
+
+# The KV caches are stored in the layouts the products of attention read,
+# so that no decoding step transposes them (on a CPU, transposes of the
+# [..., S, K, H] caches took a fifth of beam search's time; see
+# docs/benchmarks.md): self-attention, one query per row, reads keys as
+# [..., K, H, S] and values as [..., K, S, H]; cross-attention, whose
+# queries are an example's beams, reads keys as [..., K, S, H] and values
+# as [..., K, H, S]. Attention sees the usual [..., S, K, H]: the moves
+# cancel under XLA. (moveaxis source and destination per cache variable.)
+_CACHE_AXES = {'cached_key': (-3, -1), 'cached_value': (-3, -2),
+               'cross_key': (-3, -2), 'cross_value': (-3, -1)}
+
+
+def _capacity(cached_value: Array) -> int:
+  """Positions a self-attention value cache holds."""
+  return cached_value.shape[_CACHE_AXES['cached_value'][1]]
+
+
+def _cached_shape(x: Array, name: str) -> tuple[int, ...]:
+  """The shape of cache variable `name` for keys or values [..., S, K, H]."""
+  return jax.eval_shape(lambda y: _to_cache(y, name), x).shape
+
+
+def _to_cache(x: Array, name: str, dtype=None) -> Array:
+  """Keys or values [..., S, K, H] in the layout of cache variable `name`."""
+  return jnp.moveaxis(x, *_CACHE_AXES[name]).astype(dtype or x.dtype)
+
+
+def _from_cache(x: Array, name: str) -> Array:
+  """Cache variable `name` back to [..., S, K, H]."""
+  return jnp.moveaxis(x, *reversed(_CACHE_AXES[name]))
+
+
+_CROSS_CACHE = ('cross_key', 'cross_value')
+
+
+def split_cross_cache(cache: dict[str, Any]) -> tuple[dict, dict]:
+  """A model's 'cache' collection -> (what changes every step: the
+  self-attention caches and indices, what never does: the cross-attention
+  keys and values, which the beams of an example share)."""
+  flat = traverse_util.flatten_dict(cache)
+  parts = ({k: v for k, v in flat.items() if (k[-1] in _CROSS_CACHE) == cross}
+           for cross in (False, True))
+  return tuple(traverse_util.unflatten_dict(part) for part in parts)
+
+
+def merge_caches(*caches: dict[str, Any]) -> dict[str, Any]:
+  """The 'cache' collection whose parts `split_cross_cache` returned."""
+  flat = {}
+  for cache in caches:
+    flat.update(traverse_util.flatten_dict(cache))
+  return traverse_util.unflatten_dict(flat)

@@ -12,6 +12,14 @@ write index) are shared by all rows and pass untouched when beams are tiled
 or reordered. The step function must return a cache of the same structure,
 shapes and dtypes, since it is the carry of a `jax.lax.while_loop`.
 
+What the beams of one example share (an encoder's output, the keys and
+values cross-attention projects from it) can be wrapped in `PerExample`:
+beam search neither tiles nor reorders it, so it keeps B rows while the
+other leaves have B * beam_size, and a step function reading it groups its
+rows by example (row b * beam_size + k belongs to example b). Copying it
+into every beam and gathering it again at every step would only move
+identical rows.
+
 Output conventions follow the Transformer's: the first input token is
 `start_id` (0), EOS is kept in the output and every position after it is 0
 (padding). Padding (id 0) is never generated, whatever its logit (as in
@@ -36,6 +44,7 @@ step function, EOS and padding conventions.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable
 
@@ -44,6 +53,22 @@ import jax.numpy as jnp
 
 Array = jax.Array
 StepFn = Callable[[Array, Any], tuple[Array, Any]]
+
+
+@functools.partial(jax.tree_util.register_dataclass, data_fields=['tree'],
+                   meta_fields=[])
+@dataclasses.dataclass
+class PerExample:
+  """Decoding state with one row per example, shared by its beams."""
+  tree: Any
+
+
+def _per_row(fn: Callable[[Array], Array], cache: Any) -> Any:
+  """fn over the cache leaves that have a row axis (ndim >= 1), leaving
+  scalars and whatever is `PerExample` as it is."""
+  return jax.tree.map(
+      lambda x: x if isinstance(x, PerExample) or not jnp.ndim(x) else fn(x),
+      cache, is_leaf=lambda x: isinstance(x, PerExample))
 
 
 def length_penalty(length, alpha):
@@ -146,7 +171,8 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
   Args:
     step_fn: the decoder step (module docstring), called with
       N = B * beam_size rows; row b * beam_size + k is beam k of example b.
-    cache: its initial cache for B rows; tiled here to B * beam_size.
+    cache: its initial cache for B rows; tiled here to B * beam_size, but
+      for what is `PerExample`.
     batch_size: B.
     beam_size: K.
     max_length: L, the longest output.
@@ -161,8 +187,7 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
   """
   b, k = batch_size, beam_size
   force_from = _limits(max_lengths, b, max_length)[:, None] - 1  # [B, 1]
-  cache = jax.tree.map(
-      lambda x: jnp.repeat(x, k, axis=0) if jnp.ndim(x) else x, cache)
+  cache = _per_row(lambda x: jnp.repeat(x, k, axis=0), cache)
   # Sequences keep the start token in column 0: column i is step i's input.
   live_seqs = jnp.zeros((b, k, max_length + 1), jnp.int32).at[..., 0].set(
       start_id)
@@ -205,7 +230,7 @@ def _beam_step(state, *, step_fn: StepFn, beam_size: int, max_length: int,
   live_logp, keep = jax.lax.top_k(jnp.where(ends, -jnp.inf, cand_logp), k)
   live_seqs = _gather(cand_seqs, keep)
   rows = (jnp.arange(b)[:, None] * k + _gather(beam, keep)).reshape(-1)
-  cache = jax.tree.map(lambda x: x[rows] if jnp.ndim(x) else x, cache)
+  cache = _per_row(lambda x: x[rows], cache)
 
   # EOS counts only within the top K (so beam 1 is greedy); at the last
   # position everything ends, truncated or not.

@@ -29,6 +29,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from transformer import attention
+from transformer import decoding
 from transformer import layers
 from transformer.models import encoder_decoder
 from transformer.models import rnn
@@ -250,12 +252,14 @@ def init_decoding(model: nn.Module, params: Any, images: Array
   encoded = model.apply({'params': params}, images, deterministic=True,
                         method='encode')
   # The cache-creating call: capacity max_length; cross-attention projects
-  # and stores the grid's keys and values.
+  # and stores the grid's keys and values, which beams share.
   _, cache = model.apply(
       {'params': params}, encoded,
       jnp.zeros((images.shape[0], model.config.max_length), jnp.int32),
       deterministic=True, method='decode', mutable=['cache'])
-  return {'cache': cache['cache'], 'encoded': encoded}
+  steps, shared = attention.split_cross_cache(cache['cache'])
+  return {'cache': steps, 'shared': decoding.PerExample(
+      {'cache': shared, 'encoded': encoded})}
 
 
 def decoding_step(model: nn.Module, params: Any, tokens: Array,
@@ -264,11 +268,14 @@ def decoding_step(model: nn.Module, params: Any, tokens: Array,
   if isinstance(model, ShowAttendTell):
     return model.apply({'params': params}, tokens, state,
                        method='decode_step')
+  shared = state['shared'].tree
   logits, cache = model.apply(
-      {'params': params, 'cache': state['cache']}, state['encoded'], tokens,
-      deterministic=True, method='decode', mutable=['cache'])
-  return logits[:, -1], {'cache': cache['cache'],
-                         'encoded': state['encoded']}
+      {'params': params,
+       'cache': attention.merge_caches(state['cache'], shared['cache'])},
+      shared['encoded'], tokens, deterministic=True, method='decode',
+      mutable=['cache'])
+  steps, _ = attention.split_cross_cache(cache['cache'])
+  return logits[:, -1], {'cache': steps, 'shared': state['shared']}
 
 
 def word_attention(model: nn.Module, params: Any, images: Array,

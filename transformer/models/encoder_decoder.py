@@ -20,6 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from transformer import attention
+from transformer import decoding
 from transformer import layers
 from transformer import masks
 from transformer import positional
@@ -180,7 +182,8 @@ def init_decoding(model: Transformer, params: Any, inputs: Array,
   `model` has `config.decode=True`. The cache-creating call runs the decoder
   once over a dummy target of max_length (the KV cache capacity) with the
   real encoder outputs, whose projected keys and values every layer's
-  cross-attention stores.
+  cross-attention stores. Those and the source tokens (for the padding
+  mask) are `decoding.PerExample`: beams share them.
   """
   params = layers.unstack_layers(params)
   encoded = model.apply({'params': params}, inputs, deterministic=True,
@@ -189,7 +192,9 @@ def init_decoding(model: Transformer, params: Any, inputs: Array,
       {'params': params}, encoded, inputs,
       jnp.zeros((inputs.shape[0], max_length), jnp.int32),
       deterministic=True, method='decode', mutable=['cache'])
-  return {'cache': cache['cache'], 'inputs': inputs}
+  steps, shared = attention.split_cross_cache(cache['cache'])
+  return {'cache': steps,
+          'shared': decoding.PerExample({'cache': shared, 'inputs': inputs})}
 
 
 def decoding_step(model: Transformer, params: Any, tokens: Array,
@@ -197,14 +202,16 @@ def decoding_step(model: Transformer, params: Any, tokens: Array,
   """tokens [N, 1] -> (next-token logits [N, V], new state)."""
   # Cross-attention reads the keys/values cached by `init_decoding`; the
   # encoder outputs passed here are a placeholder that is never projected.
-  placeholder = jnp.zeros((tokens.shape[0], 1, model.config.d_model),
-                          model.config.dtype)
+  shared = state['shared'].tree
+  placeholder = jnp.zeros((shared['inputs'].shape[0], 1,
+                           model.config.d_model), model.config.dtype)
   logits, cache = model.apply(
-      {'params': layers.unstack_layers(params), 'cache': state['cache']},
-      placeholder,
-      state['inputs'], tokens, deterministic=True, method='decode',
-      mutable=['cache'])
-  return logits[:, -1], {'cache': cache['cache'], 'inputs': state['inputs']}
+      {'params': layers.unstack_layers(params),
+       'cache': attention.merge_caches(state['cache'], shared['cache'])},
+      placeholder, shared['inputs'], tokens, deterministic=True,
+      method='decode', mutable=['cache'])
+  steps, _ = attention.split_cross_cache(cache['cache'])
+  return logits[:, -1], {'cache': steps, 'shared': state['shared']}
 
 
 def param_count(config: Config) -> int:
