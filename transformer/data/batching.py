@@ -60,13 +60,16 @@ TOO_LONG = ('drop', 'truncate')
 
 
 def filter_long(examples: Sequence[Example], max_length: int,
-                too_long: str = 'drop') -> tuple[list[Example], int]:
+                too_long: str = 'drop', *, report: bool = True
+                ) -> tuple[list[Example], int]:
   """Drops, or truncates, the pairs whose source or target is longer than
   `max_length` (truncation keeps each side's last token, the EOS).
 
   Returns:
     The examples, in order, and how many were dropped or truncated (also
-    logged, so that data never changes unnoticed).
+    logged by `report_long` unless `report` is False, for a caller that
+    filters in parts and reports the total, so that data never changes
+    unnoticed).
   """
   if too_long not in TOO_LONG:
     raise ValueError(f'config.data.too_long={too_long!r}; choose one of '
@@ -79,13 +82,20 @@ def filter_long(examples: Sequence[Example], max_length: int,
                                  truncate_keeping_eos(ex[1], max_length))
             for ex in examples]
   changed = sum(not fits(ex) for ex in examples)
+  if report:
+    report_long(changed, len(examples), max_length, too_long)
+  return kept, changed
+
+
+def report_long(changed: int, total: int, max_length: int,
+                too_long: str) -> None:
+  """Warns that `changed` of `total` examples were dropped or truncated."""
   if changed:
     logging.warning(
         '%s %d of %d examples whose source or target is longer than '
         'max_length=%d tokens; raise max_length in the config to keep them '
         'whole.', 'Dropped' if too_long == 'drop' else 'Truncated', changed,
-        len(examples), max_length)
-  return kept, changed
+        total, max_length)
 
 
 class Side:
@@ -113,6 +123,16 @@ class Side:
       index = np.searchsorted(self.starts, where, side='right') - 1
       raise ValueError(f'The {name} of example {index} contains id 0, which '
                        'is reserved for padding.')
+
+  @classmethod
+  def from_arrays(cls, tokens: np.ndarray, lengths: np.ndarray) -> 'Side':
+    """A side from its concatenated ids (e.g. memory-mapped, of any integer
+    dtype; read only where batches need them) and example lengths, as
+    `token_cache` stores them (checked when the cache was written)."""
+    side = cls.__new__(cls)
+    side.tokens, side.lengths = tokens, np.asarray(lengths, np.int64)
+    side.starts = np.cumsum(side.lengths) - side.lengths
+    return side
 
   def gather(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:
     """Tokens of examples `ids`, concatenated, with their layout.

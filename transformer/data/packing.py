@@ -20,10 +20,12 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
+from transformer.data.batching import check_lengths
 from transformer.data.batching import Example
 from transformer.data.batching import round_up
 from transformer.data.batching import Side
 from transformer.data.batching import sides
+from transformer.sharding import HostRows
 
 PACKED_KEYS = ('inputs', 'targets', 'inputs_segmentation',
                'targets_segmentation', 'inputs_position', 'targets_position')
@@ -116,6 +118,16 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
   max_length] arrays. `tokens_per_batch` counts slots on each side, as in
   the paper's "25000 source tokens and 25000 target tokens".
 
+  With `host=(index, count)` (jax.process_index(), jax.process_count()),
+  each process packs only its block of rows_per_batch / count rows of every
+  batch (block `index`, as `sharding.host_rows` lays batches out) and
+  yields them as `sharding.HostRows`: the blocks of all processes are the
+  rows of the one-process batch, and a process reads only its examples'
+  tokens (from a memory-mapped `token_cache`, only those pages).
+
+  `examples` may also be the (source, target) `Side`s of the examples,
+  e.g. a `token_cache`'s.
+
   Attributes:
     rows_per_batch: max(1, tokens_per_batch // max_length), rounded down to
       a multiple of row_multiple (at least row_multiple), so that the batch
@@ -129,21 +141,34 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     step: index of the batch that `next` returns.
   """
 
-  def __init__(self, examples: Sequence[Example], *, max_length: int,
-               tokens_per_batch: int, seed: int, start_step: int = 0,
-               row_multiple: int = 1):
-    if not examples:
-      raise ValueError('No training examples to batch.')
+  def __init__(self, examples: Sequence[Example] | tuple[Side, Side], *,
+               max_length: int, tokens_per_batch: int, seed: int,
+               start_step: int = 0, row_multiple: int = 1,
+               host: tuple[int, int] = (0, 1)):
     if row_multiple < 1 or tokens_per_batch < 1:
       raise ValueError(f'tokens_per_batch={tokens_per_batch} and '
                        f'row_multiple={row_multiple} must be positive.')
-    self._source, self._target = sides(examples, max_length)
+    if len(examples) == 2 and all(isinstance(x, Side) for x in examples):
+      self._source, self._target = examples
+      check_lengths(self._source, self._target, max_length)
+    else:
+      self._source, self._target = sides(examples, max_length)
+    if not len(self._source.lengths):
+      raise ValueError('No training examples to batch.')
     self.max_length = max_length
     self.seed = seed
     self.step = start_step
     rows = max(1, tokens_per_batch // max_length)
     self.rows_per_batch = max(row_multiple, rows - rows % row_multiple)
-    self.examples_per_epoch = len(examples)
+    index, count = host
+    if self.rows_per_batch % count or not 0 <= index < count:
+      raise ValueError(
+          f'Host {index} of {count} cannot take an equal share of '
+          f'{self.rows_per_batch} rows per batch: make the rows per batch '
+          f'(tokens_per_batch // max_length) a multiple of the number of '
+          f'processes.')
+    self._host = host
+    self.examples_per_epoch = len(self._source.lengths)
 
     self._plans = {}  # epoch -> (order, row starts), for the epochs in use
     self._first_row = [0]  # epoch e: rows [_first_row[e], _first_row[e + 1])
@@ -178,9 +203,12 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
         self._plans[epoch] = plan
 
   def batch_at(self, step: int) -> dict[str, np.ndarray]:
-    """Batch number `step` (what `next` returns at that step)."""
-    begin = step * self.rows_per_batch
-    end = begin + self.rows_per_batch
+    """Batch number `step` (what `next` returns at that step): this host's
+    rows of it."""
+    index, count = self._host
+    share = self.rows_per_batch // count
+    begin = step * self.rows_per_batch + index * share
+    end = begin + share
     self._count_rows(begin, end)
     first_epoch = bisect.bisect_right(self._first_row, begin) - 1
     for stale in [e for e in self._plans if e < first_epoch]:
@@ -195,8 +223,9 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
       row_starts.append(starts[lo + 1:hi + 1] - starts[lo]
                         + row_starts[-1][-1])
       epoch += 1
-    return _pack_rows(self._source, self._target, np.concatenate(ids),
-                      np.concatenate(row_starts), self.max_length)
+    batch = _pack_rows(self._source, self._target, np.concatenate(ids),
+                       np.concatenate(row_starts), self.max_length)
+    return HostRows(batch, self.rows_per_batch) if count > 1 else batch
 
   def __next__(self) -> dict[str, np.ndarray]:
     batch = self.batch_at(self.step)

@@ -6,12 +6,16 @@ classes subclass it, which gives them the default `adapt_pretrained`.
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import jax
 import ml_collections
 
 from transformer import ranges
+from transformer.data import batching
+from transformer.data import files
+from transformer.data import token_cache
+from transformer.tasks import vocabularies
 
 Batch = dict[str, Any]
 
@@ -104,3 +108,44 @@ def check_data(config: ml_collections.ConfigDict) -> None:
   if data.get('source') == 'offline' and _is_number(data.get('num_train')):
     ranges.check('config.data.num_train', data.num_train, low=1,
                  why=': the offline data would have no training examples')
+
+
+# Data settings that change how examples are batched, not their tokens.
+_BATCHING_FIELDS = ('tokens_per_batch', 'packing', 'eval_batch_size',
+                    'eval_rows', 'eval_split')
+CACHE_CHUNK = 50_000  # examples tokenised and written at a time
+
+
+def cached_sides(task: Any, split: str,
+                 examples: Callable[[], Iterable[list[batching.Example]]],
+                 ) -> tuple[batching.Side, batching.Side, dict[str, Any]]:
+  """A text task's tokenised `split` from the token cache on this host's
+  disk (`token_cache`), built on the first start from `examples()`, which
+  yields (examples, counts): a list of examples and a dict of counts (e.g.
+  of examples dropped) summed into the notes the cache keeps.
+
+  The cache is keyed by the task, the split, the data settings that decide
+  tokens, the vocabulary files and, for local corpora, the files' sizes and
+  modification times. It lives in the workdir's cache/ folder (for a
+  gs:// workdir, in its local mirror: memory maps need a local file).
+  """
+  data = task.config.data
+  settings = {k: v for k, v in data.to_dict().items()
+              if k not in _BATCHING_FIELDS}
+  key = {'task': task.config.task, 'split': split, 'data': settings,
+         'vocabulary': vocabularies.fingerprint(task.workdir,
+                                                data.tokenizer)}
+  if data.source == 'local':
+    key['files'] = token_cache.path_stamps(data.path)
+  notes = {}
+
+  def chunks():
+    for chunk, chunk_notes in examples():
+      for field, count in chunk_notes.items():
+        notes[field] = notes.get(field, 0) + count
+      yield chunk
+
+  return token_cache.load_or_build(
+      files.local_mirror(files.join(task.workdir, 'cache')),
+      f'{task.config.task}-{split}', key, chunks,
+      vocab_size=task.tokenizer.vocab_size, notes=lambda: notes)

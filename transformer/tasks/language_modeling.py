@@ -275,12 +275,22 @@ class LanguageModelingTask(CorpusTask):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
+
+    def chunks():  # for the token cache, built on the first start
+      documents = self.documents(data.train_split)
+      for begin in range(0, len(documents), base.CACHE_CHUNK):
+        part = documents[begin:begin + base.CACHE_CHUNK]
+        ids = self.tokenizer.encode_batch(part, add_eos=False)
+        yield text.lm_examples(ids, data.max_length), {'documents': len(part)}
+
+    source, target, meta = base.cached_sides(self, data.train_split, chunks)
     batches = packing.PackedTrainBatches(
-        self.examples(data.train_split), max_length=data.max_length,
+        (source, target), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
-        start_step=start_step, row_multiple=self.batch_divisor)
+        start_step=start_step, row_multiple=self.batch_divisor,
+        host=(jax.process_index(), jax.process_count()))
     self.examples(data.eval_split)  # a wrong split fails now, not later
-    print(f'Training data: {len(self.documents(data.train_split)):,} '
+    print(f'Training data: {meta["notes"].get("documents", 0):,} '
           f'documents, {batches.batches_per_epoch:,.1f} batches per epoch '
           f'of {batches.rows_per_batch} x {data.max_length} tokens, padding '
           f'{batches.padding_fraction:.1%}.', flush=True)

@@ -180,17 +180,37 @@ class TranslationTask(base.Task):
   def pairs(self, split: str) -> Pairs:
     return read_split(self.config.data, split)
 
-  @functools.cache
-  def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Tokenised pairs (both sides end with EOS) no longer than max_length."""
-    pairs = self.pairs(split)
+  def _tokenised(self, pairs: Pairs, report: bool = True
+                 ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Tokenised pairs (both sides end with EOS) no longer than max_length,
+    and how many were dropped or truncated."""
     encode = lambda texts: [np.asarray(t, np.int32)
                             for t in self.tokenizer.encode_batch(texts)]
     examples = list(zip(encode([s for s, _ in pairs]),
                         encode([t for _, t in pairs])))
-    # filter_long counts and reports what it drops or truncates.
     return batching.filter_long(examples, self.config.data.max_length,
-                                self.config.data.too_long)[0]
+                                self.config.data.too_long, report=report)
+
+  @functools.cache
+  def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Tokenised pairs of a split (filter_long counts and reports what it
+    drops or truncates)."""
+    return self._tokenised(self.pairs(split))[0]
+
+  def cached_sides(self, split: str) -> tuple[Any, Any]:
+    """The (source, target) `batching.Side`s of a split's examples from the
+    token cache: later starts read no text and run no tokenizer."""
+    def chunks():
+      pairs = self.pairs(split)
+      for begin in range(0, len(pairs), base.CACHE_CHUNK):
+        part = pairs[begin:begin + base.CACHE_CHUNK]
+        kept, changed = self._tokenised(part, report=False)
+        yield kept, {'examples': len(part), 'too_long': changed}
+    source, target, meta = base.cached_sides(self, split, chunks)
+    data, notes = self.config.data, meta['notes']
+    batching.report_long(notes.get('too_long', 0), notes.get('examples', 0),
+                         data.max_length, data.too_long)
+    return source, target
 
   # -- Task interface -------------------------------------------------------
 
@@ -201,12 +221,17 @@ class TranslationTask(base.Task):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
-    batcher = (packing.PackedTrainBatches if data.packing
-               else batching.BucketedTrainBatches)
-    batches = batcher(
-        self.examples(data.train_split), max_length=data.max_length,
-        tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
-        start_step=start_step, row_multiple=self.batch_divisor)
+    if data.packing:
+      batches = packing.PackedTrainBatches(
+          self.cached_sides(data.train_split), max_length=data.max_length,
+          tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+          start_step=start_step, row_multiple=self.batch_divisor,
+          host=(jax.process_index(), jax.process_count()))
+    else:
+      batches = batching.BucketedTrainBatches(
+          self.examples(data.train_split), max_length=data.max_length,
+          tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+          start_step=start_step, row_multiple=self.batch_divisor)
     # Read the evaluation split now, so that a wrong split name fails before
     # training rather than at the first evaluation.
     self.examples(data.eval_split)

@@ -3,6 +3,7 @@ kept in the workdir's vocab/ folder, or a converted checkpoint's."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 from typing import Any, Callable, Iterable
 
@@ -61,6 +62,17 @@ def _sync(filename: str) -> None:
 PUBLISHED_TOKENIZERS = {'marian': published.MarianTokenizer,
                         'gpt2': published.GPT2Tokenizer,
                         'bert': published.BertTokenizer}
+
+
+def fingerprint(workdir: str, tokenizer: str) -> str:
+  """A hash of the tokenizer's kind and the workdir's vocabulary files:
+  what decides the ids a text gets (it keys the token cache)."""
+  hasher = hashlib.blake2b(tokenizer.encode(), digest_size=16)
+  folder = files.join(workdir, 'vocab')
+  if files.exists(folder):
+    for name, path in files.walk_files(folder):
+      hasher.update(name.encode() + b'\0' + path.read_bytes())
+  return hasher.hexdigest()
 
 
 def published_tokenizer(name: str, workdir: str):
