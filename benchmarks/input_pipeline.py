@@ -4,8 +4,9 @@ packed tokens per second on one core, peak host memory.
     python benchmarks/input_pipeline.py                  # 5M pairs, 1 GB text
     python benchmarks/input_pipeline.py --pairs=20000 --text_mb=5   # quick
 
-Two corpora, written under `--folder` (a fresh temporary folder, removed
-afterwards unless `--keep`):
+Two corpora, written into a new folder of the run's own (made under
+`--folder`, or the system's temporary folder; removed afterwards unless
+`--keep`):
 - `pairs`: `--pairs` English-Spanish sentence pairs of the offline grammar
   (`offline_mt.sample_pair`), as translation examples (both sides end with
   EOS; pairs longer than `--max_length` tokens dropped and counted);
@@ -62,8 +63,9 @@ _TOKENS = flags.DEFINE_integer('tokens_per_batch', 25_000,
 _VOCAB = flags.DEFINE_integer('vocab_size', 32_000, 'SentencePiece pieces.')
 _BATCHES = flags.DEFINE_integer('batches', 200, 'Batches timed.')
 _RESUME = flags.DEFINE_integer('resume_step', 10_000, 'Step resumed at.')
-_FOLDER = flags.DEFINE_string('folder', None, 'Working folder (default: '
-                              'a new temporary one).')
+_FOLDER = flags.DEFINE_string('folder', None, 'Where the run\'s own '
+                              'working folder is made (default: the system '
+                              'temporary folder).')
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the working folder.')
 _MEASURE = flags.DEFINE_string('measure', None, 'Internal: a JSON job for '
                                'the one-core measuring process.')
@@ -211,8 +213,11 @@ def main(argv):
     os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     print(json.dumps(measure(json.loads(_MEASURE.value))))
     return
-  folder = _FOLDER.value or tempfile.mkdtemp(prefix='input_pipeline-')
-  os.makedirs(folder, exist_ok=True)
+  if _FOLDER.value:
+    os.makedirs(_FOLDER.value, exist_ok=True)
+  # Always a new folder of its own (under --folder if given): only what
+  # this run wrote is removed.
+  folder = tempfile.mkdtemp(prefix='input_pipeline-', dir=_FOLDER.value)
   rows = []
   try:
     for part in _PARTS.value:

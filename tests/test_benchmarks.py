@@ -104,3 +104,34 @@ def test_cache_bytes_per_position():
   assert generation.cache_bytes_per_position(model, params) == (
       2 * 2 * 2 * (32 // 4) * 2)
 
+
+
+def run_benchmark(name, *flags):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  out = subprocess.run([sys.executable, os.path.join(root, 'benchmarks',
+                                                     name), *flags],
+                       capture_output=True, text=True, check=True, cwd=root)
+  return out.stdout
+
+
+def test_decoding_benchmark_prints_every_search():
+  out = run_benchmark(
+      'decoding.py', '--size=tiny', '--vocab=64', '--batch=2',
+      '--source_length=4', '--max_length=3', '--gpt_sizes=tiny',
+      '--gpt_batch_sizes=1', '--prompt_length=4', '--new_tokens=3',
+      '--repeats=1')
+  for row in ('greedy', 'beam 4', 'tiny      1'):
+    assert row in out, out
+
+
+def test_input_pipeline_benchmark_reads_its_cache_in_a_fresh_process(
+    tmp_path):
+  out = run_benchmark(
+      'input_pipeline.py', '--parts=pairs', '--pairs=400', '--batches=2',
+      '--resume_step=3', '--max_length=32', '--tokens_per_batch=256',
+      f'--folder={tmp_path}')
+  row = [line for line in out.splitlines() if line.split()[:2] == [
+      'pairs', '400']]
+  assert row, out
+  assert not os.listdir(tmp_path)  # its own folder removed without --keep

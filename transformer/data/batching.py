@@ -130,8 +130,10 @@ class Side:
     dtype; read only where batches need them) and example lengths, as
     `token_cache` stores them (checked when the cache was written)."""
     side = cls.__new__(cls)
-    side.tokens, side.lengths = tokens, np.asarray(lengths, np.int64)
-    side.starts = np.cumsum(side.lengths) - side.lengths
+    # int32 lengths (half the memory of int64 for millions of examples);
+    # int64 offsets, as a corpus may hold more than 2**31 tokens.
+    side.tokens, side.lengths = tokens, np.asarray(lengths, np.int32)
+    side.starts = np.cumsum(side.lengths, dtype=np.int64) - side.lengths
     return side
 
   def gather(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -46,14 +46,17 @@ def _greedy_rows(source_lengths: np.ndarray, target_lengths: np.ndarray,
   # For every i, the first example that no longer fits in a row beginning at
   # i (on either side), found for all i at once; the python loop below then
   # only visits row starts, not examples.
-  ends = []
+  following = None
   for lengths in (source_lengths, target_lengths):
     cum = np.concatenate([[0], np.cumsum(lengths)])
-    ends.append(np.searchsorted(cum, cum[:-1] + max_length, side='right') - 1)
-  following = np.minimum(*ends).tolist()
-  starts = [0]
-  while starts[-1] < len(following):
-    starts.append(following[starts[-1]])
+    ends = np.searchsorted(cum, cum[:-1] + max_length, side='right') - 1
+    del cum  # millions of examples: keep one temporary at a time
+    following = ends if following is None else np.minimum(following, ends,
+                                                          out=following)
+  # A numpy array, not a list: a list of millions of ints is 7x the memory.
+  starts, count = [0], len(following)
+  while starts[-1] < count:
+    starts.append(int(following[starts[-1]]))
   return np.asarray(starts)
 
 

@@ -11,7 +11,7 @@ settings, the corpus files' sizes and modification times), holding
 
   meta.json                          the key, counts, notes, checksums
   source.tokens  target.tokens       each side's ids, concatenated (raw)
-  source.lengths target.lengths      int64 lengths of the examples (raw)
+  source.lengths target.lengths      int32 lengths of the examples (raw)
 
 It is written to a temporary folder and renamed into place, so a cache is
 whole or absent. A folder whose files do not match their recorded sizes and
@@ -33,7 +33,7 @@ import numpy as np
 
 from transformer.data import batching
 
-FORMAT = 1  # bump when the layout changes: old caches are then rebuilt
+FORMAT = 2  # bump when the layout changes: old caches are then rebuilt
 SIDES = ('source', 'target')
 _CHUNK = 1 << 23  # bytes hashed per read
 
@@ -75,7 +75,7 @@ def _write(folder: str, chunks: Iterable[list[batching.Example]],
     for chunk in chunks:
       for index, side in enumerate(SIDES):
         ids = [np.asarray(example[index]) for example in chunk]
-        lengths = np.fromiter(map(len, ids), np.int64, len(ids))
+        lengths = np.fromiter(map(len, ids), np.int32, len(ids))
         if len(lengths) and lengths.min() < 1:
           raise ValueError(f'Example {examples + int(np.argmin(lengths))} '
                            f'has an empty {side}; each side must end with '
@@ -114,10 +114,10 @@ def _open(folder: str) -> tuple[tuple[batching.Side, ...], dict[str, Any]]:
       raise ValueError(f'{name} is missing or does not match its checksum')
   sides = []
   for side in SIDES:
-    lengths = np.fromfile(os.path.join(folder, f'{side}.lengths'), np.int64)
+    lengths = np.fromfile(os.path.join(folder, f'{side}.lengths'), np.int32)
     tokens_path = os.path.join(folder, f'{side}.tokens')
     count = os.path.getsize(tokens_path) // dtype.itemsize
-    if len(lengths) != meta['examples'] or lengths.sum() != count:
+    if len(lengths) != meta['examples'] or lengths.sum(dtype=np.int64) != count:
       raise ValueError(f'the {side} lengths do not add up to its tokens')
     tokens = (np.memmap(tokens_path, dtype, mode='r', shape=(count,))
               if count else np.zeros(0, dtype))
