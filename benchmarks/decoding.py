@@ -39,7 +39,6 @@ import timing
 from transformer import decoding
 from transformer.models import decoder
 from transformer.models import encoder_decoder
-from transformer.tasks import language_modeling
 
 _WMT = flags.DEFINE_string('wmt', None, 'A google/flax checkout\'s '
                            'examples/wmt folder: adds its beam search.')
@@ -181,21 +180,11 @@ def gpt_rows(repeats: int) -> None:
   print('-' * len(header))
   for size in sizes:
     config = decoder.config_for(size, dropout_rate=0.0)
-    model = decoder.build(config, decode=True)
-    params = jax.jit(lambda r, c=config: nn.unbox(decoder.Decoder(c).init(
-        r, jnp.ones((1, 8), jnp.int32), deterministic=True))['params'])(
-            jax.random.key(0))
+    params = timing.random_decoder_params(config)
     for batch in (int(b) for b in _GPT_BATCHES.value):
-      prompts = jnp.asarray(np.random.default_rng(0).integers(
-          3, config.vocab_size, (batch, _PROMPT.value)), jnp.int32)
-      pad = jnp.zeros((batch,), jnp.int32)
-      run = lambda n: jax.jit(functools.partial(
-          language_modeling.generate_tokens, model, max_new_tokens=n,
-          top_k=40, greedy=False, eos_id=NEVER))
-      args = (params, prompts, pad, jax.random.key(0), 1.0, 1.0)
-      first, full = (timing.median_seconds(run(n), *args, repeats=repeats)
-                     for n in (1, _NEW.value))
-      per_token = (full - first) / (_NEW.value - 1)
+      first, per_token = timing.gpt_generation_seconds(
+          config, params, batch=batch, prompt_length=_PROMPT.value,
+          new_tokens=_NEW.value, repeats=repeats, top_k=40, greedy=False)
       print(f'{size:>24} {batch:>6} {batch / per_token:>10,.0f} '
             f'{per_token * 1e3:>13,.2f} {first * 1e3:>15,.1f}')
 

@@ -26,19 +26,15 @@ percentage of each. The bound is what limits small batches; large ones
 become compute bound.
 """
 
-import functools
 
 from absl import app
 from absl import flags
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 import devices
 import timing
 from transformer.models import decoder
-from transformer.tasks import language_modeling
 
 _SIZES = flags.DEFINE_list('sizes', ['gpt2'], 'Named decoder sizes.')
 _BATCH_SIZES = flags.DEFINE_list('batch_sizes', ['1', '16'], 'Batch sizes.')
@@ -91,23 +87,14 @@ def main(argv):
     config = decoder.config_for(size, dtype=dtype, param_dtype=dtype,
                                 dropout_rate=0.0)
     model = decoder.build(config, decode=True)
-    params = jax.jit(lambda r, c=config: nn.unbox(decoder.Decoder(c).init(
-        r, jnp.ones((1, 8), jnp.int32), deterministic=True))['params'])(
-            jax.random.key(0))
+    params = timing.random_decoder_params(config)
     param_bytes = nbytes(params)
     per_position = cache_bytes_per_position(model, params)
     for batch in (int(b) for b in _BATCH_SIZES.value):
-      tokens = jnp.asarray(np.random.default_rng(0).integers(
-          3, config.vocab_size, (batch, _PROMPT.value)), jnp.int32)
-      pad = jnp.zeros((batch,), jnp.int32)
-      # EOS id -1 never occurs: every row generates all its tokens.
-      run = lambda n: jax.jit(functools.partial(
-          language_modeling.generate_tokens, model, max_new_tokens=n,
-          top_k=0, greedy=True, eos_id=-1))
-      first, full = (timing.median_seconds(
-          run(n), params, tokens, pad, jax.random.key(0), 1.0, 1.0,
-          repeats=_REPEATS.value) for n in (1, _NEW.value))
-      per_step = (full - first) / (_NEW.value - 1)
+      first, per_step = timing.gpt_generation_seconds(
+          config, params, batch=batch, prompt_length=_PROMPT.value,
+          new_tokens=_NEW.value, repeats=_REPEATS.value, top_k=0,
+          greedy=True)
       step_bytes = param_bytes + batch * per_position * (
           _PROMPT.value + _NEW.value / 2)
       # Achieved bytes/s against the bandwidth: the rate over its bound.

@@ -1,11 +1,16 @@
 """Timing shared by the benchmarks (imported as `timing`: the benchmarks run
 as scripts, `python benchmarks/<name>.py`, with this folder on the path)."""
 
+import functools
 import time
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+
+from transformer.models import decoder
+from transformer.tasks import language_modeling
 
 
 def median_seconds(fn, *args, repeats: int) -> float:
@@ -43,3 +48,29 @@ def matvec_bytes_per_second(nbytes: int, dtype, repeats: int) -> float:
 def percent(value: float, reference: float | None) -> str:
   """'42.0%' of a reference, or 'n/a' without one (e.g. no datasheet)."""
   return 'n/a' if reference is None else f'{100 * value / reference:.1f}%'
+
+
+def gpt_generation_seconds(config, params, *, batch: int, prompt_length: int,
+                           new_tokens: int, repeats: int, **sampling
+                           ) -> tuple[float, float]:
+  """(time to the first token, time per later token) of
+  `language_modeling.generate_tokens` (what `generate` runs) for `batch`
+  random prompts of `prompt_length` tokens; EOS is never chosen, so every
+  row generates `new_tokens`. `sampling`: top_k, greedy."""
+  model = decoder.build(config, decode=True)
+  prompts = jnp.asarray(np.random.default_rng(0).integers(
+      3, config.vocab_size, (batch, prompt_length)), jnp.int32)
+  args = (params, prompts, jnp.zeros((batch,), jnp.int32),
+          jax.random.key(0), 1.0, 1.0)
+  first, full = (median_seconds(jax.jit(functools.partial(
+      language_modeling.generate_tokens, model, max_new_tokens=n,
+      eos_id=-1, **sampling)), *args, repeats=repeats)
+                 for n in (1, new_tokens))
+  return first, (full - first) / (new_tokens - 1)
+
+
+def random_decoder_params(config):
+  """Randomly initialised GPT parameters (speed does not depend on them)."""
+  return jax.jit(lambda r: nn.unbox(decoder.Decoder(config).init(
+      r, jnp.ones((1, 8), jnp.int32), deterministic=True))['params'])(
+          jax.random.key(0))

@@ -9,7 +9,6 @@ import pytest
 
 from conftest import load_experiment
 from transformer import tasks
-from transformer.data import batching
 from transformer.data import offline_mt
 from transformer.data import packing
 from transformer.data import token_cache

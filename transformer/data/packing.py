@@ -22,7 +22,6 @@ import numpy as np
 
 from transformer.data.batching import check_lengths
 from transformer.data.batching import Example
-from transformer.data.batching import round_up
 from transformer.data.batching import Side
 from transformer.data.batching import sides
 from transformer.sharding import HostRows
