@@ -9,6 +9,7 @@ import pytest
 
 from conftest import load_experiment
 from transformer import tasks
+from transformer.data import batching
 from transformer.data import offline_mt
 from transformer.data import packing
 from transformer.data import token_cache
@@ -113,6 +114,32 @@ def test_each_host_packs_its_block_of_the_one_process_batch(start):
     batches(data, [0], host=(0, 3))
 
 
+@pytest.mark.parametrize('start', [0, 7])
+def test_each_host_takes_its_block_of_the_one_process_bucketed_batch(
+    start):
+  data = examples(45, longest=12)
+  source, target = batching.as_sides(data, 12)
+  kwargs = dict(max_length=12, tokens_per_batch=40, seed=0,
+                start_step=start, row_multiple=2)
+  steps = range(start, start + 14)  # several epochs, part-filled batches
+  whole = batching.BucketedTrainBatches(data, **kwargs)
+  from_sides = batching.BucketedTrainBatches((source, target), **kwargs)
+  parts = [batching.BucketedTrainBatches((source, target), host=(i, 2),
+                                         **kwargs) for i in range(2)]
+  filler_rows = 0
+  for step in steps:
+    full = whole.batch_at(step)
+    assert_same_batches([full], [from_sides.batch_at(step)])
+    blocks = [part.batch_at(step) for part in parts]
+    assert all(b.global_rows == len(full['inputs']) for b in blocks)
+    assert_same_batches(
+        [full], [{k: np.concatenate([b[k] for b in blocks]) for k in full}])
+    filler_rows += int((full['inputs'] == 0).all(axis=1).sum())
+  assert filler_rows  # the epochs' last batches were among those compared
+  with pytest.raises(ValueError, match='equal share'):
+    batching.BucketedTrainBatches(data, host=(0, 3), **kwargs)
+
+
 def write_corpus(folder, seed, count=300):
   """Offline-grammar pairs as local files train.{en,es}, validation.{en,es}."""
   folder.mkdir(exist_ok=True)
@@ -123,18 +150,21 @@ def write_corpus(folder, seed, count=300):
           ''.join(pair[side] + '\n' for pair in splits[split]))
 
 
+@pytest.mark.parametrize('packed', [True, False])
 def test_translation_reads_the_cache_and_notices_a_changed_corpus(
-    tmp_path, monkeypatch, caplog):
+    tmp_path, monkeypatch, caplog, packed):
   corpus, workdir = tmp_path / 'corpus', str(tmp_path / 'workdir')
   write_corpus(corpus, seed=0)
   config = load_experiment('mt_offline', 'runlocal')
   config.data.update(dict(source='local', path=str(corpus),
                           source_lang='en', target_lang='es',
-                          eval_split='validation',
+                          eval_split='validation', packing=packed,
                           max_length=32))  # some pairs are too long
   task = tasks.build(config, workdir)
   first = [next(iter_) for iter_ in [task.train_iter(0)] for _ in range(3)]
-  without_cache = packing.PackedTrainBatches(
+  batcher = (packing.PackedTrainBatches if packed
+             else batching.BucketedTrainBatches)
+  without_cache = batcher(
       task.examples('train'), max_length=32,
       tokens_per_batch=config.data.tokens_per_batch, seed=config.seed)
   assert_same_batches(first, [without_cache.batch_at(s) for s in range(3)])
@@ -162,3 +192,22 @@ def test_translation_reads_the_cache_and_notices_a_changed_corpus(
   assert not np.array_equal(batch['targets'], first[0]['targets'])
   caches = os.listdir(os.path.join(workdir, 'cache'))
   assert len(caches) == 2, caches
+
+
+def test_masked_lm_restarts_from_the_cache(tmp_path, monkeypatch):
+  config = load_experiment('bert_mlm', 'runlocal')
+  workdir = str(tmp_path)
+  task = tasks.build(config, workdir)
+  first = [next(iter_) for iter_ in [task.train_iter(0)] for _ in range(3)]
+  without_cache = batching.BucketedTrainBatches(
+      task.rows(config.data.train_split), max_length=config.data.max_length,
+      tokens_per_batch=config.data.tokens_per_batch, seed=config.seed)
+  assert_same_batches(first, [without_cache.batch_at(s) for s in range(3)])
+
+  restarted = tasks.build(config, workdir)
+  read, documents = [], restarted.documents
+  monkeypatch.setattr(restarted, 'documents',
+                      lambda split: read.append(split) or documents(split))
+  again = restarted.train_iter(0)
+  assert_same_batches(first, [next(again) for _ in range(3)])
+  assert read == [config.data.eval_split]  # not the training text

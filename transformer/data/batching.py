@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from absl import logging
 import numpy as np
 
+from transformer.sharding import HostRows
+
 Example = tuple[np.ndarray, np.ndarray]  # ([S] source ids, [T] target ids)
 
 
@@ -160,6 +162,28 @@ def sides(examples: Sequence[Example], max_length: int
   return source, target
 
 
+def as_sides(examples: Sequence[Example] | tuple[Side, Side],
+             max_length: int) -> tuple[Side, Side]:
+  """The (source, target) sides of examples given as pairs or already as
+  two `Side`s (e.g. a `token_cache`'s), checked by `check_lengths`."""
+  if len(examples) == 2 and all(isinstance(x, Side) for x in examples):
+    check_lengths(*examples, max_length)
+    return tuple(examples)
+  return sides(examples, max_length)
+
+
+def check_host(host: tuple[int, int], rows: Sequence[int]) -> None:
+  """Refuses a (process index, process count) that cannot take an equal
+  block of every batch size in `rows`."""
+  index, count = host
+  if not 0 <= index < count or any(r % count for r in rows):
+    raise ValueError(
+        f'Host {index} of {count} cannot take an equal share of batches of '
+        f'{sorted(set(rows))} rows: make the rows per batch (set by '
+        f'tokens_per_batch and row_multiple) a multiple of the number of '
+        f'processes.')
+
+
 def check_lengths(source: Side, target: Side, max_length: int) -> None:
   """Refuses empty sides and sides longer than `max_length`."""
   for side, name in ((source, 'source'), (target, 'target')):
@@ -230,6 +254,12 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
   starting at `start_step=k` plans the earlier epochs (a shuffle and a sort
   each, no batches) only to count their batches.
 
+  `examples` may also be the (source, target) `Side`s of the examples (a
+  `token_cache`'s). With `host=(index, count)` each process builds only its
+  block of R / count rows of every batch (block `index`), yielded as
+  `sharding.HostRows`, as `PackedTrainBatches` does; every R must then be a
+  multiple of count (a row_multiple of data-parallel devices is).
+
   Attributes:
     batch_shapes: the (R, W) shapes that batches can have, by width.
     examples_per_epoch: number of examples.
@@ -240,20 +270,21 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
     step: index of the batch that `next` returns.
   """
 
-  def __init__(self, examples: Sequence[Example], *, max_length: int,
-               tokens_per_batch: int, seed: int, start_step: int = 0,
-               row_multiple: int = 1, length_multiple: int = 8):
-    if not examples:
-      raise ValueError('No training examples to batch.')
+  def __init__(self, examples: Sequence[Example] | tuple[Side, Side], *,
+               max_length: int, tokens_per_batch: int, seed: int,
+               start_step: int = 0, row_multiple: int = 1,
+               length_multiple: int = 8, host: tuple[int, int] = (0, 1)):
     if min(row_multiple, tokens_per_batch, length_multiple) < 1:
       raise ValueError(f'tokens_per_batch={tokens_per_batch}, row_multiple='
                        f'{row_multiple} and length_multiple={length_multiple}'
                        ' must be positive.')
-    self._source, self._target = sides(examples, max_length)
+    self._source, self._target = as_sides(examples, max_length)
+    if not len(self._source.lengths):
+      raise ValueError('No training examples to batch.')
     self.max_length = max_length
     self.seed = seed
     self.step = start_step
-    self.examples_per_epoch = len(examples)
+    self.examples_per_epoch = len(self._source.lengths)
 
     # The width of the batch each example would set: [N].
     self._widths = np.minimum(
@@ -264,9 +295,11 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
     self._rows_of_width = np.maximum(row_multiple, rows - rows % row_multiple)
     self.batch_shapes = [(int(self._rows_of_width[w]), int(w))
                          for w in np.unique(self._widths)]
+    check_host(host, [rows for rows, _ in self.batch_shapes])
+    self._host = host
     # An example fills 1 / R of a batch of its width.
     self._pool_size = max(1, round(
-        _POOL_BATCHES * len(examples)
+        _POOL_BATCHES * self.examples_per_epoch
         / (1 / self._rows_of_width[self._widths]).sum()))
 
     self._first_batch = [0]  # epoch e: batches [_first_batch[e], ...[e + 1])
@@ -328,8 +361,12 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
     ids = ids[starts[b]:starts[b + 1]]
     width = int(self._widths[ids[0]])
     rows = int(self._rows_of_width[width])
-    return {'inputs': _rows(self._source, ids, rows, width),
-            'targets': _rows(self._target, ids, rows, width)}
+    index, count = self._host
+    share = rows // count  # this host's block of rows (all of them for one)
+    ids = ids[index * share:(index + 1) * share]
+    batch = {'inputs': _rows(self._source, ids, share, width),
+             'targets': _rows(self._target, ids, share, width)}
+    return HostRows(batch, rows) if count > 1 else batch
 
   def __next__(self) -> dict[str, np.ndarray]:
     batch = self.batch_at(self.step)

@@ -20,7 +20,8 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from transformer.data.batching import check_lengths
+from transformer.data.batching import as_sides
+from transformer.data.batching import check_host
 from transformer.data.batching import Example
 from transformer.data.batching import Side
 from transformer.data.batching import sides
@@ -150,11 +151,7 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     if row_multiple < 1 or tokens_per_batch < 1:
       raise ValueError(f'tokens_per_batch={tokens_per_batch} and '
                        f'row_multiple={row_multiple} must be positive.')
-    if len(examples) == 2 and all(isinstance(x, Side) for x in examples):
-      self._source, self._target = examples
-      check_lengths(self._source, self._target, max_length)
-    else:
-      self._source, self._target = sides(examples, max_length)
+    self._source, self._target = as_sides(examples, max_length)
     if not len(self._source.lengths):
       raise ValueError('No training examples to batch.')
     self.max_length = max_length
@@ -162,13 +159,7 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     self.step = start_step
     rows = max(1, tokens_per_batch // max_length)
     self.rows_per_batch = max(row_multiple, rows - rows % row_multiple)
-    index, count = host
-    if self.rows_per_batch % count or not 0 <= index < count:
-      raise ValueError(
-          f'Host {index} of {count} cannot take an equal share of '
-          f'{self.rows_per_batch} rows per batch: make the rows per batch '
-          f'(tokens_per_batch // max_length) a multiple of the number of '
-          f'processes.')
+    check_host(host, [self.rows_per_batch])
     self._host = host
     self.examples_per_epoch = len(self._source.lengths)
 

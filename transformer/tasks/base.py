@@ -110,9 +110,10 @@ def check_data(config: ml_collections.ConfigDict) -> None:
                  why=': the offline data would have no training examples')
 
 
-# Data settings that change how examples are batched, not their tokens.
-_BATCHING_FIELDS = ('tokens_per_batch', 'packing', 'eval_batch_size',
-                    'eval_rows', 'eval_split')
+# Data settings that change how examples are batched or masked, not their
+# tokens: changing them keeps the token cache.
+_NOT_TOKEN_FIELDS = ('tokens_per_batch', 'packing', 'eval_batch_size',
+                     'eval_rows', 'eval_split', 'mask_rate')
 CACHE_CHUNK = 50_000  # examples tokenised and written at a time
 
 
@@ -131,7 +132,7 @@ def cached_sides(task: Any, split: str,
   """
   data = task.config.data
   settings = {k: v for k, v in data.to_dict().items()
-              if k not in _BATCHING_FIELDS}
+              if k not in _NOT_TOKEN_FIELDS}
   key = {'task': task.config.task, 'split': split, 'data': settings,
          'vocabulary': vocabularies.fingerprint(task.workdir,
                                                 data.tokenizer)}

@@ -255,6 +255,21 @@ class CorpusTask(base.Task):
     ids = self.tokenizer.encode_batch(self.documents(split), add_eos=False)
     return text.lm_examples(ids, self.config.data.max_length)
 
+  def cached_sides(self, split: str) -> tuple[Any, Any, dict[str, Any]]:
+    """The (inputs, targets) `batching.Side`s of a split's chunks and the
+    cache's meta from the token cache: later starts read no text and run no
+    tokenizer."""
+    max_length = self.config.data.max_length
+
+    def chunks():  # for the token cache, built on the first start
+      documents = self.documents(split)
+      for begin in range(0, len(documents), base.CACHE_CHUNK):
+        part = documents[begin:begin + base.CACHE_CHUNK]
+        ids = self.tokenizer.encode_batch(part, add_eos=False)
+        yield text.lm_examples(ids, max_length), {'documents': len(part)}
+
+    return base.cached_sides(self, split, chunks)
+
 
 class LanguageModelingTask(CorpusTask):
   """The `transformer.tasks.Task` for decoder-only language models."""
@@ -275,15 +290,7 @@ class LanguageModelingTask(CorpusTask):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
-
-    def chunks():  # for the token cache, built on the first start
-      documents = self.documents(data.train_split)
-      for begin in range(0, len(documents), base.CACHE_CHUNK):
-        part = documents[begin:begin + base.CACHE_CHUNK]
-        ids = self.tokenizer.encode_batch(part, add_eos=False)
-        yield text.lm_examples(ids, data.max_length), {'documents': len(part)}
-
-    source, target, meta = base.cached_sides(self, data.train_split, chunks)
+    source, target, meta = self.cached_sides(data.train_split)
     batches = packing.PackedTrainBatches(
         (source, target), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,

@@ -70,10 +70,12 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
+    inputs, _, _ = self.cached_sides(data.train_split)
     batches = batching.BucketedTrainBatches(
-        self.rows(data.train_split), max_length=data.max_length,
+        (inputs, inputs), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
-        start_step=start_step, row_multiple=self.batch_divisor)
+        start_step=start_step, row_multiple=self.batch_divisor,
+        host=(jax.process_index(), jax.process_count()))
     self.rows(data.eval_split)  # a wrong split fails now, not later
     print(f'Training data: {batches.examples_per_epoch:,} sequences, '
           f'{batches.batches_per_epoch:,} batches per epoch, padding '

@@ -221,17 +221,13 @@ class TranslationTask(base.Task):
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
-    if data.packing:
-      batches = packing.PackedTrainBatches(
-          self.cached_sides(data.train_split), max_length=data.max_length,
-          tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
-          start_step=start_step, row_multiple=self.batch_divisor,
-          host=(jax.process_index(), jax.process_count()))
-    else:
-      batches = batching.BucketedTrainBatches(
-          self.examples(data.train_split), max_length=data.max_length,
-          tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
-          start_step=start_step, row_multiple=self.batch_divisor)
+    batcher = (packing.PackedTrainBatches if data.packing
+               else batching.BucketedTrainBatches)
+    batches = batcher(
+        self.cached_sides(data.train_split), max_length=data.max_length,
+        tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
+        start_step=start_step, row_multiple=self.batch_divisor,
+        host=(jax.process_index(), jax.process_count()))
     # Read the evaluation split now, so that a wrong split name fails before
     # training rather than at the first evaluation.
     self.examples(data.eval_split)
