@@ -104,6 +104,41 @@ def test_beam_one_equals_greedy(variant):
   np.testing.assert_array_equal(beam[:, 0], greedy)
 
 
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_beams_share_the_encoder_memory_without_changing_results(variant):
+  """The memory stays one row per example (`PerExample`): each example's
+  beams attend to it as a group of queries, which must give exactly what a
+  copy of the memory in every beam gives."""
+  model, params, inputs, _ = setup_model(variant, num_layers=2)
+  state = rnn.init_decoding(model, params, inputs, max_length=6)
+  memory_rows = []
+
+  def shared(tokens, state):
+    memory_rows.append(state['memory'].tree['values'].shape[0])
+    return rnn.decoding_step(model, params, tokens, state)
+
+  def tiled(tokens, state):  # the memory as a plain, per-beam leaf
+    logits, new = rnn.decoding_step(
+        model, params, tokens,
+        {**state, 'memory': decoding.PerExample(state['memory'])})
+    return logits, {**new, 'memory': new['memory'].tree}
+
+  search = functools.partial(decoding.beam_search, batch_size=3, beam_size=4,
+                             max_length=6, eos_id=1, alpha=0.6)
+  seqs, scores = search(shared, state)
+  expected_seqs, expected_scores = search(
+      tiled, {**state, 'memory': state['memory'].tree})
+  assert set(memory_rows) == {3}
+  assert len({tuple(row) for row in np.asarray(seqs).reshape(-1, 6)}) > 3
+  np.testing.assert_array_equal(seqs, expected_seqs)
+  np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-6)
+  four_rows = jax.tree.map(lambda x: jnp.concatenate([x, x[:1]]),
+                           state['carry'])
+  with pytest.raises(ValueError, match='beams of each example'):
+    rnn.decoding_step(model, params, jnp.zeros((4, 1), jnp.int32),
+                      {**state, 'carry': four_rows})
+
+
 def test_config_errors():
   with pytest.raises(ValueError, match='attention'):
     rnn.config_for('tiny', attention='multiplicative')

@@ -192,7 +192,7 @@ class ShowAttendTell(nn.Module):
     """tokens [N, 1] -> (logits [N, V], new state with the step's weights
     [N, g*g])."""
     carry, (output, weights) = self.step(
-        state['carry'], self.embed(tokens[:, 0]), state['memory'],
+        state['carry'], self.embed(tokens[:, 0]), state['memory'].tree,
         deterministic=True)
     return self.embed.attend(output).astype(jnp.float32), {
         'carry': carry, 'memory': state['memory'], 'weights': weights}
@@ -247,7 +247,7 @@ def init_decoding(model: nn.Module, params: Any, images: Array
   if isinstance(model, ShowAttendTell):
     memory, carry = model.apply({'params': params}, images,
                                 deterministic=True, method='encode')
-    return {'carry': carry, 'memory': memory,
+    return {'carry': carry, 'memory': decoding.PerExample(memory),
             'weights': jnp.zeros(memory['mask'].shape, jnp.float32)}
   encoded = model.apply({'params': params}, images, deterministic=True,
                         method='encode')

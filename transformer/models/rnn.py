@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import attention
+from transformer import decoding
 from transformer import layers
 
 Array = jax.Array
@@ -91,32 +92,42 @@ class DecoderStep(nn.Module):
       embedded: [B, E], the embedded previous token y_{t-1}.
       memory: 'keys' [B, S, A or hidden] (projected encoder states),
         'values' [B, S, D_enc] (the encoder states h_i), 'mask' [B, S] bool,
-        'final' [B, D_enc] (h_T, the context without attention).
+        'final' [B, D_enc] (h_T, the context without attention). The carry
+        may have G rows per memory row (the beams of each example, rows
+        b * G + g): each example's G states are then its queries, so the
+        memory is never copied into every beam.
       deterministic: disables dropout.
 
     Returns:
-      (new carry, (output [B, E] before the softmax, weights [B, S])).
+      (new carry, (output [B*G, E] before the softmax, weights [B*G, S])).
     """
     c = self.config
     state = carry[-1][1]  # s_{t-1}: the top layer's hidden state
+    rows, (examples, length) = state.shape[0], memory['mask'].shape
+    if rows % examples:
+      raise ValueError(f'{rows} decoder rows for {examples} encoded '
+                       f'examples: the rows must be G beams of each example.')
+    queries = state.reshape(examples, rows // examples, state.shape[-1])
     if c.attention == 'none':
-      context = memory['final']
-      weights = jnp.zeros(memory['mask'].shape, jnp.float32)
+      context = jnp.repeat(memory['final'], rows // examples, axis=0)
+      weights = jnp.zeros((rows, length), jnp.float32)
     elif c.attention == 'additive':
       scorer = attention.AdditiveAttention(
           c.attention_dim, dtype=c.dtype, param_dtype=c.param_dtype,
           name='attention')
-      context, weights = scorer.attend(state[:, None], memory['keys'],
+      context, weights = scorer.attend(queries, memory['keys'],
                                        memory['values'],
                                        memory['mask'][:, None, :])
-      context, weights = context[:, 0], weights[:, 0]
     else:  # 'dot': keys were projected to the decoder size once
       context, weights = attention.dot_product_attention(
-          state[:, None, None, :], memory['keys'][:, :, None, :],
+          queries[:, :, None, :], memory['keys'][:, :, None, :],
           memory['values'][:, :, None, :],
           mask=memory['mask'][:, None, None, :], scale=1.0,
           implementation='einsum', return_weights=True)
-      context, weights = context[:, 0, 0], weights[:, 0, 0]
+      context, weights = context[:, :, 0], weights[:, 0]
+    # [B, G, ...] -> [B*G, ...]: row b * G + g again.
+    context = context.reshape(rows, context.shape[-1])
+    weights = weights.reshape(rows, length)
     x = jnp.concatenate([embedded, context.astype(embedded.dtype)], -1)
     new_carry = []
     for i, layer_carry in enumerate(carry):
@@ -206,9 +217,10 @@ class Seq2Seq(nn.Module):
     return self.embed.attend(outputs).astype(jnp.float32)
 
   def decode_step(self, tokens: Array, state: dict[str, Any]):
-    """One step of inference: tokens [N, 1] -> (logits [N, V], new state)."""
+    """One step of inference: tokens [N, 1] -> (logits [N, V], new state);
+    N is a multiple of the examples in the (shared) memory."""
     carry, (output, _) = self.step(state['carry'], self.embed(tokens[:, 0]),
-                                   state['memory'], deterministic=True)
+                                   state['memory'].tree, deterministic=True)
     return self.embed.attend(output).astype(jnp.float32), {
         'carry': carry, 'memory': state['memory']}
 
@@ -223,11 +235,12 @@ def build(config: Config, *, decode: bool = False) -> Seq2Seq:
 
 def init_decoding(model: Seq2Seq, params: Any, inputs: Array,
                   max_length: int) -> dict[str, Any]:
-  """Decoding state for inputs [B, S]: the encoder memory and s_0."""
+  """Decoding state for inputs [B, S]: s_0 and the encoder memory, which
+  beams share (`decoding.PerExample`)."""
   del max_length  # an RNN state has no capacity
   memory, carry = model.apply({'params': params}, inputs, deterministic=True,
                               method='encode')
-  return {'carry': carry, 'memory': memory}
+  return {'carry': carry, 'memory': decoding.PerExample(memory)}
 
 
 def decoding_step(model: Seq2Seq, params: Any, tokens: Array,
