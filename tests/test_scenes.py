@@ -1,0 +1,95 @@
+"""Generated vision-and-language scenes: every answer is true of the scene
+drawn, and the question alone does not give the answer away."""
+
+import collections
+
+import numpy as np
+import pytest
+
+from transformer.data import scenes
+
+
+def true_answer(kind, question, objects):
+  """The answer read off the placed objects (colour, shape, slot), by rules
+  written independently of the generator."""
+  words = question.rstrip('?').split()
+  row_col = lambda slot: divmod(slot, scenes.GRID)
+  if kind == 'colour':
+    (match,) = [c for c, s, _ in objects if s == words[-1]]
+    return match
+  if kind == 'shape':
+    (match,) = [s for c, s, _ in objects if c == words[4]]
+    return match
+  if kind == 'count':
+    return str(sum(scenes.plural(s) == words[2] for _, s, _ in objects))
+  if kind == 'exist':
+    return 'yes' if (words[3], words[4]) in {(c, s) for c, s, _ in objects} \
+        else 'no'
+  relation, reference = ' '.join(words[5:-2]), words[-1]
+  (anchor,) = [slot for _, s, slot in objects if s == reference]
+  (r, c) = row_col(anchor)
+  test = {'left of': lambda rr, cc: cc < c, 'right of': lambda rr, cc: cc > c,
+          'above': lambda rr, cc: rr < r, 'below': lambda rr, cc: rr > r}
+  (match,) = [col for col, _, slot in objects if test[relation](*row_col(slot))]
+  return match
+
+
+def test_answers_are_true_of_the_scene_and_drawn_where_boxed():
+  data = scenes.questions(300, seed=0)
+  kinds = collections.Counter(data.kinds)
+  assert set(kinds) == set(scenes.QUESTION_TYPES)
+  for i, (kind, question, answer) in enumerate(
+      zip(data.kinds, data.questions, data.answers)):
+    objects = data.scenes.objects(i)
+    assert answer == true_answer(kind, question, objects), (question, objects)
+    assert len({slot for *_, slot in objects}) == len(objects)
+  # Each object is drawn inside its box, with its own class.
+  s = data.scenes
+  size = s.images.shape[1]
+  for i in range(50):
+    boxed = np.zeros(s.pixel_classes[i].shape, bool)
+    for k in np.flatnonzero(s.slots[i] >= 0):
+      x0, y0 = np.floor(s.boxes[i, k, :2] * size).astype(int)
+      x1, y1 = np.ceil(s.boxes[i, k, 2:] * size).astype(int)
+      cls = scenes.object_class(s.colours[i, k], s.shapes[i, k])
+      assert (s.pixel_classes[i, y0:y1, x0:x1] == cls).mean() > 0.2
+      boxed[y0:y1, x0:x1] = True
+    assert not s.pixel_classes[i][~boxed].any()  # nothing outside the boxes
+
+
+def question_only_accuracy(train, test):
+  """Per type, the accuracy of the best a question-only model can learn:
+  the most frequent training answer of each exact question."""
+  seen = collections.defaultdict(collections.Counter)
+  for question, answer in zip(train.questions, train.answers):
+    seen[question][answer] += 1
+  by_kind = collections.defaultdict(list)
+  for kind, question, answer in zip(test.kinds, test.questions, test.answers):
+    guess = seen[question].most_common(1)[0][0] if seen[question] else None
+    by_kind[kind].append(guess == answer)
+  return {kind: np.mean(hits) for kind, hits in by_kind.items()}
+
+
+def test_a_question_only_model_stays_at_the_prior():
+  train = scenes.questions(4000, seed=0)
+  test = scenes.questions(2000, seed=1)
+  choices = {'colour': 6, 'shape': 6, 'count': 4, 'relation': 6, 'exist': 2}
+  accuracy = question_only_accuracy(train, test)
+  for kind, count in choices.items():
+    answers = collections.Counter(
+        a for k, a in zip(test.kinds, test.answers) if k == kind)
+    assert len(answers) == count and max(answers.values()) < 1.5 * 400 / count
+    # 400 test questions a type: 4 standard errors above chance at most.
+    chance = 1 / count
+    assert accuracy[kind] < chance + 4 * np.sqrt(chance * (1 - chance) / 400)
+  # The measure sees a leak: answers that follow from the question's words.
+  leaky = scenes.Questions(test.scenes, test.questions,
+                           [q.split()[-1] for q in test.questions], test.kinds)
+  assert min(question_only_accuracy(leaky, leaky).values()) == 1.0
+
+
+def test_bad_settings_are_refused():
+  with pytest.raises(ValueError, match='max_objects'):
+    scenes.questions(5, seed=0, max_objects=2)
+  with pytest.raises(ValueError, match='question type'):
+    scenes.questions(5, seed=0, kinds=('colour', 'size'))
