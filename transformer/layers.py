@@ -59,7 +59,8 @@ _SIZES = ('_dim', '_size', '_length')
 def check_ranges(config: Any) -> None:
   """Refuses a model dataclass whose numbers cannot mean anything, naming
   the field and its range: rates (`*_rate`) in [0, 1), counts and sizes
-  (`num_*`, `*_dim`, `*_size`, `*_length`, d_model, d_ff) >= 1 where set,
+  (`num_*`, `*_dim`, `*_size`, `*_length`, d_model, d_ff, also after a
+  prefix: v_num_layers, co_d_model) >= 1 where set,
   epsilons (`*_epsilon`) > 0."""
   for field in dataclasses.fields(config):
     value, name = getattr(config, field.name), field.name
@@ -67,7 +68,8 @@ def check_ranges(config: Any) -> None:
       continue
     if name.endswith('_rate'):
       ranges.check(name, value, low=0, high=1)
-    if name.startswith(_COUNTS) or name.endswith(_SIZES):
+    if (name.startswith(_COUNTS) or name.endswith(_SIZES)
+        or any(f'_{count}' in name for count in _COUNTS)):  # v_num_layers
       ranges.check(name, value, low=1)
     if name.endswith('_epsilon'):
       ranges.check(name, value, low=0, low_in=False)

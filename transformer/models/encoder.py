@@ -62,19 +62,8 @@ class Bert(nn.Module):
 
   def setup(self):
     c = self.config
-    init = nn.initializers.normal(stddev=0.02)
-    self.embed = layers.TokenEmbedding(
-        c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
-        embedding_init=init, dtype=c.dtype, param_dtype=c.param_dtype)
-    self.positions = positional.PositionalEncoding(
-        c.max_length, c.positional_encoding, c.sinusoidal_layout,
-        param_dtype=c.param_dtype)
-    self.token_types = nn.Embed(
-        c.type_vocab_size, c.d_model, dtype=c.dtype,
-        param_dtype=c.param_dtype,
-        embedding_init=nn.with_logical_partitioning(init, (None, 'embed')))
-    self.embedding_norm = layers.layer_norm(c)
-    self.dropout = nn.Dropout(c.dropout_rate)
+    (self.embed, self.positions, self.token_types, self.embedding_norm,
+     self.dropout) = text_embeddings(c)
     self.blocks = layers.SelfAttentionStack(c)
     self.pooler = nn.Dense(c.d_model, dtype=c.dtype,
                            param_dtype=c.param_dtype)
@@ -82,9 +71,7 @@ class Bert(nn.Module):
   def encode(self, tokens: Array, *, token_types: Array | None = None,
              deterministic: bool) -> tuple[Array, Array]:
     """tokens [B, T] (0 = padding) -> states [B, T, D], pooled [B, D]."""
-    types = jnp.zeros_like(tokens) if token_types is None else token_types
-    x = self.positions(self.embed(tokens)) + self.token_types(types)
-    x = self.dropout(self.embedding_norm(x), deterministic=deterministic)
+    x = embed_text(self, tokens, token_types, deterministic=deterministic)
     mask = (tokens > 0)[:, None, None, :]
     states = self.blocks(x, mask=mask, deterministic=deterministic)
     return states, jnp.tanh(self.pooler(states[:, 0]))
@@ -93,16 +80,9 @@ class Bert(nn.Module):
   def mlm_logits(self, tokens: Array, *, token_types: Array | None = None,
                  deterministic: bool) -> Array:
     """[B, T, V] float32 logits of the original token at every position."""
-    c = self.config
     states, _ = self.encode(tokens, token_types=token_types,
                             deterministic=deterministic)
-    h = layers.ACTIVATIONS[c.activation](nn.Dense(
-        c.d_model, dtype=c.dtype, param_dtype=c.param_dtype,
-        name='mlm_transform')(states))
-    h = layers.layer_norm(c, name='mlm_norm')(h)
-    bias = self.param('mlm_bias', nn.initializers.zeros, (c.vocab_size,),
-                      c.param_dtype)
-    return (self.embed.attend(h) + bias).astype(jnp.float32)
+    return mlm_head(self, self.config, states)
 
   @nn.compact
   def classify(self, tokens: Array, *, token_types: Array | None = None,
@@ -115,6 +95,47 @@ class Bert(nn.Module):
     return nn.Dense(self.config.num_classes, kernel_init=nn.initializers.zeros,
                     dtype=self.config.dtype, param_dtype=self.config.param_dtype,
                     name='classifier')(pooled).astype(jnp.float32)
+
+
+def text_embeddings(c: Config) -> tuple[nn.Module, ...]:
+  """BERT's input modules, for a module's setup: token, position and token
+  type embeddings, their LayerNorm and dropout (see `embed_text`)."""
+  init = nn.initializers.normal(stddev=0.02)
+  return (
+      layers.TokenEmbedding(
+          c.vocab_size, c.d_model, scale_by_sqrt_dim=False,
+          embedding_init=init, dtype=c.dtype, param_dtype=c.param_dtype),
+      positional.PositionalEncoding(
+          c.max_length, c.positional_encoding, c.sinusoidal_layout,
+          param_dtype=c.param_dtype),
+      nn.Embed(c.type_vocab_size, c.d_model, dtype=c.dtype,
+               param_dtype=c.param_dtype,
+               embedding_init=nn.with_logical_partitioning(
+                   init, (None, 'embed'))),
+      layers.layer_norm(c),
+      nn.Dropout(c.dropout_rate))
+
+
+def embed_text(module: nn.Module, tokens: Array, token_types: Array | None,
+               *, deterministic: bool) -> Array:
+  """[B, T, D] BERT inputs from the `text_embeddings` of `module` (set up as
+  its embed, positions, token_types, embedding_norm and dropout)."""
+  types = jnp.zeros_like(tokens) if token_types is None else token_types
+  x = module.positions(module.embed(tokens)) + module.token_types(types)
+  return module.dropout(module.embedding_norm(x), deterministic=deterministic)
+
+
+def mlm_head(module: nn.Module, c: Config, states: Array) -> Array:
+  """BERT's masked-LM head (dense, activation, LayerNorm, the tied embedding
+  plus a bias): [B, T, V] float32 logits. Called from a compact method of
+  `module`, which owns the head's parameters and an `embed`."""
+  h = layers.ACTIVATIONS[c.activation](nn.Dense(
+      c.d_model, dtype=c.dtype, param_dtype=c.param_dtype,
+      name='mlm_transform')(states))
+  h = layers.layer_norm(c, name='mlm_norm')(h)
+  bias = module.param('mlm_bias', nn.initializers.zeros, (c.vocab_size,),
+                      c.param_dtype)
+  return (module.embed.attend(h) + bias).astype(jnp.float32)
 
 
 def param_count(config: Config, method: str = 'encode') -> int:

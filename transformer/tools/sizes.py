@@ -3,7 +3,8 @@
     python -m transformer.tools.sizes
 
 For every model of the table in the lectures (Transformer base and big,
-BERT, RoBERTa, GPT-2, Megatron-LM, Turing-NLG, GPT-3, Gopher) prints the
+BERT, RoBERTa, GPT-2, Megatron-LM, Turing-NLG, GPT-3, Gopher; and ViLBERT,
+the lectures' vision-and-language model, text-stream layers) prints the
 layers, width and heads of our configuration (a named size of a model
 module) and its parameter count, computed from shapes alone
 (`jax.eval_shape`: even 280B parameters take no memory), beside the
@@ -16,6 +17,7 @@ from transformer.tools import cli
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder
+from transformer.models import vilbert
 
 # name, module, size, published parameters, source of the published figure
 ROWS = (
@@ -29,6 +31,10 @@ ROWS = (
     ('Turing-NLG', decoder, 'turing-nlg', 17e9, 'Microsoft'),
     ('GPT-3', decoder, 'gpt3', 175e9, 'Brown et al.'),
     ('Gopher', decoder, 'gopher', 280e9, 'Rae et al.'),
+    # The paper states no count; the reference code's layers (config
+    # bert_base_6layer_6conect) hold the same 235,705,856 plus 11,020,800
+    # in two projections it never uses.
+    ('ViLBERT', vilbert, 'vilbert', None, 'Lu et al. (none published)'),
 )
 
 
@@ -55,7 +61,9 @@ def table() -> str:
   return '\n'.join(lines)
 
 
-def _short(count: float) -> str:
+def _short(count: float | None) -> str:
+  if count is None:
+    return '-'
   return f'{count / 1e9:g}B' if count >= 1e9 else f'{count / 1e6:g}M'
 
 
