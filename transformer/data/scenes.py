@@ -198,6 +198,69 @@ def _question(rng: np.random.Generator, kind: str, max_objects: int):
                    f'{QUESTION_TYPES}.')
 
 
+def _relation(slot: int, reference: int) -> str:
+  """How `slot` lies from `reference`: by column if they differ, else by
+  row."""
+  (row, column), (row2, column2) = divmod(slot, GRID), divmod(reference,
+                                                              GRID)
+  if column != column2:
+    return 'left of' if column < column2 else 'right of'
+  return 'above' if row < row2 else 'below'
+
+
+def describe(objects: list[tuple[str, str, int]],
+             rng: np.random.Generator) -> str:
+  """A caption of a scene: 'a red circle left of a blue square' for two
+  objects of it (chosen at random; their relation by `_relation`), 'a red
+  circle' when it has one."""
+  if len(objects) == 1:
+    return f'a {objects[0][0]} {objects[0][1]}'
+  first, second = (objects[i] for i in rng.permutation(len(objects))[:2])
+  return (f'a {first[0]} {first[1]} {_relation(first[2], second[2])} '
+          f'a {second[0]} {second[1]}')
+
+
+def describes(caption: str, objects: list[tuple[str, str, int]]) -> bool:
+  """Whether a `describe` caption is true of a scene's objects."""
+  words = caption.split()
+  if len(words) == 3:
+    return any((c, s) == (words[1], words[2]) for c, s, _ in objects)
+  relation = ' '.join(words[3:-3])
+  return any(
+      (c, s) == (words[1], words[2]) and (c2, s2) == (words[-2], words[-1])
+      and slot != slot2 and _relation(slot, slot2) == relation
+      for c, s, slot in objects for c2, s2, slot2 in objects)
+
+
+def captioned(num_examples: int, seed: int, *, image_size: int = 48,
+              max_objects: int = 4, references: int = 2
+              ) -> tuple[Scenes, list[list[str]]]:
+  """Scenes of 1 to `max_objects` random objects (distinct (colour, shape)
+  pairs, distinct slots), each with `references` captions (`describe`,
+  each of a random pair). Deterministic in the arguments."""
+  rng = np.random.default_rng([seed, 70_417])
+  n, pairs = num_examples, len(COLOURS) * len(SHAPES)
+  counts = rng.integers(1, max_objects + 1, n)
+  table = np.full((n, max_objects, 3), -1, np.int64)
+  for i, count in enumerate(counts):
+    pair = rng.permutation(pairs)[:count]
+    table[i, :count, 0], table[i, :count, 1] = np.divmod(pair, len(SHAPES))
+    table[i, :count, 2] = rng.permutation(GRID * GRID)[:count]
+  drawn = render(table[..., 0], table[..., 1], table[..., 2], rng,
+                 image_size)
+  captions_ = [[describe(drawn.objects(i), rng) for _ in range(references)]
+               for i in range(n)]
+  return drawn, captions_
+
+
+def vocabulary_text() -> list[str]:
+  """Every word the captions, questions and answers of these scenes use
+  (one vocabulary for pretraining and the tasks fine-tuned from it)."""
+  return [' '.join(COLOURS + SHAPES + tuple(map(plural, SHAPES)) + ANSWERS
+                   + tuple(RELATIONS)),
+          'a the what colour is shape object how many are there']
+
+
 @dataclasses.dataclass(frozen=True)
 class Questions:
   """Visual questions about generated scenes: scene i answers questions[i]

@@ -15,7 +15,8 @@ from transformer.tasks import base
 from transformer.tasks.base import Task
 
 TASKS = ('translation', 'language_modeling', 'masked_language_modeling',
-         'text_classification', 'image_classification', 'captioning')
+         'text_classification', 'image_classification', 'captioning',
+         'vision_language')
 
 
 def default_config(task: str) -> ml_collections.ConfigDict:

@@ -1,0 +1,92 @@
+"""ViLBERT pretraining: swapped captions labelled by what the scene holds,
+region masking and targets, the loss's parts, runlocal end to end and an
+exactly resumed run."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from transformer import tasks
+from transformer import train
+from transformer import workdir as workdir_lib
+from transformer.data import scenes
+from transformer.tasks import vision_language
+
+
+@pytest.fixture(scope='module')
+def task(tmp_path_factory):
+  config = load_experiment('vilbert_offline', 'runlocal')
+  return tasks.build(config, str(tmp_path_factory.mktemp('vl')))
+
+
+def test_swapped_captions_are_labelled_by_the_scene(task):
+  drawn, objects, tokens, index = task.split('train')
+  own = {i: {tuple(t) for t in tokens[index == i]}
+         for i in range(len(drawn.images))}
+  swapped = aligned = 0
+  for step, batch in zip(range(12), task.train_iter(0)):
+    for row in range(len(batch['tokens'])):
+      # Which image: the one whose pixels the row holds.
+      (image,) = [i for i in range(len(drawn.images))
+                  if np.array_equal(drawn.images[i], batch['images'][row])]
+      caption = task.tokenizer.decode(batch['tokens'][row][1:])
+      true = scenes.describes(caption, objects[image])
+      assert batch['aligned'][row] == true
+      is_own = tuple(batch['tokens'][row]) in own[image]
+      assert true or not is_own  # a negative is never the true pair
+      swapped += not is_own
+      aligned += int(batch['aligned'][row])
+  rows = 12 * 8
+  assert 0.3 * rows < swapped < 0.7 * rows and rows - swapped <= aligned
+
+
+def test_regions_patches_boxes_and_class_targets_agree():
+  drawn, _ = scenes.captioned(4, seed=0, image_size=16)
+  features = np.asarray(vision_language.image_regions(drawn.images, 8))
+  boxes = vision_language.region_boxes(16, 8)
+  targets = np.asarray(vision_language.region_classes(
+      drawn.pixel_classes, 8, scenes.NUM_CLASSES))
+  np.testing.assert_allclose(targets.sum(-1), 1, rtol=1e-6)
+  for r, (x0, y0, _, _) in enumerate(boxes * 16):
+    patch = drawn.images[:, int(y0):int(y0) + 8, int(x0):int(x0) + 8]
+    np.testing.assert_allclose(features[:, r],
+                               patch.reshape(4, -1) / 127.5 - 1, atol=1e-6)
+    classes = drawn.pixel_classes[:, int(y0):int(y0) + 8, int(x0):int(x0) + 8]
+    np.testing.assert_allclose(targets[:, r, 0], (classes == 0).mean((1, 2)))
+
+
+def test_region_masking_rates_and_padding():
+  mask = jnp.ones((400, 50), bool).at[:, 40:].set(False)
+  chosen, zeroed = vision_language.mask_regions(mask, jax.random.key(0), 0.15)
+  chosen, zeroed = np.asarray(chosen), np.asarray(zeroed)
+  assert not chosen[:, 40:].any() and not (zeroed & ~chosen).any()
+  assert abs(chosen[:, :40].mean() - 0.15) < 0.01
+  assert abs(zeroed.sum() / chosen.sum() - 0.9) < 0.02
+
+
+def test_masked_modelling_counts_aligned_pairs_only(task):
+  params = task.init(jax.random.key(0))
+  batch = next(task.train_iter(0))
+  _, sums = task.loss(params, batch, None, deterministic=True)
+  _, none_aligned = task.loss(params, {**batch, 'aligned': 0 * batch[
+      'aligned']}, None, deterministic=True)
+  assert float(sums['mlm_loss'][1]) > 0 and float(sums['region_kl'][1]) > 0
+  assert float(none_aligned['mlm_loss'][1]) == 0
+  assert float(none_aligned['region_kl'][1]) == 0
+  assert float(none_aligned['alignment_loss'][1]) == len(batch['tokens'])
+
+
+def test_pretraining_runs_and_resumes_exactly(tmp_path):
+  config = load_experiment('vilbert_offline', 'runlocal')
+  full = str(tmp_path / 'full')
+  train.train_and_evaluate(config, full)
+  partial = config.copy_and_resolve_references()
+  partial.train.num_steps = 3
+  interrupted = str(tmp_path / 'interrupted')
+  train.train_and_evaluate(partial, interrupted)
+  train.train_and_evaluate(config, interrupted)
+  a, b = workdir_lib.restore(full), workdir_lib.restore(interrupted)
+  assert a.step == b.step == config.train.num_steps
+  jax.tree.map(np.testing.assert_array_equal, a.params, b.params)

@@ -1,0 +1,304 @@
+"""Vision-and-language pretraining (ViLBERT, Lu et al. 2019).
+
+Image-caption pairs train the two-stream model (`models.vilbert`) on its
+two proxy tasks:
+- masked multi-modal modelling: 15% of the words masked as in BERT and
+  predicted from both streams; 15% of the image regions masked (their
+  features zeroed 90% of the time) and their content predicted as a
+  distribution over object classes, with the KL divergence from the true
+  distribution as the loss (the paper's detector class distribution; here
+  the fraction of the region's pixels of each object class);
+- multi-modal alignment: half the captions are swapped for another
+  caption of the batch, and the model says from the joint vector (the
+  product of the pooled IMG and CLS outputs) whether the caption describes
+  the image.
+As in the reference implementation's pretraining, the masked-modelling
+losses count only aligned pairs. Masks are drawn on the device from the
+step's key, so a resumed run masks exactly as an uninterrupted one;
+evaluation uses one fixed masking. Swapped captions are drawn on the host
+from (seed, step).
+
+Data: generated scenes of coloured shapes (`data.scenes`; no files): each
+image has two captions ('a red circle left of a blue square'), and a
+swapped caption that happens to be true of the image is labelled aligned.
+Regions are the image's patches (`patch_size`), each with its pixels as
+features and its cell as its box.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Iterable, Iterator
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+
+from transformer import configs
+from transformer import losses
+from transformer import ranges
+from transformer.data import batching
+from transformer.data import scenes
+from transformer.data import tokenizers
+from transformer.models import encoder
+from transformer.models import vilbert
+from transformer.tasks import base
+from transformer.tasks import vocabularies
+
+# Set by the task from the data.
+MODEL_EXCLUDE = ('vocab_size', 'max_length', 'feature_dim',
+                 'num_region_classes', 'answer_classes')
+SOURCES = ('offline',)
+
+
+def default_config() -> ml_collections.ConfigDict:
+  """Every setting of a vision-and-language pretraining experiment."""
+  config = configs.default_config()
+  config.task = 'vision_language'
+  config.train.label_smoothing = 0.0
+  # BERT's optimiser (ViLBERT keeps it): AdamW, warmup then decay.
+  config.optimizer.update(dict(schedule='cosine', learning_rate=5e-4,
+                               warmup_steps=200, b2=0.999, eps=1e-6,
+                               weight_decay=0.01, grad_clip_norm=1.0))
+  config.data = ml_collections.ConfigDict(dict(
+      source='offline',  # see SOURCES
+      train_split='train', eval_split='test',
+      num_train=20_000, num_eval=1_000, seed=0, max_objects=4,  # offline
+      image_size=48, patch_size=12,  # regions: (48 / 12)^2 = 16 patches
+      tokenizer='word',
+      max_length=16,  # caption tokens with [CLS] and the final EOS
+      batch_size=64, eval_batch_size=128,
+      word_mask_rate=0.15, region_mask_rate=0.15,
+      swap_rate=0.5))  # captions swapped for the alignment task
+  config.model = configs.model_section(
+      vilbert.Config, exclude=MODEL_EXCLUDE, size='small', dtype='float32')
+  return config
+
+
+def image_regions(images: jax.Array, patch_size: int) -> jax.Array:
+  """uint8 images [B, S, S, C] -> region features [B, R, p * p * C], the
+  patches row by row, pixels in [-1, 1]."""
+  b, s, _, c = images.shape
+  g = s // patch_size
+  x = jnp.asarray(images, jnp.float32) / 127.5 - 1.0
+  x = x.reshape(b, g, patch_size, g, patch_size, c).transpose(0, 1, 3, 2, 4,
+                                                                5)
+  return x.reshape(b, g * g, patch_size * patch_size * c)
+
+
+def region_boxes(image_size: int, patch_size: int) -> np.ndarray:
+  """[R, 4] float32 boxes (x0, y0, x1, y1) of the patches, row by row."""
+  g = image_size // patch_size
+  row, column = np.divmod(np.arange(g * g), g)
+  return np.stack([column, row, column + 1, row + 1], -1).astype(
+      np.float32) / g
+
+
+def region_classes(pixel_classes: jax.Array, patch_size: int,
+                   num_classes: int) -> jax.Array:
+  """[B, S, S] pixel classes -> [B, R, num_classes]: each patch's fraction
+  of pixels of each class (background included)."""
+  b, s, _ = pixel_classes.shape
+  g = s // patch_size
+  one_hot = jax.nn.one_hot(pixel_classes.astype(jnp.int32), num_classes)
+  one_hot = one_hot.reshape(b, g, patch_size, g, patch_size, num_classes)
+  return one_hot.mean(axis=(2, 4)).reshape(b, g * g, num_classes)
+
+
+def mask_regions(region_mask: jax.Array, key: jax.Array, rate: float
+                 ) -> tuple[jax.Array, jax.Array]:
+  """ViLBERT's region masking: each real region chosen with probability
+  `rate`; of those, 90% have their features zeroed and 10% are kept.
+
+  Returns:
+    chosen [B, R] bool (predicted), zeroed [B, R] bool.
+  """
+  choose, roll = jax.random.split(key)
+  chosen = region_mask & jax.random.bernoulli(choose, rate,
+                                               region_mask.shape)
+  zeroed = chosen & (jax.random.uniform(roll, region_mask.shape) < 0.9)
+  return chosen, zeroed
+
+
+def _read_split(data: ml_collections.ConfigDict, split: str):
+  """(scenes, captions per image) of a split."""
+  if data.source not in SOURCES:
+    raise ValueError(f'config.data.source={data.source!r}; choose one of '
+                     f'{SOURCES}.')
+  offsets = {'train': 0, 'validation': 1, 'test': 2}
+  base.check_split(split, tuple(offsets), 'offline scenes')
+  count = data.num_train if split == 'train' else data.num_eval
+  return scenes.captioned(count, 3 * data.seed + offsets[split],
+                          image_size=data.image_size,
+                          max_objects=data.max_objects)
+
+
+class VisionLanguageTask(base.Task):
+  """The `transformer.tasks.Task` for ViLBERT pretraining."""
+
+  unit = 'pairs'
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    self.config, self.workdir = config, workdir
+    self.batch_divisor = batch_divisor
+    data = config.data
+    base.check_batch_sizes(data, batch_divisor)
+    for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
+      ranges.check(f'config.data.{name}', data[name], low=0, high=1)
+    if data.image_size % data.patch_size:
+      raise ValueError(f'config.data.image_size={data.image_size} is not a '
+                       f'multiple of config.data.patch_size='
+                       f'{data.patch_size}.')
+    # The scenes' whole vocabulary, so that tasks fine-tuned from this
+    # workdir (questions, referring expressions) share its ids.
+    self.tokenizer = vocabularies.text_tokenizer(
+        data, workdir, scenes.vocabulary_text)
+    self.mask_id = self.tokenizer.vocab_size
+    self.boxes = region_boxes(data.image_size, data.patch_size)
+    self.model_config = vilbert.config_for(
+        config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
+        max_length=data.max_length, feature_dim=3 * data.patch_size**2,
+        num_region_classes=scenes.NUM_CLASSES,
+        dtype=jnp.dtype(config.model.dtype),
+        **configs.model_overrides(config.model, vilbert.Config,
+                                  MODEL_EXCLUDE))
+    self.model = vilbert.ViLBERT(self.model_config)
+
+  @functools.cache
+  def split(self, split: str):
+    """(scenes, their objects, caption ids [P, max_length] with [CLS]
+    first, image index [P] of each caption)."""
+    drawn, references = _read_split(self.config.data, split)
+    objects = [drawn.objects(i) for i in range(len(references))]
+    index = np.asarray([i for i, refs in enumerate(references)
+                        for _ in refs], np.int64)
+    ids = self.tokenizer.encode_batch([r for refs in references
+                                       for r in refs])
+    limit = self.config.data.max_length
+    tokens = np.zeros((len(ids), limit), np.int32)
+    for row, caption in enumerate(ids):
+      if len(caption) + 1 > limit:
+        raise ValueError(f'A caption of {len(caption)} tokens does not fit '
+                         f'config.data.max_length={limit} with [CLS]; '
+                         f'raise max_length.')
+      tokens[row, 0] = tokenizers.EOS_ID  # [CLS]
+      tokens[row, 1:len(caption) + 1] = caption
+    return drawn, objects, tokens, index
+
+  def _batch(self, split: str, rows: np.ndarray, rng: np.random.Generator,
+             filler: int = 0) -> dict[str, np.ndarray]:
+    """Pairs `rows` of a split, a `swap_rate` share of their captions
+    swapped for another row's; `filler` empty rows after them."""
+    drawn, objects, tokens, index = self.split(split)
+    images = index[rows]
+    captions = rows.copy()
+    swapped = rng.random(len(rows)) < self.config.data.swap_rate
+    if len(rows) > 1:
+      other = (np.arange(len(rows)) + rng.integers(1, len(rows),
+                                                   len(rows))) % len(rows)
+      captions = np.where(swapped, rows[other], rows)
+    sentences = [self.tokenizer.decode(t[1:]) for t in tokens[captions]]
+    aligned = np.asarray([captions[i] == rows[i] or scenes.describes(
+        sentences[i], objects[images[i]]) for i in range(len(rows))],
+                         np.int32)
+    pad = lambda x: np.concatenate([x, np.zeros((filler, *x.shape[1:]),
+                                                x.dtype)])
+    return {'tokens': pad(tokens[captions]),
+            'images': pad(drawn.images[images]),
+            'pixel_classes': pad(drawn.pixel_classes[images]),
+            'aligned': pad(aligned),
+            'real': pad(np.ones(len(rows), np.int32))}
+
+  # -- Task interface -------------------------------------------------------
+
+  def init(self, rng: jax.Array) -> Any:
+    r = len(self.boxes)
+    return self.model.init(
+        {'params': rng}, jnp.ones((1, 4), jnp.int32),
+        jnp.zeros((1, r, self.model_config.feature_dim)),
+        jnp.asarray(self.boxes)[None], jnp.ones((1, r), bool),
+        deterministic=True, method='pretraining_logits')['params']
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    _, _, tokens, _ = self.split(data.train_split)
+    self.split(data.eval_split)  # a wrong split fails now, not later
+    print(f'Training data: {len(tokens):,} image-caption pairs, '
+          f'{len(tokens) / data.batch_size:,.1f} batches of '
+          f'{data.batch_size} per epoch.', flush=True)
+    for step, rows in enumerate(batching.epoch_indices(
+        len(tokens), batch_size=data.batch_size, seed=self.config.seed,
+        start_step=start_step), start_step):
+      yield self._batch(data.train_split, rows, np.random.default_rng(
+          [self.config.seed, step, 1]))
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    """Every evaluation pair once, the same swaps every time."""
+    data = self.config.data
+    _, _, tokens, _ = self.split(data.eval_split)
+    size = data.eval_batch_size
+    for number, begin in enumerate(range(0, len(tokens), size)):
+      rows = np.arange(begin, min(begin + size, len(tokens)))
+      yield self._batch(data.eval_split, rows,
+                        np.random.default_rng([self.config.seed, number, 2]),
+                        filler=-len(rows) % self.batch_divisor)
+
+  def loss(self, params: Any, batch: dict[str, jax.Array],
+           rng: jax.Array | None, *, deterministic: bool):
+    """The sum of the three objectives' means; metric sums of each."""
+    data = self.config.data
+    if rng is None:  # evaluation: the same masks every time
+      word_key, region_key = jax.random.split(jax.random.key(
+          self.config.seed))
+      dropout_key = None
+    else:
+      word_key, region_key, dropout_key = jax.random.split(rng, 3)
+    aligned = batch['aligned'].astype(bool)
+    real = batch['real'].astype(bool)
+    inputs, word_targets = encoder.mask_tokens(
+        batch['tokens'], word_key, vocab_size=self.tokenizer.vocab_size,
+        mask_id=self.mask_id, rate=data.word_mask_rate)
+    features = image_regions(batch['images'], data.patch_size)
+    region_mask = jnp.broadcast_to(real[:, None], features.shape[:2])
+    chosen, zeroed = mask_regions(region_mask, region_key,
+                                  data.region_mask_rate)
+    features = jnp.where(zeroed[..., None], 0.0, features)
+    boxes = jnp.broadcast_to(jnp.asarray(self.boxes), (*features.shape[:2],
+                                                        4))
+    out = self.model.apply(
+        {'params': params}, inputs, features, boxes, region_mask,
+        deterministic=deterministic, method='pretraining_logits',
+        rngs=None if dropout_key is None else {'dropout': dropout_key})
+    # Masked modelling counts aligned pairs only.
+    word_sums = losses.token_sums(out['words'], jnp.where(
+        aligned[:, None], word_targets, 0), 0.0)
+    targets = region_classes(batch['pixel_classes'], data.patch_size,
+                             scenes.NUM_CLASSES)
+    log_predicted = jax.nn.log_softmax(out['regions'])
+    kl = (targets * (jnp.log(jnp.maximum(targets, 1e-12))
+                     - log_predicted)).sum(-1)
+    counted = (chosen & aligned[:, None]).astype(jnp.float32)
+    logit, label = out['aligned'], aligned.astype(jnp.float32)
+    bce = jnp.logaddexp(0.0, logit) - label * logit
+    weight = real.astype(jnp.float32)
+    sums = {
+        'mlm_loss': word_sums['loss'],
+        'mlm_accuracy': word_sums['accuracy'],
+        'region_kl': ((kl * counted).sum(), counted.sum()),
+        'alignment_loss': ((bce * weight).sum(), weight.sum()),
+        'alignment_accuracy': ((((logit > 0) == aligned) * weight).sum(),
+                               weight.sum()),
+    }
+    total = sum(losses.mean(sums, name) for name in
+                ('mlm_loss', 'region_kl', 'alignment_loss'))
+    sums['loss'] = (total * weight.sum(), weight.sum())  # counts pairs
+    return total, sums
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    del params, label  # the metrics come from the evaluation batches
+    return {}
+
+
+TASK = VisionLanguageTask
