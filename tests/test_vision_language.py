@@ -78,15 +78,45 @@ def test_masked_modelling_counts_aligned_pairs_only(task):
   assert float(none_aligned['alignment_loss'][1]) == len(batch['tokens'])
 
 
-def test_pretraining_runs_and_resumes_exactly(tmp_path):
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory):
   config = load_experiment('vilbert_offline', 'runlocal')
-  full = str(tmp_path / 'full')
-  train.train_and_evaluate(config, full)
+  workdir = str(tmp_path_factory.mktemp('pretrained'))
+  train.train_and_evaluate(config, workdir)
+  return config, workdir
+
+
+def test_pretraining_runs_and_resumes_exactly(pretrained, tmp_path):
+  config, full = pretrained
   partial = config.copy_and_resolve_references()
   partial.train.num_steps = 3
-  interrupted = str(tmp_path / 'interrupted')
+  interrupted = str(tmp_path)
   train.train_and_evaluate(partial, interrupted)
   train.train_and_evaluate(config, interrupted)
   a, b = workdir_lib.restore(full), workdir_lib.restore(interrupted)
   assert a.step == b.step == config.train.num_steps
   jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
+
+
+def test_question_answering_starts_from_pretraining_and_reports_types(
+    pretrained, tmp_path):
+  _, source = pretrained
+  config = load_experiment('vilbert_vqa', 'runlocal')
+  config.train.init_from = source
+  trainer = train.Trainer(config, str(tmp_path))
+  started = train.warm_start(trainer, trainer.initialise().params)
+  loaded = workdir_lib.restore(source).params
+  for name in ('embed', 'text_layers_0', 'visual_layers_1', 'co_layers_0',
+               'image_pooler'):
+    jax.tree.map(np.testing.assert_array_equal, started[name], loaded[name])
+  assert 'answer' in started and 'alignment' not in started
+  result = train.train_and_evaluate(config, str(tmp_path))
+  assert {f'accuracy_{kind}' for kind in scenes.QUESTION_TYPES} <= set(result)
+  # The question-only model sees no regions: the image changes nothing.
+  blind = load_experiment('vilbert_vqa', 'blind,runlocal')
+  task = tasks.build(blind, str(tmp_path / 'blind'))
+  params = task.init(jax.random.key(0))
+  batch = next(task.train_iter(0))
+  other = {**batch, 'images': batch['images'][::-1]}
+  np.testing.assert_array_equal(task.logits(params, batch),
+                                task.logits(params, other))

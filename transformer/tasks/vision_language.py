@@ -121,6 +121,26 @@ def mask_regions(region_mask: jax.Array, key: jax.Array, rate: float
   return chosen, zeroed
 
 
+def check_patches(data: ml_collections.ConfigDict) -> None:
+  if data.image_size % data.patch_size:
+    raise ValueError(f'config.data.image_size={data.image_size} is not a '
+                     f'multiple of config.data.patch_size={data.patch_size}.')
+
+
+def with_cls(ids: list[list[int]], max_length: int) -> np.ndarray:
+  """[N, max_length] int32 rows: [CLS] (the EOS id, as in masked language
+  modelling), the ids (ending with EOS), zeros."""
+  tokens = np.zeros((len(ids), max_length), np.int32)
+  for row, sentence in enumerate(ids):
+    if len(sentence) + 1 > max_length:
+      raise ValueError(f'A text of {len(sentence)} tokens does not fit '
+                       f'config.data.max_length={max_length} with [CLS]; '
+                       f'raise max_length.')
+    tokens[row, 0] = tokenizers.EOS_ID
+    tokens[row, 1:len(sentence) + 1] = sentence
+  return tokens
+
+
 def _read_split(data: ml_collections.ConfigDict, split: str):
   """(scenes, captions per image) of a split."""
   if data.source not in SOURCES:
@@ -147,10 +167,7 @@ class VisionLanguageTask(base.Task):
     base.check_batch_sizes(data, batch_divisor)
     for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
       ranges.check(f'config.data.{name}', data[name], low=0, high=1)
-    if data.image_size % data.patch_size:
-      raise ValueError(f'config.data.image_size={data.image_size} is not a '
-                       f'multiple of config.data.patch_size='
-                       f'{data.patch_size}.')
+    check_patches(data)
     # The scenes' whole vocabulary, so that tasks fine-tuned from this
     # workdir (questions, referring expressions) share its ids.
     self.tokenizer = vocabularies.text_tokenizer(
@@ -176,16 +193,7 @@ class VisionLanguageTask(base.Task):
                         for _ in refs], np.int64)
     ids = self.tokenizer.encode_batch([r for refs in references
                                        for r in refs])
-    limit = self.config.data.max_length
-    tokens = np.zeros((len(ids), limit), np.int32)
-    for row, caption in enumerate(ids):
-      if len(caption) + 1 > limit:
-        raise ValueError(f'A caption of {len(caption)} tokens does not fit '
-                         f'config.data.max_length={limit} with [CLS]; '
-                         f'raise max_length.')
-      tokens[row, 0] = tokenizers.EOS_ID  # [CLS]
-      tokens[row, 1:len(caption) + 1] = caption
-    return drawn, objects, tokens, index
+    return drawn, objects, with_cls(ids, self.config.data.max_length), index
 
   def _batch(self, split: str, rows: np.ndarray, rng: np.random.Generator,
              filler: int = 0) -> dict[str, np.ndarray]:
