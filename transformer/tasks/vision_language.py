@@ -121,12 +121,6 @@ def mask_regions(region_mask: jax.Array, key: jax.Array, rate: float
   return chosen, zeroed
 
 
-def check_patches(data: ml_collections.ConfigDict) -> None:
-  if data.image_size % data.patch_size:
-    raise ValueError(f'config.data.image_size={data.image_size} is not a '
-                     f'multiple of config.data.patch_size={data.patch_size}.')
-
-
 def with_cls(ids: list[list[int]], max_length: int) -> np.ndarray:
   """[N, max_length] int32 rows: [CLS] (the EOS id, as in masked language
   modelling), the ids (ending with EOS), zeros."""
@@ -141,53 +135,89 @@ def with_cls(ids: list[list[int]], max_length: int) -> np.ndarray:
   return tokens
 
 
-def _read_split(data: ml_collections.ConfigDict, split: str):
-  """(scenes, captions per image) of a split."""
+def offline_split(data: ml_collections.ConfigDict, split: str, generate,
+                  what: str):
+  """`generate(count, seed, image_size=, max_objects=)` for a split of the
+  offline scenes (splits 'train', 'validation', 'test', one seed each)."""
   if data.source not in SOURCES:
     raise ValueError(f'config.data.source={data.source!r}; choose one of '
                      f'{SOURCES}.')
   offsets = {'train': 0, 'validation': 1, 'test': 2}
-  base.check_split(split, tuple(offsets), 'offline scenes')
+  base.check_split(split, tuple(offsets), what)
   count = data.num_train if split == 'train' else data.num_eval
-  return scenes.captioned(count, 3 * data.seed + offsets[split],
-                          image_size=data.image_size,
-                          max_objects=data.max_objects)
+  return generate(count, 3 * data.seed + offsets[split],
+                  image_size=data.image_size, max_objects=data.max_objects)
 
 
-class VisionLanguageTask(base.Task):
-  """The `transformer.tasks.Task` for ViLBERT pretraining."""
+class SceneTask(base.Task):
+  """What the ViLBERT tasks on generated scenes share: the scenes' whole
+  vocabulary (so that a task fine-tuned from another's workdir has its ids),
+  patches as regions, and the model, whose `head` method the task trains."""
 
-  unit = 'pairs'
+  head = 'encode'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, **model_fields):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     data = config.data
     base.check_batch_sizes(data, batch_divisor)
-    for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
-      ranges.check(f'config.data.{name}', data[name], low=0, high=1)
-    check_patches(data)
-    # The scenes' whole vocabulary, so that tasks fine-tuned from this
-    # workdir (questions, referring expressions) share its ids.
+    if data.image_size % data.patch_size:
+      raise ValueError(f'config.data.image_size={data.image_size} is not a '
+                       f'multiple of config.data.patch_size='
+                       f'{data.patch_size}.')
     self.tokenizer = vocabularies.text_tokenizer(
         data, workdir, scenes.vocabulary_text)
-    self.mask_id = self.tokenizer.vocab_size
+    self.mask_id = self.tokenizer.vocab_size  # pretraining's [MASK]
     self.boxes = region_boxes(data.image_size, data.patch_size)
+    # The embedding has the [MASK] row in every task, so that a pretrained
+    # one loads.
     self.model_config = vilbert.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
         max_length=data.max_length, feature_dim=3 * data.patch_size**2,
         num_region_classes=scenes.NUM_CLASSES,
-        dtype=jnp.dtype(config.model.dtype),
+        dtype=jnp.dtype(config.model.dtype), **model_fields,
         **configs.model_overrides(config.model, vilbert.Config,
                                   MODEL_EXCLUDE))
     self.model = vilbert.ViLBERT(self.model_config)
+
+  def regions(self, images: jax.Array, real: jax.Array
+              ) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """(features [B, R, F], boxes [B, R, 4], region mask [B, R]) of images
+    uint8 [B, S, S, 3]; rows where `real` [B] is False have no regions."""
+    features = image_regions(images, self.config.data.patch_size)
+    region_mask = jnp.broadcast_to(real[:, None], features.shape[:2])
+    boxes = jnp.broadcast_to(jnp.asarray(self.boxes),
+                             (*features.shape[:2], 4))
+    return features, boxes, region_mask
+
+  def init(self, rng: jax.Array) -> Any:
+    r = len(self.boxes)
+    return self.model.init(
+        {'params': rng}, jnp.ones((1, 4), jnp.int32),
+        jnp.zeros((1, r, self.model_config.feature_dim)),
+        jnp.asarray(self.boxes)[None], jnp.ones((1, r), bool),
+        deterministic=True, method=self.head)['params']
+
+
+class VisionLanguageTask(SceneTask):
+  """The `transformer.tasks.Task` for ViLBERT pretraining."""
+
+  unit = 'pairs'
+  head = 'pretraining_logits'
+
+  def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
+               batch_divisor: int = 1):
+    for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
+      ranges.check(f'config.data.{name}', config.data[name], low=0, high=1)
+    super().__init__(config, workdir, batch_divisor=batch_divisor)
 
   @functools.cache
   def split(self, split: str):
     """(scenes, their objects, caption ids [P, max_length] with [CLS]
     first, image index [P] of each caption)."""
-    drawn, references = _read_split(self.config.data, split)
+    drawn, references = offline_split(self.config.data, split,
+                                      scenes.captioned, 'offline scenes')
     objects = [drawn.objects(i) for i in range(len(references))]
     index = np.asarray([i for i, refs in enumerate(references)
                         for _ in refs], np.int64)
@@ -220,14 +250,6 @@ class VisionLanguageTask(base.Task):
             'real': pad(np.ones(len(rows), np.int32))}
 
   # -- Task interface -------------------------------------------------------
-
-  def init(self, rng: jax.Array) -> Any:
-    r = len(self.boxes)
-    return self.model.init(
-        {'params': rng}, jnp.ones((1, 4), jnp.int32),
-        jnp.zeros((1, r, self.model_config.feature_dim)),
-        jnp.asarray(self.boxes)[None], jnp.ones((1, r), bool),
-        deterministic=True, method='pretraining_logits')['params']
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
@@ -268,13 +290,10 @@ class VisionLanguageTask(base.Task):
     inputs, word_targets = encoder.mask_tokens(
         batch['tokens'], word_key, vocab_size=self.tokenizer.vocab_size,
         mask_id=self.mask_id, rate=data.word_mask_rate)
-    features = image_regions(batch['images'], data.patch_size)
-    region_mask = jnp.broadcast_to(real[:, None], features.shape[:2])
+    features, boxes, region_mask = self.regions(batch['images'], real)
     chosen, zeroed = mask_regions(region_mask, region_key,
                                   data.region_mask_rate)
     features = jnp.where(zeroed[..., None], 0.0, features)
-    boxes = jnp.broadcast_to(jnp.asarray(self.boxes), (*features.shape[:2],
-                                                        4))
     out = self.model.apply(
         {'params': params}, inputs, features, boxes, region_mask,
         deterministic=deterministic, method='pretraining_logits',

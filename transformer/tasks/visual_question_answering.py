@@ -26,14 +26,10 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import configs
 from transformer import losses
 from transformer.data import batching
 from transformer.data import scenes
-from transformer.models import vilbert
-from transformer.tasks import base
 from transformer.tasks import vision_language
-from transformer.tasks import vocabularies
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -50,53 +46,24 @@ def default_config() -> ml_collections.ConfigDict:
   return config
 
 
-def _read_split(data: ml_collections.ConfigDict,
-                split: str) -> scenes.Questions:
-  if data.source not in vision_language.SOURCES:
-    raise ValueError(f'config.data.source={data.source!r}; choose one of '
-                     f'{vision_language.SOURCES}.')
-  offsets = {'train': 0, 'validation': 1, 'test': 2}
-  base.check_split(split, tuple(offsets), 'offline questions')
-  count = data.num_train if split == 'train' else data.num_eval
-  return scenes.questions(count, 3 * data.seed + offsets[split],
-                          image_size=data.image_size,
-                          max_objects=data.max_objects)
-
-
-class VisualQuestionAnsweringTask(base.Task):
+class VisualQuestionAnsweringTask(vision_language.SceneTask):
   """The `transformer.tasks.Task` for VQA with ViLBERT."""
 
   unit = 'questions'
+  head = 'answer_logits'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
                batch_divisor: int = 1):
-    self.config, self.workdir = config, workdir
-    self.batch_divisor = batch_divisor
-    data = config.data
-    base.check_batch_sizes(data, batch_divisor)
-    vision_language.check_patches(data)
-    self.tokenizer = vocabularies.text_tokenizer(
-        data, workdir, scenes.vocabulary_text)
-    self.boxes = vision_language.region_boxes(data.image_size,
-                                              data.patch_size)
-    # One id past the vocabulary is pretraining's [MASK]: the embedding
-    # keeps its shape, so a pretrained one loads.
-    self.model_config = vilbert.config_for(
-        config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
-        max_length=data.max_length, feature_dim=3 * data.patch_size**2,
-        num_region_classes=scenes.NUM_CLASSES,
-        answer_classes=len(scenes.ANSWERS),
-        dtype=jnp.dtype(config.model.dtype),
-        **configs.model_overrides(config.model, vilbert.Config,
-                                  vision_language.MODEL_EXCLUDE))
-    self.model = vilbert.ViLBERT(self.model_config)
+    super().__init__(config, workdir, batch_divisor=batch_divisor,
+                     answer_classes=len(scenes.ANSWERS))
 
   @functools.cache
   def split(self, split: str) -> tuple[scenes.Questions, np.ndarray,
                                        np.ndarray]:
     """(questions, token ids [N, max_length] with [CLS] first, answer ids
     [N] into scenes.ANSWERS)."""
-    questions = _read_split(self.config.data, split)
+    questions = vision_language.offline_split(
+        self.config.data, split, scenes.questions, 'offline questions')
     tokens = vision_language.with_cls(
         self.tokenizer.encode_batch(questions.questions),
         self.config.data.max_length)
@@ -114,28 +81,15 @@ class VisualQuestionAnsweringTask(base.Task):
 
   def logits(self, params: Any, batch: dict[str, jax.Array], *,
              deterministic: bool = True, rng: jax.Array | None = None):
-    data = self.config.data
-    features = vision_language.image_regions(batch['images'],
-                                             data.patch_size)
     real = batch['tokens'][:, 0] > 0
-    region_mask = jnp.broadcast_to(real[:, None] & (not data.blind),
-                                   features.shape[:2])
-    boxes = jnp.broadcast_to(jnp.asarray(self.boxes),
-                             (*features.shape[:2], 4))
+    features, boxes, region_mask = self.regions(
+        batch['images'], real & (not self.config.data.blind))
     return self.model.apply(
         {'params': params}, batch['tokens'], features, boxes, region_mask,
         deterministic=deterministic, method='answer_logits',
         rngs=None if rng is None else {'dropout': rng})
 
   # -- Task interface -------------------------------------------------------
-
-  def init(self, rng: jax.Array) -> Any:
-    r = len(self.boxes)
-    return self.model.init(
-        {'params': rng}, jnp.ones((1, 4), jnp.int32),
-        jnp.zeros((1, r, self.model_config.feature_dim)),
-        jnp.asarray(self.boxes)[None], jnp.ones((1, r), bool),
-        deterministic=True, method='answer_logits')['params']
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
