@@ -12,6 +12,7 @@ from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import scenes
+from transformer.data import tokenizers
 from transformer.tasks import vision_language
 
 
@@ -23,6 +24,7 @@ def task(tmp_path_factory):
 
 def test_swapped_captions_are_labelled_by_the_scene(task):
   drawn, objects, tokens, index = task.split('train')
+  assert not (tokens == tokenizers.UNK_ID).any()
   own = {i: {tuple(t) for t in tokens[index == i]}
          for i in range(len(drawn.images))}
   swapped = aligned = 0
@@ -110,6 +112,12 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
                'image_pooler'):
     jax.tree.map(np.testing.assert_array_equal, started[name], loaded[name])
   assert 'answer' in started and 'alignment' not in started
+  # Its vocabulary is the pretraining one, and knows every question word.
+  vqa = trainer.task
+  assert vqa.tokenizer.words == workdir_lib.restore(source).task.tokenizer.words
+  for split in ('train', 'test'):
+    assert not (vqa.split(split)[1] == tokenizers.UNK_ID).any()
+    assert (vqa.split(split)[1] > 0).sum(1).min() >= 5
   result = train.train_and_evaluate(config, str(tmp_path))
   assert {f'accuracy_{kind}' for kind in scenes.QUESTION_TYPES} <= set(result)
   # The question-only model sees no regions: the image changes nothing.

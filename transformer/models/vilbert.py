@@ -340,6 +340,24 @@ class ViLBERT(nn.Module):
     return jnp.where(region_mask, scores, layers.MASKED_LOGIT)
 
 
+def co_attention(model: ViLBERT, params: Any, tokens: Array,
+                 features: Array, boxes: Array, region_mask: Array
+                 ) -> tuple[Array, Array]:
+  """The co-attention weights of every co-attentional layer: each word's
+  attention over the regions [B, K, N, T, R] and each region's over the
+  words [B, K, N, R, T] (K layers, N heads; the IMG token left out)."""
+  _, state = model.apply({'params': params}, tokens, features, boxes,
+                         region_mask, deterministic=True, method='encode',
+                         mutable=['intermediates'])
+  weights = layers.attention_weights(state['intermediates'])
+  layers_ = range(len(model.config.text_co_layers))
+  words = jnp.stack([weights[f'co_layers_{k}/text_attends_to_other']
+                     for k in layers_], 1)
+  regions = jnp.stack([weights[f'co_layers_{k}/visual_attends_to_other']
+                       for k in layers_], 1)
+  return words[..., 1:], regions[..., 1:, :]
+
+
 def _run_blocks(blocks, x: Array, mask: Array, deterministic: bool) -> Array:
   """x through `blocks` (self-attention over the positions `mask` [B, L]
   keeps)."""

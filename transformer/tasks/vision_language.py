@@ -28,6 +28,8 @@ features and its cell as its box.
 from __future__ import annotations
 
 import functools
+import os
+import shutil
 from typing import Any, Iterable, Iterator
 
 import jax
@@ -166,8 +168,7 @@ class SceneTask(base.Task):
       raise ValueError(f'config.data.image_size={data.image_size} is not a '
                        f'multiple of config.data.patch_size='
                        f'{data.patch_size}.')
-    self.tokenizer = vocabularies.text_tokenizer(
-        data, workdir, scenes.vocabulary_text)
+    self.tokenizer = self._tokenizer()
     self.mask_id = self.tokenizer.vocab_size  # pretraining's [MASK]
     self.boxes = region_boxes(data.image_size, data.patch_size)
     # The embedding has the [MASK] row in every task, so that a pretrained
@@ -180,6 +181,24 @@ class SceneTask(base.Task):
         **configs.model_overrides(config.model, vilbert.Config,
                                   MODEL_EXCLUDE))
     self.model = vilbert.ViLBERT(self.model_config)
+
+  def _tokenizer(self) -> tokenizers.WordTokenizer:
+    """Words of the scenes' grammar; with `train.init_from`, that workdir's
+    vocabulary, copied, so that the ids are those it was trained with."""
+    if self.config.data.tokenizer != 'word':
+      raise ValueError(f'config.data.tokenizer='
+                       f'{self.config.data.tokenizer!r}: the scene tasks use '
+                       f"'word' (the words of their grammar).")
+    source = self.config.train.init_from
+
+    def build(path: str) -> None:
+      if source and not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        shutil.copyfile(os.path.join(source, 'vocab', 'words.json'), path)
+      tokenizers.WordTokenizer.load_or_build(path, scenes.vocabulary_text)
+
+    return tokenizers.WordTokenizer(vocabularies.in_workdir(
+        self.workdir, 'words.json', build))
 
   def regions(self, images: jax.Array, real: jax.Array
               ) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -27,8 +27,11 @@ import ml_collections
 import numpy as np
 
 from transformer import losses
+from transformer import plots
 from transformer.data import batching
+from transformer.data import files
 from transformer.data import scenes
+from transformer.models import vilbert
 from transformer.tasks import vision_language
 
 
@@ -43,7 +46,13 @@ def default_config() -> ml_collections.ConfigDict:
       image_size=48, patch_size=12, tokenizer='word', max_length=16,
       batch_size=64, eval_batch_size=128,
       blind=False))  # True: a question-only model (no regions)
+  config.eval.num_plots = 2  # questions whose co-attention is drawn
   return config
+
+
+def question_words(question: str) -> str:
+  """A question as the words the vocabulary has: without its '?'."""
+  return question.strip().rstrip('?').strip()
 
 
 class VisualQuestionAnsweringTask(vision_language.SceneTask):
@@ -65,7 +74,8 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
     questions = vision_language.offline_split(
         self.config.data, split, scenes.questions, 'offline questions')
     tokens = vision_language.with_cls(
-        self.tokenizer.encode_batch(questions.questions),
+        self.tokenizer.encode_batch(
+            [question_words(q) for q in questions.questions]),
         self.config.data.max_length)
     answers = np.asarray([scenes.ANSWERS.index(a) for a in questions.answers])
     return questions, tokens, answers
@@ -143,16 +153,53 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
     return np.concatenate(outputs)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
-    """VQA accuracy per question type on the evaluation split."""
-    del label
-    questions, _, answers = self.split(self.config.data.eval_split)
-    correct = self.predict(params, self.config.data.eval_split) == answers
+    """VQA accuracy per question type on the evaluation split, and the
+    co-attention figures of the first few questions."""
+    split = self.config.data.eval_split
+    questions, _, answers = self.split(split)
+    predicted = self.predict(params, split)
+    correct = predicted == answers
     kinds = np.asarray(questions.kinds)
     result = {f'accuracy_{kind}': float(correct[kinds == kind].mean())
               for kind in scenes.QUESTION_TYPES if (kinds == kind).any()}
     print('VQA accuracy by question type: ' + ', '.join(
         f'{k[9:]} {v:.1%}' for k, v in result.items()), flush=True)
+    self.plot_co_attention(params, split, predicted, label)
     return result
+
+  def plot_co_attention(self, params: Any, split: str,
+                        predicted: np.ndarray, label: str) -> list[str]:
+    """For the first `eval.num_plots` questions: each word's attention
+    over the image patches in the last co-attentional layer (heads
+    averaged), overlaid on the image."""
+    count = min(self.config.eval.num_plots, len(predicted))
+    if not count:
+      return []
+    questions, tokens, answers = self.split(split)
+    rows = np.arange(count)
+    batch = self._batch(split, rows, filler=-count % self.batch_divisor)
+    features, boxes, region_mask = self.regions(
+        batch['images'], batch['tokens'][:, 0] > 0)
+    words, _ = vilbert.co_attention(self.model, params, batch['tokens'],
+                                    features, boxes, region_mask)
+    words = np.asarray(multihost_utils.process_allgather(
+        words[:, -1].mean(1), tiled=True))  # [B, T, R]
+    if jax.process_index() != 0:
+      return []
+    grid = self.config.data.image_size // self.config.data.patch_size
+    paths = []
+    for i in rows:
+      length = int((tokens[i] > 0).sum())
+      names = ['[CLS]'] + [self.tokenizer.id_to_piece(int(t))
+                           for t in tokens[i, 1:length]]
+      paths.append(plots.plot_image_attention(
+          questions.scenes.images[i] / 255.0,
+          words[i, :length].reshape(length, grid, grid), names,
+          files.join(self.workdir, 'plots', f'coattention_{label}_{i}.png'),
+          suptitle=f'{questions.questions[i]} -> '
+          f'{scenes.ANSWERS[predicted[i]]} (true: '
+          f'{scenes.ANSWERS[answers[i]]})'))
+    return paths
 
 
 TASK = VisualQuestionAnsweringTask
