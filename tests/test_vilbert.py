@@ -26,11 +26,12 @@ def inputs(config, batch=2, length=7, regions=5, seed=0):
           jnp.asarray(boxes, jnp.float32), jnp.asarray(mask))
 
 
-@pytest.fixture(scope='module')
-def tiny():
+@pytest.fixture(scope='module', params=vilbert.ARCHITECTURES)
+def tiny(request):
   config = vilbert.config_for('tiny', vocab_size=50, feature_dim=12,
-                              num_region_classes=7, answer_classes=5)
-  model = vilbert.ViLBERT(config)
+                              num_region_classes=7, answer_classes=5,
+                              architecture=request.param)
+  model = vilbert.build(config)
   args = inputs(config)
   params = model.init(jax.random.key(0), *args, deterministic=True,
                       method='pretraining_logits')['params']
@@ -61,6 +62,19 @@ def closed_form(c):
         + 2 * norm(c.d_model) + 2 * norm(c.v_d_model))
   poolers = dense(c.d_model, c.co_d_model) + dense(c.v_d_model, c.co_d_model)
   return text + visual + len(c.text_co_layers) * co + poolers
+
+
+def test_single_stream_count_is_the_closed_form():
+  c = vilbert.config_for('small', architecture='single_stream')
+  dense = lambda n_in, n_out: n_in * n_out + n_out
+  text = (c.vocab_size + c.max_length + c.type_vocab_size) * c.d_model \
+      + 2 * c.d_model + c.num_layers * (
+          4 * dense(c.d_model, c.d_model) + dense(c.d_model, c.d_ff)
+          + dense(c.d_ff, c.d_model) + 4 * c.d_model)
+  regions = dense(c.feature_dim, c.d_model) + dense(5, c.d_model) \
+      + 2 * c.d_model
+  poolers = 2 * dense(c.d_model, c.co_d_model)
+  assert vilbert.param_count(c) == text + regions + poolers
 
 
 @pytest.mark.parametrize('size', ['tiny', 'small', 'vilbert'])
@@ -97,16 +111,20 @@ def test_padding_words_and_regions_get_no_attention(tiny):
   (text, visual, joint), state = model.apply(
       {'params': params}, tokens, features, boxes, mask, deterministic=True,
       method='encode', mutable=['intermediates'])
-  weights = layers.attention_weights(state['intermediates'])
-  co = {k: v for k, v in weights.items() if 'attends_to_other' in k}
-  assert len(co) == 2 * len(config.text_co_layers)
-  for name, w in co.items():  # [B, N, queries, keys]
-    if name.startswith('co_layers') and 'text_attends' in name:
-      keys = np.concatenate([[True], np.asarray(mask[0])])  # IMG first
-      assert np.all(np.asarray(w[0])[..., ~keys] == 0), name
-      np.testing.assert_allclose(np.asarray(w[0]).sum(-1), 1, rtol=1e-5)
-    else:
-      assert np.all(np.asarray(w[1])[..., 4:] == 0), name
+  words, regions = vilbert.co_attention(model, params, tokens, features,
+                                        boxes, mask)
+  assert np.all(np.asarray(words[0])[..., 3:] == 0)  # padding regions
+  assert np.all(np.asarray(regions[1])[..., 4:] == 0)  # padding words
+  assert np.asarray(words[0])[..., :3].min() > 0
+  if config.architecture == 'two_stream':
+    weights = layers.attention_weights(state['intermediates'])
+    co = {k: v for k, v in weights.items() if 'attends_to_other' in k}
+    assert len(co) == 2 * len(config.text_co_layers)
+    assert words.shape[1] == len(config.text_co_layers)
+    # A word's co-attention is over the IMG token and the real regions.
+    np.testing.assert_allclose(
+        np.asarray(co['co_layers_0/text_attends_to_other'][0]).sum(-1), 1,
+        rtol=1e-5)
   # What padding holds does not matter.
   features2 = features.at[0, 3:].set(100.0)
   tokens2 = tokens.at[1, 4:].set(0)
@@ -116,7 +134,7 @@ def test_padding_words_and_regions_get_no_attention(tiny):
 
 
 def test_text_depends_on_the_image_through_co_attention(tiny):
-  config, model, params, (tokens, features, boxes, mask) = tiny
+  _, model, params, (tokens, features, boxes, mask) = tiny
   grad = jax.grad(lambda f: encode(model, params, (tokens, f, boxes, mask))[
       0][:, 1:].sum())(features)
   grad = np.abs(np.asarray(grad)).sum(-1)

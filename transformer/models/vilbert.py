@@ -42,6 +42,7 @@ from transformer import layers
 from transformer.models import encoder
 
 Array = jax.Array
+ARCHITECTURES = ('two_stream', 'single_stream')
 
 # ViLBERT's text stream is BERT-base (uncased WordPiece vocabulary).
 _PAPER = dict(
@@ -87,6 +88,9 @@ class Config:
   co_num_heads: int = 8
   text_co_layers: tuple[int, ...] = (6, 7, 8, 9, 10, 11)
   visual_co_layers: tuple[int, ...] = (0, 1, 2, 3, 4, 5)
+  # 'two_stream' (ViLBERT); 'single_stream': words and regions in one BERT
+  # (VisualBERT-style), the baseline of the comparison.
+  architecture: str = 'two_stream'
   feature_dim: int = 2048  # region features
   num_region_classes: int = 1601  # masked-region targets
   answer_classes: int = 0  # of the answer head (0: none)
@@ -99,6 +103,9 @@ class Config:
 
   def __post_init__(self):
     layers.check_ranges(self)
+    if self.architecture not in ARCHITECTURES:
+      raise ValueError(f'architecture={self.architecture!r}; choose one of '
+                       f'{ARCHITECTURES}.')
     placements = (self.text_co_layers, self.visual_co_layers)
     if len(placements[0]) != len(placements[1]) or not placements[0]:
       raise ValueError(
@@ -340,16 +347,72 @@ class ViLBERT(nn.Module):
     return jnp.where(region_mask, scores, layers.MASKED_LOGIT)
 
 
+class SingleStream(ViLBERT):
+  """The single-stream baseline (VisualBERT-style): the regions, embedded
+  at the text width with token type 1, join the words in one BERT. Same
+  heads and poolers as ViLBERT (token 0 of each part), no co-attention;
+  its blocks are text_layers_i, so `from_bert` loads it too."""
+
+  def setup(self):
+    c = self.config
+    text = c.text()
+    (self.embed, self.positions, self.token_types, self.embedding_norm,
+     self.dropout) = encoder.text_embeddings(text)
+    self.text_layers = [layers.SelfAttentionBlock(text)
+                        for _ in range(c.num_layers)]
+    dense = lambda width: nn.Dense(width, dtype=c.dtype,
+                                   param_dtype=c.param_dtype)
+    self.region_projection = dense(c.d_model)
+    self.location_projection = dense(c.d_model)
+    self.region_norm = layers.layer_norm(text)
+    self.text_pooler = dense(c.co_d_model)
+    self.image_pooler = dense(c.co_d_model)
+
+  def encode(self, tokens: Array, features: Array, boxes: Array,
+             region_mask: Array, *, token_types: Array | None = None,
+             deterministic: bool) -> tuple[Array, Array, Array]:
+    """As `ViLBERT.encode`; the visual states are the region positions'
+    outputs of the one stack, [B, 1 + R, D]."""
+    text = encoder.embed_text(self, tokens, token_types,
+                              deterministic=deterministic)
+    visual = self.embed_regions(features, boxes, region_mask,
+                                deterministic=deterministic)
+    visual = visual + self.token_types(jnp.ones(visual.shape[:2],
+                                                jnp.int32))
+    has_regions = region_mask.any(-1)
+    mask = jnp.concatenate([tokens > 0, has_regions[:, None], region_mask],
+                           1)
+    x = _run_blocks(self.text_layers, jnp.concatenate([text, visual], 1),
+                    mask, deterministic)
+    text, visual = x[:, :tokens.shape[1]], x[:, tokens.shape[1]:]
+    joint = (nn.relu(self.text_pooler(text[:, 0]))
+             * nn.relu(self.image_pooler(visual[:, 0])))
+    return text, visual, joint
+
+
+def build(config: Config) -> ViLBERT:
+  """The model `config.architecture` names."""
+  return (SingleStream if config.architecture == 'single_stream'
+          else ViLBERT)(config)
+
+
 def co_attention(model: ViLBERT, params: Any, tokens: Array,
                  features: Array, boxes: Array, region_mask: Array
                  ) -> tuple[Array, Array]:
   """The co-attention weights of every co-attentional layer: each word's
   attention over the regions [B, K, N, T, R] and each region's over the
-  words [B, K, N, R, T] (K layers, N heads; the IMG token left out)."""
+  words [B, K, N, R, T] (K layers, N heads; the IMG token left out). For
+  the single stream, the same blocks of its last layer's self-attention
+  (K = 1)."""
   _, state = model.apply({'params': params}, tokens, features, boxes,
                          region_mask, deterministic=True, method='encode',
                          mutable=['intermediates'])
   weights = layers.attention_weights(state['intermediates'])
+  if model.config.architecture == 'single_stream':
+    last = weights[f'text_layers_{model.config.num_layers - 1}/'
+                   'self_attention'][:, None]
+    t = tokens.shape[1]
+    return last[..., :t, t + 1:], last[..., t + 1:, :t]
   layers_ = range(len(model.config.text_co_layers))
   words = jnp.stack([weights[f'co_layers_{k}/text_attends_to_other']
                      for k in layers_], 1)
@@ -409,7 +472,7 @@ def param_count(config: Config, method: str = 'encode') -> int:
   from shapes alone."""
   r, f = 3, config.feature_dim
   return layers.count_parameters(
-      lambda key, t, x, b, m: ViLBERT(config).init(
+      lambda key, t, x, b, m: build(config).init(
           key, t, x, b, m, deterministic=True, method=method),
       jax.ShapeDtypeStruct((1, 8), jnp.int32),
       jax.ShapeDtypeStruct((1, r, f), jnp.float32),

@@ -180,7 +180,7 @@ class SceneTask(base.Task):
         dtype=jnp.dtype(config.model.dtype), **model_fields,
         **configs.model_overrides(config.model, vilbert.Config,
                                   MODEL_EXCLUDE))
-    self.model = vilbert.ViLBERT(self.model_config)
+    self.model = vilbert.build(self.model_config)
 
   def _tokenizer(self) -> tokenizers.WordTokenizer:
     """Words of the scenes' grammar; with `train.init_from`, that workdir's
