@@ -39,7 +39,7 @@ setuptools.setup(
         'transformer-train=transformer.main:run',
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
-            'reproduce')),
+            'reproduce', 'ask')),
     ]},
     extras_require={
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8',

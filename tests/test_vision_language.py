@@ -2,9 +2,12 @@
 region masking and targets, the loss's parts, runlocal end to end and an
 exactly resumed run."""
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from PIL import Image
 import pytest
 
 from conftest import load_experiment
@@ -14,6 +17,7 @@ from transformer import workdir as workdir_lib
 from transformer.data import scenes
 from transformer.data import tokenizers
 from transformer.tasks import vision_language
+from transformer.tools import ask
 
 
 @pytest.fixture(scope='module')
@@ -120,6 +124,27 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
     assert (vqa.split(split)[1] > 0).sum(1).min() >= 5
   result = train.train_and_evaluate(config, str(tmp_path))
   assert {f'accuracy_{kind}' for kind in scenes.QUESTION_TYPES} <= set(result)
+  assert any(name.startswith('coattention_')
+             for name in os.listdir(tmp_path / 'plots'))
+
+  # The ask command answers as the task does, and draws the co-attention.
+  questions = vqa.split('test')[0]
+  Image.fromarray(questions.scenes.images[0]).save(tmp_path / 'scene.png')
+  answers, step = ask.ask(str(tmp_path), str(tmp_path / 'scene.png'),
+                          [questions.questions[0],
+                           'How many rings are there?'],
+                          top_k=3, attention_dir=str(tmp_path / 'maps'))
+  assert step == config.train.num_steps and len(answers) == 2
+  restored = workdir_lib.restore(str(tmp_path))
+  expected = scenes.ANSWERS[int(restored.task.predict(restored.params,
+                                                      'test')[0])]
+  assert answers[0][1][0][0] == expected
+  probabilities = [p for _, p in answers[1][1]]
+  assert probabilities == sorted(probabilities, reverse=True)
+  assert len(os.listdir(tmp_path / 'maps')) == 2
+  with pytest.raises(ValueError, match='never saw.*banana'):
+    ask.ask(str(tmp_path), str(tmp_path / 'scene.png'),
+            ['what colour is the banana?'])
   # The question-only model sees no regions: the image changes nothing.
   blind = load_experiment('vilbert_vqa', 'blind,runlocal')
   task = tasks.build(blind, str(tmp_path / 'blind'))

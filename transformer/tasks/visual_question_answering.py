@@ -169,37 +169,64 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
 
   def plot_co_attention(self, params: Any, split: str,
                         predicted: np.ndarray, label: str) -> list[str]:
-    """For the first `eval.num_plots` questions: each word's attention
-    over the image patches in the last co-attentional layer (heads
-    averaged), overlaid on the image."""
+    """For the first `eval.num_plots` questions of a split, `figure`."""
     count = min(self.config.eval.num_plots, len(predicted))
-    if not count:
-      return []
     questions, tokens, answers = self.split(split)
-    rows = np.arange(count)
-    batch = self._batch(split, rows, filler=-count % self.batch_divisor)
+    return [self.figure(
+        params, questions.scenes.images[i], tokens[i],
+        f'{questions.questions[i]} -> {scenes.ANSWERS[predicted[i]]} '
+        f'(true: {scenes.ANSWERS[answers[i]]})',
+        files.join(self.workdir, 'plots', f'coattention_{label}_{i}.png'))
+            for i in range(count)]
+
+  def encode_questions(self, questions: list[str]) -> np.ndarray:
+    """[Q, max_length] ids of questions, refused naming a word the
+    vocabulary lacks (it would be read as unknown)."""
+    texts = [question_words(q.lower()) for q in questions]
+    known = set(self.tokenizer.words)
+    unknown = sorted({w for t in texts for w in t.split()} - known)
+    if unknown:
+      raise ValueError(
+          f'Words this model never saw: {unknown}. Ask with the words of its '
+          f'training questions: {" ".join(sorted(known - {chr(10)}))}.')
+    return vision_language.with_cls(self.tokenizer.encode_batch(texts),
+                                    self.config.data.max_length)
+
+  def answer(self, params: Any, image: np.ndarray,
+             questions: list[str]) -> np.ndarray:
+    """[Q, len(scenes.ANSWERS)] answer probabilities of questions about
+    one image uint8 [S, S, 3]."""
+    tokens = self.encode_questions(questions)
+    filler = -len(tokens) % self.batch_divisor
+    batch = {'tokens': np.concatenate(
+        [tokens, np.zeros((filler, tokens.shape[1]), np.int32)]),
+             'images': np.repeat(image[None], len(tokens) + filler, 0)}
+    probabilities = jax.nn.softmax(self.logits(params, batch))
+    return np.asarray(multihost_utils.process_allgather(
+        probabilities, tiled=True))[:len(tokens)]
+
+  def figure(self, params: Any, image: np.ndarray, token_row: np.ndarray,
+             title: str, path: str) -> str | None:
+    """Each word's attention over the image patches in the last
+    co-attentional layer (heads averaged), overlaid on the image; written
+    by process 0."""
+    batch = {'tokens': np.repeat(token_row[None], self.batch_divisor, 0),
+             'images': np.repeat(image[None], self.batch_divisor, 0)}
     features, boxes, region_mask = self.regions(
         batch['images'], batch['tokens'][:, 0] > 0)
     words, _ = vilbert.co_attention(self.model, params, batch['tokens'],
                                     features, boxes, region_mask)
     words = np.asarray(multihost_utils.process_allgather(
-        words[:, -1].mean(1), tiled=True))  # [B, T, R]
+        words[:, -1].mean(1), tiled=True))[0]  # [T, R]
     if jax.process_index() != 0:
-      return []
+      return None
     grid = self.config.data.image_size // self.config.data.patch_size
-    paths = []
-    for i in rows:
-      length = int((tokens[i] > 0).sum())
-      names = ['[CLS]'] + [self.tokenizer.id_to_piece(int(t))
-                           for t in tokens[i, 1:length]]
-      paths.append(plots.plot_image_attention(
-          questions.scenes.images[i] / 255.0,
-          words[i, :length].reshape(length, grid, grid), names,
-          files.join(self.workdir, 'plots', f'coattention_{label}_{i}.png'),
-          suptitle=f'{questions.questions[i]} -> '
-          f'{scenes.ANSWERS[predicted[i]]} (true: '
-          f'{scenes.ANSWERS[answers[i]]})'))
-    return paths
+    length = int((token_row > 0).sum())
+    names = ['[CLS]'] + [self.tokenizer.id_to_piece(int(t))
+                         for t in token_row[1:length]]
+    return plots.plot_image_attention(
+        image / 255.0, words[:length].reshape(length, grid, grid), names,
+        path, suptitle=title)
 
 
 TASK = VisualQuestionAnsweringTask

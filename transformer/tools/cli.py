@@ -66,7 +66,8 @@ def check_flag(name: str, value: float | None, *,
 
 # The command that reads each task's workdirs.
 TASK_COMMANDS = {'translation': 'translate', 'language_modeling': 'generate',
-                 'image_classification': 'predict'}
+                 'image_classification': 'predict',
+                 'visual_question_answering': 'ask'}
 
 
 def workdir_config(workdir: str, task: str) -> ml_collections.ConfigDict:

@@ -1,0 +1,96 @@
+"""Ask a visual-question-answering workdir about an image file.
+
+    python -m transformer.tools.ask --workdir=workdirs/vqa \
+        --image=scene.png --question="what colour is the square?" \
+        --question="how many circles are there?" --attention_dir=maps/
+
+The image is read as RGB and resized to the model's input size, as the
+scenes it was trained on. Prints, per question, the top-k answers with their
+probabilities; with --attention_dir also writes each question's
+co-attention figure (every word's attention over the image patches,
+overlaid on the image). `ask(workdir, image, questions, ...)` does the same
+from python.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+from absl import flags
+import numpy as np
+
+from transformer import workdir as workdir_lib
+from transformer.data import images as image_data
+from transformer.data import scenes
+from transformer.tools import cli
+
+
+def define_flags() -> None:
+  flags.DEFINE_string('workdir', None, 'A visual_question_answering '
+                      'workdir.', required=True)
+  flags.DEFINE_string('image', None, 'The image file.', required=True)
+  flags.DEFINE_multi_string('question', None, 'A question (repeatable).',
+                            required=True)
+  flags.DEFINE_integer('top_k', 5, 'Answers to print per question.')
+  flags.DEFINE_string('attention_dir', None,
+                      'Write co-attention figures (PNG) here.')
+
+
+# (question, [(answer, probability)] best first) per question.
+Answers = list[tuple[str, list[tuple[str, float]]]]
+
+
+def ask(workdir: str, image: str, questions: Sequence[str], *,
+        top_k: int = 5, attention_dir: str | None = None
+        ) -> tuple[Answers, int]:
+  """The top-k answers to each question about the image file, and the step
+  of the checkpoint used; with `attention_dir`, figures written there."""
+  if not os.path.isfile(image):
+    raise FileNotFoundError(f'No such image file: {image}')
+  if not questions:
+    raise ValueError('Give at least one --question.')
+  cli.check_flag('top_k', top_k, at_least=1)
+  config = cli.workdir_config(workdir, 'visual_question_answering')
+  restored = workdir_lib.restore(workdir)
+  task = restored.task
+  picture = image_data.read_image(image, config.data.image_size, 3)
+  top_k = min(top_k, len(scenes.ANSWERS))
+  results = []
+  with restored.active():
+    probabilities = task.answer(restored.params, picture, list(questions))
+    tokens = task.encode_questions(list(questions))
+    for number, (question, row) in enumerate(zip(questions, probabilities)):
+      best = np.argsort(-row)[:top_k]
+      results.append((question, [(scenes.ANSWERS[i], float(row[i]))
+                                 for i in best]))
+      if attention_dir:
+        name = os.path.splitext(os.path.basename(image))[0]
+        task.figure(restored.params, picture, tokens[number],
+                    f'{question} -> {scenes.ANSWERS[best[0]]}',
+                    os.path.join(attention_dir,
+                                 f'{name}_question{number}.png'))
+  return results, restored.step
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  args = flags.FLAGS
+  answers, step = ask(args.workdir, args.image, args.question,
+                      top_k=args.top_k, attention_dir=args.attention_dir)
+  for question, best in answers:
+    sys.stdout.write(question + '\t' + '  '.join(
+        f'{answer} {probability:.3f}' for answer, probability in best)
+                     + '\n')
+  print(f'Answered with the checkpoint of step {step}.', file=sys.stderr)
+
+
+def run() -> None:
+  """The `transformer-ask` console script."""
+  define_flags()
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()
