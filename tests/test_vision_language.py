@@ -84,11 +84,33 @@ def test_masked_modelling_counts_aligned_pairs_only(task):
   assert float(none_aligned['alignment_loss'][1]) == len(batch['tokens'])
 
 
+def test_retrieval_recall_counts_the_rank_of_the_true_match(task,
+                                                           monkeypatch):
+  params = None
+  matrix = np.eye(8) + 0.01 * np.arange(8)[None]  # the true pair first
+  monkeypatch.setattr(task, 'alignment_scores', lambda *args: matrix)
+  assert set(task.evaluate(params, label='x').values()) == {1.0}
+  # Each caption's true image ranked 3rd (two images above it).
+  shifted = np.roll(np.eye(8), 1, 1) + np.roll(np.eye(8), 2, 1) \
+      + 0.5 * np.eye(8)
+  monkeypatch.setattr(task, 'alignment_scores', lambda *args: shifted)
+  result = task.evaluate(params, label='x')
+  assert result['image_retrieval_r1'] == 0
+  assert result['image_retrieval_r5'] == result['image_retrieval_r10'] == 1
+  # A constant score recalls nothing at 1.
+  monkeypatch.setattr(task, 'alignment_scores',
+                      lambda *args: np.zeros((8, 8)))
+  assert task.evaluate(params, label='x')['caption_retrieval_r1'] == 0
+
+
 @pytest.fixture(scope='module')
 def pretrained(tmp_path_factory):
   config = load_experiment('vilbert_offline', 'runlocal')
   workdir = str(tmp_path_factory.mktemp('pretrained'))
-  train.train_and_evaluate(config, workdir)
+  result = train.train_and_evaluate(config, workdir)
+  for metric in ('image_retrieval_r1', 'caption_retrieval_r10', 'mlm_accuracy',
+                 'region_kl', 'alignment_accuracy'):
+    assert 0 <= result[metric] < 100, metric
   return config, workdir
 
 
