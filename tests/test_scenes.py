@@ -93,3 +93,44 @@ def test_bad_settings_are_refused():
     scenes.questions(5, seed=0, max_objects=2)
   with pytest.raises(ValueError, match='question type'):
     scenes.questions(5, seed=0, kinds=('colour', 'size'))
+
+
+def named(expression, objects):
+  """The objects an expression fits, by rules written independently of the
+  generator: 'the COLOUR SHAPE' or 'the SHAPE RELATION the SHAPE'."""
+  words = expression.split()
+  if len(words) == 3:
+    return [i for i, (c, s, _) in enumerate(objects)
+            if (c, s) == (words[1], words[2])]
+  shape, relation, anchor_shape = words[1], ' '.join(words[2:-2]), words[-1]
+  (anchor,) = [slot for _, s, slot in objects if s == anchor_shape]
+  (r, c) = divmod(anchor, scenes.GRID)
+  test = {'left of': lambda rr, cc: cc < c, 'right of': lambda rr, cc: cc > c,
+          'above': lambda rr, cc: rr < r, 'below': lambda rr, cc: rr > r}
+  return [i for i, (_, s, slot) in enumerate(objects)
+          if s == shape and test[relation](*divmod(slot, scenes.GRID))]
+
+
+def test_referring_expressions_name_one_object_and_need_every_word():
+  data = scenes.referring(300, seed=0)
+  for i, expression in enumerate(data.expressions):
+    objects = data.scenes.objects(i)
+    assert named(expression, objects) == [int(data.targets[i])], expression
+    # The confuser: the shape alone names more than one object.
+    shape = expression.split()[-1 if data.kinds[i] == 'attribute' else 1]
+    assert sum(s == shape for _, s, _ in objects) >= 2
+    np.testing.assert_array_equal(
+        data.proposals[i, data.target_proposals[i]],
+        data.scenes.boxes[i, data.targets[i]])
+  assert scenes.box_iou(np.array([0, 0, 2, 2.]), np.array([1, 1, 3, 3.])) \
+      == pytest.approx(1 / 7)
+  assert scenes.box_iou(np.array([0, 0, 1, 1.]), np.array([2, 2, 3, 3.])) \
+      == 0
+  # The target's crop shows the target.
+  crops = scenes.crop_regions(data.scenes.pixel_classes[..., None],
+                              data.proposals, 8)[..., 0]
+  for i in range(50):
+    target = crops[i, data.target_proposals[i]]
+    cls = scenes.object_class(data.scenes.colours[i, data.targets[i]],
+                              data.scenes.shapes[i, data.targets[i]])
+    assert (target == cls).mean() > 0.2

@@ -175,3 +175,16 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
   other = {**batch, 'images': batch['images'][::-1]}
   np.testing.assert_array_equal(task.logits(params, batch),
                                 task.logits(params, other))
+
+
+def test_referring_expressions_from_pretraining(pretrained, tmp_path):
+  _, source = pretrained
+  config = load_experiment('vilbert_refer', 'runlocal')
+  config.train.init_from = source
+  result = train.train_and_evaluate(config, str(tmp_path))
+  assert 0 <= result['accuracy'] <= 1
+  assert result['accuracy'] >= result['exact_proposal']
+  task = workdir_lib.restore(str(tmp_path)).task
+  _, tokens, crops = task.split('test')
+  assert not (tokens == tokenizers.UNK_ID).any()
+  assert crops.shape[1:] == (10, 8, 8, 3)

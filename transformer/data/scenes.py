@@ -254,8 +254,9 @@ def captioned(num_examples: int, seed: int, *, image_size: int = 48,
 
 
 def vocabulary_text() -> list[str]:
-  """Every word the captions, questions and answers of these scenes use
-  (one vocabulary for pretraining and the tasks fine-tuned from it)."""
+  """Every word the captions, questions, answers and referring expressions
+  of these scenes use (one vocabulary for pretraining and the tasks
+  fine-tuned from it)."""
   return [' '.join(COLOURS + SHAPES + tuple(map(plural, SHAPES)) + ANSWERS
                    + tuple(RELATIONS)),
           'a the what colour is shape object how many are there']
@@ -298,3 +299,139 @@ def questions(num_examples: int, seed: int, *, image_size: int = 48,
   scenes = render(table[..., 0], table[..., 1], table[..., 2], rng,
                   image_size)
   return Questions(scenes, texts, answers, kinds_out)
+
+
+EXPRESSION_TYPES = ('attribute', 'relation')
+
+
+@dataclasses.dataclass(frozen=True)
+class Referring:
+  """Referring expressions about generated scenes: expression i names
+  object `targets[i]` of scene i, whose box is proposal
+  `target_proposals[i]` among the scene's `proposals` [N, P, 4] (every
+  object's box and random boxes, shuffled), as a detector's proposals."""
+  scenes: Scenes
+  expressions: list[str]
+  kinds: list[str]
+  targets: np.ndarray
+  proposals: np.ndarray
+  target_proposals: np.ndarray
+
+
+def _expression(rng: np.random.Generator, kind: str, max_objects: int):
+  """One (expression, objects) whose first object is the one it names
+  uniquely; objects are (colour, shape, slot) index triples."""
+  pick = lambda options: int(rng.integers(len(options)))
+  other = lambda index, count: (index + 1 + int(rng.integers(count - 1))) \
+      % count
+  if kind == 'attribute':
+    colour, shape = pick(COLOURS), pick(SHAPES)
+    slots = [int(x) for x in rng.permutation(GRID * GRID)[:max_objects]]
+    # Confusers: the same shape in another colour, the same colour on
+    # another shape; then anything but the named pair.
+    objects = [(colour, shape, slots[0]),
+               (other(colour, len(COLOURS)), shape, slots[1]),
+               (colour, other(shape, len(SHAPES)), slots[2])]
+    for slot in slots[3:int(rng.integers(3, max_objects + 1))]:
+      while True:
+        pair = (pick(COLOURS), pick(SHAPES))
+        if pair != (colour, shape):
+          objects.append((*pair, slot))
+          break
+    return f'the {COLOURS[colour]} {SHAPES[shape]}', objects
+  if kind != 'relation':
+    raise ValueError(f'Unknown expression type {kind!r}; choose one of '
+                     f'{EXPRESSION_TYPES}.')
+  relation = list(RELATIONS)[pick(RELATIONS)]
+  shape, anchor_shape = pick(SHAPES), None
+  anchor_shape = other(shape, len(SHAPES))
+  anchor = _free_slots(rng, [], 1, lambda slot: any(
+      _in_relation(o, slot, relation) for o in range(GRID * GRID)) and any(
+          not _in_relation(o, slot, relation) and o != slot
+          for o in range(GRID * GRID)))[0]
+  target = _free_slots(rng, [anchor], 1,
+                       lambda slot: _in_relation(slot, anchor, relation))[0]
+  confuser = _free_slots(rng, [anchor, target], 1,
+                         lambda slot: not _in_relation(slot, anchor,
+                                                       relation))[0]
+  objects = [(pick(COLOURS), shape, target), (pick(COLOURS), anchor_shape,
+                                               anchor),
+             (pick(COLOURS), shape, confuser)]
+  taken = [anchor, target, confuser]
+  for slot in _free_slots(rng, taken, int(rng.integers(0, max_objects - 2))):
+    while True:  # anything but the two shapes the expression names
+      candidate = (pick(COLOURS), pick(SHAPES))
+      if candidate[1] not in (shape, anchor_shape):
+        objects.append((*candidate, slot))
+        break
+  return (f'the {SHAPES[shape]} {relation} the {SHAPES[anchor_shape]}',
+          objects)
+
+
+def crop_regions(images: np.ndarray, boxes: np.ndarray,
+                 size: int) -> np.ndarray:
+  """Each box's pixels resampled to size x size (nearest pixel centres):
+  images [N, S, S, C], boxes [N, P, 4] -> [N, P, size, size, C], as a
+  detector's RoI features are pooled to a fixed size."""
+  n, s = images.shape[:2]
+  steps = (np.arange(size) + 0.5) / size
+  xs = boxes[..., 0, None] + steps * (boxes[..., 2, None] - boxes[..., 0,
+                                                                   None])
+  ys = boxes[..., 1, None] + steps * (boxes[..., 3, None] - boxes[..., 1,
+                                                                   None])
+  cols = np.clip((xs * s).astype(int), 0, s - 1)  # [N, P, size]
+  rows = np.clip((ys * s).astype(int), 0, s - 1)
+  scene = np.arange(n)[:, None, None, None]
+  return images[scene, rows[..., :, None], cols[..., None, :]]
+
+
+def referring(num_examples: int, seed: int, *, image_size: int = 48,
+              max_objects: int = 4, proposals: int = 10,
+              kinds: tuple[str, ...] = EXPRESSION_TYPES) -> Referring:
+  """Scenes each with one referring expression ('the blue square', 'the
+  circle below the triangle'), a shape or colour confuser in the scene so
+  that the whole expression is needed, and `proposals` boxes: every
+  object's and random ones (10-40% of the image wide), shuffled.
+  Deterministic in the arguments; use one seed per split."""
+  if not 3 <= max_objects <= min(GRID * GRID, proposals):
+    raise ValueError(f'max_objects={max_objects}: an expression needs 3 '
+                     f'objects (the target, its anchor or pair, a '
+                     f'confuser), at most the slots and the proposals '
+                     f'({proposals}).')
+  rng = np.random.default_rng([seed, 31_337])
+  texts, kinds_out, placed = [], [], []
+  for i in range(num_examples):
+    kind = kinds[i % len(kinds)]
+    expression, objects = _expression(rng, kind, max_objects)
+    texts.append(expression)
+    kinds_out.append(kind)
+    placed.append(objects)
+  table = np.full((num_examples, max_objects, 3), -1, np.int64)
+  targets = np.zeros(num_examples, np.int64)
+  for i, objects in enumerate(placed):
+    order = rng.permutation(len(objects))
+    table[i, :len(objects)] = np.asarray(objects)[order]
+    targets[i] = int(np.argmin(order))  # where object 0 went
+  drawn = render(table[..., 0], table[..., 1], table[..., 2], rng,
+                 image_size)
+  size = rng.uniform(0.1, 0.4, (num_examples, proposals, 2))
+  corner = rng.uniform(0, 1, (num_examples, proposals, 2)) * (1 - size)
+  boxes = np.concatenate([corner, corner + size], -1).astype(np.float32)
+  present = drawn.slots >= 0
+  boxes[:, :max_objects][present] = drawn.boxes[present]
+  order = np.argsort(rng.random((num_examples, proposals)), axis=1)
+  boxes = np.take_along_axis(boxes, order[..., None], 1)
+  target_proposals = np.argmax(order == targets[:, None], axis=1)
+  return Referring(drawn, texts, kinds_out, targets, boxes, target_proposals)
+
+
+def box_iou(a, b, xp=np):
+  """Intersection over union of boxes [..., 4] (x0, y0, x1, y1); `xp` the
+  array module (jax.numpy inside a jitted loss)."""
+  width = xp.maximum(xp.minimum(a[..., 2], b[..., 2])
+                     - xp.maximum(a[..., 0], b[..., 0]), 0)
+  height = xp.maximum(xp.minimum(a[..., 3], b[..., 3])
+                      - xp.maximum(a[..., 1], b[..., 1]), 0)
+  area = lambda x: (x[..., 2] - x[..., 0]) * (x[..., 3] - x[..., 1])
+  inter = width * height
+  return inter / xp.maximum(area(a) + area(b) - inter, 1e-9)

@@ -16,7 +16,8 @@ from transformer.tasks.base import Task
 
 TASKS = ('translation', 'language_modeling', 'masked_language_modeling',
          'text_classification', 'image_classification', 'captioning',
-         'vision_language', 'visual_question_answering')
+         'vision_language', 'visual_question_answering',
+         'referring_expressions')
 
 
 def default_config(task: str) -> ml_collections.ConfigDict:
