@@ -204,7 +204,11 @@ class ViLBERT(nn.Module):
 
   def setup(self):
     c = self.config
-    text, visual = c.text(), c.visual()
+    two_streams = c.architecture == 'two_stream'
+    text = c.text()
+    # Regions are embedded at the visual stream's width, or at the text's
+    # when they join the words (single stream).
+    visual = c.visual() if two_streams else text
     # The text stream's parameters are named as `encoder.Bert`'s, its
     # blocks text_layers_i for Bert's blocks/layer_i (`from_bert`).
     (self.embed, self.positions, self.token_types, self.embedding_norm,
@@ -213,13 +217,14 @@ class ViLBERT(nn.Module):
                         for _ in range(c.num_layers)]
     dense = lambda width: nn.Dense(width, dtype=c.dtype,
                                    param_dtype=c.param_dtype)
-    self.region_projection = dense(c.v_d_model)
-    self.location_projection = dense(c.v_d_model)
+    self.region_projection = dense(visual.d_model)
+    self.location_projection = dense(visual.d_model)
     self.region_norm = layers.layer_norm(visual)
-    self.visual_layers = [layers.SelfAttentionBlock(visual)
-                          for _ in range(c.v_num_layers)]
-    self.co_layers = [CoAttentionLayer(c)
-                      for _ in range(len(c.text_co_layers))]
+    if two_streams:
+      self.visual_layers = [layers.SelfAttentionBlock(visual)
+                            for _ in range(c.v_num_layers)]
+      self.co_layers = [CoAttentionLayer(c)
+                        for _ in range(len(c.text_co_layers))]
     self.text_pooler = dense(c.co_d_model)
     self.image_pooler = dense(c.co_d_model)
 
@@ -351,22 +356,8 @@ class SingleStream(ViLBERT):
   """The single-stream baseline (VisualBERT-style): the regions, embedded
   at the text width with token type 1, join the words in one BERT. Same
   heads and poolers as ViLBERT (token 0 of each part), no co-attention;
-  its blocks are text_layers_i, so `from_bert` loads it too."""
-
-  def setup(self):
-    c = self.config
-    text = c.text()
-    (self.embed, self.positions, self.token_types, self.embedding_norm,
-     self.dropout) = encoder.text_embeddings(text)
-    self.text_layers = [layers.SelfAttentionBlock(text)
-                        for _ in range(c.num_layers)]
-    dense = lambda width: nn.Dense(width, dtype=c.dtype,
-                                   param_dtype=c.param_dtype)
-    self.region_projection = dense(c.d_model)
-    self.location_projection = dense(c.d_model)
-    self.region_norm = layers.layer_norm(text)
-    self.text_pooler = dense(c.co_d_model)
-    self.image_pooler = dense(c.co_d_model)
+  its blocks are text_layers_i, so `from_bert` loads it too (its modules:
+  `ViLBERT.setup` for this architecture)."""
 
   def encode(self, tokens: Array, features: Array, boxes: Array,
              region_mask: Array, *, token_types: Array | None = None,

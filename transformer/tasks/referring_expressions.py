@@ -18,7 +18,7 @@ Fine-tune from a pretraining workdir with `config.train.init_from`.
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -26,7 +26,6 @@ import ml_collections
 import numpy as np
 
 from transformer import losses
-from transformer.data import batching
 from transformer.data import scenes
 from transformer.tasks import vision_language
 
@@ -97,27 +96,6 @@ class ReferringExpressionsTask(vision_language.SceneTask):
         jnp.zeros((1, p, self.model_config.feature_dim)),
         jnp.zeros((1, p, 4)), jnp.ones((1, p), bool), deterministic=True,
         method=self.head)['params']
-
-  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
-    data = self.config.data
-    _, tokens, _ = self.split(data.train_split)
-    self.split(data.eval_split)  # a wrong split fails now, not later
-    print(f'Training data: {len(tokens):,} referring expressions, '
-          f'{len(tokens) / data.batch_size:,.1f} batches of '
-          f'{data.batch_size} per epoch.', flush=True)
-    for rows in batching.epoch_indices(len(tokens),
-                                       batch_size=data.batch_size,
-                                       seed=self.config.seed,
-                                       start_step=start_step):
-      yield self._batch(data.train_split, rows)
-
-  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
-    data = self.config.data
-    _, tokens, _ = self.split(data.eval_split)
-    for begin in range(0, len(tokens), data.eval_batch_size):
-      rows = np.arange(begin, min(begin + data.eval_batch_size, len(tokens)))
-      yield self._batch(data.eval_split, rows,
-                        filler=-len(rows) % self.batch_divisor)
 
   def loss(self, params: Any, batch: dict[str, jax.Array],
            rng: jax.Array | None, *, deterministic: bool):

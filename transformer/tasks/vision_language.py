@@ -214,6 +214,31 @@ class SceneTask(base.Task):
                              (*features.shape[:2], 4))
     return features, boxes, region_mask
 
+  # What a supervised scene task defines (VQA, referring expressions):
+  # `split(name)` -> a tuple whose [1] is the [N, max_length] token ids, and
+  # `_batch(split, rows, filler)`; then these batch it.
+
+  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
+    data = self.config.data
+    count = len(self.split(data.train_split)[1])
+    self.split(data.eval_split)  # a wrong split fails now, not later
+    print(f'Training data: {count:,} {self.unit}, '
+          f'{count / data.batch_size:,.1f} batches of {data.batch_size} per '
+          f'epoch.', flush=True)
+    for rows in batching.epoch_indices(count, batch_size=data.batch_size,
+                                       seed=self.config.seed,
+                                       start_step=start_step):
+      yield self._batch(data.train_split, rows)
+
+  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    """Every evaluation example once, filler rows (no tokens) last."""
+    data = self.config.data
+    count = len(self.split(data.eval_split)[1])
+    for begin in range(0, count, data.eval_batch_size):
+      rows = np.arange(begin, min(begin + data.eval_batch_size, count))
+      yield self._batch(data.eval_split, rows,
+                        filler=-len(rows) % self.batch_divisor)
+
   def init(self, rng: jax.Array) -> Any:
     r = len(self.boxes)
     return self.model.init(

@@ -18,7 +18,7 @@ grammar).
 from __future__ import annotations
 
 import functools
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 import jax
 from jax.experimental import multihost_utils
@@ -28,7 +28,6 @@ import numpy as np
 
 from transformer import losses
 from transformer import plots
-from transformer.data import batching
 from transformer.data import files
 from transformer.data import scenes
 from transformer.models import vilbert
@@ -100,27 +99,6 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
         rngs=None if rng is None else {'dropout': rng})
 
   # -- Task interface -------------------------------------------------------
-
-  def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
-    data = self.config.data
-    _, tokens, _ = self.split(data.train_split)
-    self.split(data.eval_split)  # a wrong split fails now, not later
-    print(f'Training data: {len(tokens):,} questions, '
-          f'{len(tokens) / data.batch_size:,.1f} batches of '
-          f'{data.batch_size} per epoch.', flush=True)
-    for rows in batching.epoch_indices(len(tokens),
-                                       batch_size=data.batch_size,
-                                       seed=self.config.seed,
-                                       start_step=start_step):
-      yield self._batch(data.train_split, rows)
-
-  def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
-    data = self.config.data
-    _, tokens, _ = self.split(data.eval_split)
-    for begin in range(0, len(tokens), data.eval_batch_size):
-      rows = np.arange(begin, min(begin + data.eval_batch_size, len(tokens)))
-      yield self._batch(data.eval_split, rows,
-                        filler=-len(rows) % self.batch_divisor)
 
   def loss(self, params: Any, batch: dict[str, jax.Array],
            rng: jax.Array | None, *, deterministic: bool):
