@@ -40,6 +40,8 @@ setuptools.setup(
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
             'reproduce', 'ask')),
+        'transformer-compare-vision-language='
+        'transformer.tools.compare_vision_language:run',
     ]},
     extras_require={
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8',
