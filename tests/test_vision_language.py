@@ -188,3 +188,65 @@ def test_referring_expressions_from_pretraining(pretrained, tmp_path):
   _, tokens, crops = task.split('test')
   assert not (tokens == tokenizers.UNK_ID).any()
   assert crops.shape[1:] == (10, 8, 8, 3)
+
+
+def _caption_folder(root, rng):
+  """Four images per split, two captions each, as the captioning task's
+  folder source reads them."""
+  for split in ('train', 'test'):
+    (root / split).mkdir(parents=True)
+    lines = []
+    for i in range(4):
+      Image.fromarray(rng.integers(0, 255, (20, 20, 3), np.uint8)).save(
+          root / split / f'{i}.png')
+      lines += [f'{i}.png\tNumber {i} is a thing', f'{i}.png\tthing {i}']
+    (root / split / 'captions.tsv').write_text('\n'.join(lines) + '\n')
+
+
+def test_captions_from_files_regress_masked_region_features(tmp_path):
+  _caption_folder(tmp_path / 'data', np.random.default_rng(0))
+  config = load_experiment('vilbert_offline', 'runlocal')
+  config.data.update(dict(source='folder', path=str(tmp_path / 'data'),
+                          max_length=5))  # some captions are cut
+  config.train.update(dict(num_steps=3, eval_every=3, checkpoint_every=3))
+  task = tasks.build(config, str(tmp_path / 'run'))
+  # No classes: a masked region predicts its features.
+  assert task.model_config.num_region_classes == 3 * 8 * 8
+  _, objects, tokens, index = task.split('train')
+  assert objects is None and tokens.shape == (8, 5)
+  assert (tokens[0::2, -1] == tokenizers.EOS_ID).all()  # cut, EOS kept
+  for batch in (b for _, b in zip(range(6), task.train_iter(0))):
+    assert 'pixel_classes' not in batch
+    for row in range(len(batch['tokens'])):
+      # Aligned exactly when the caption is one of the image's own.
+      (image,) = [i for i in range(4) if np.array_equal(
+          task.split('train')[0].images[i], batch['images'][row])]
+      own = {tuple(t) for t in tokens[index == image]}
+      assert batch['aligned'][row] == (tuple(batch['tokens'][row]) in own)
+  result = train.train_and_evaluate(config, str(tmp_path / 'run'))
+  assert np.isfinite(result['region_mse']) and 'region_kl' not in result
+  assert 0 <= result['image_retrieval_r10'] <= 1
+
+
+# The TFDS read is tested fast in test_captions_data (mock TFDS).
+@pytest.mark.slow
+def test_coco_pretraining_under_mock_tfds(tmp_path, monkeypatch):
+  tfds = pytest.importorskip('tensorflow_datasets')
+  from transformer.tasks import captioning  # pylint: disable=g-import-not-at-top
+  config = load_experiment('vilbert_coco', 'runlocal')
+  # Read under mock_data, trained outside it (the mock also redirects
+  # orbax's file calls).
+  with tfds.testing.mock_data(num_examples=8):
+    splits = {split: captioning.read_split(config.data, split)
+              for split in (config.data.train_split, config.data.eval_split)}
+  monkeypatch.setattr(captioning, 'read_split',
+                      lambda data, split: splits[split])
+  result = train.train_and_evaluate(config, str(tmp_path))
+  assert np.isfinite(result['loss']) and 'region_mse' in result
+
+
+def test_scene_tasks_refuse_captions_from_files(tmp_path):
+  config = load_experiment('vilbert_vqa', 'runlocal')
+  config.data.source = 'tfds'
+  with pytest.raises(ValueError, match="generated; set it to 'offline'"):
+    tasks.build(config, str(tmp_path)).split('train')

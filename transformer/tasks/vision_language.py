@@ -18,20 +18,27 @@ step's key, so a resumed run masks exactly as an uninterrupted one;
 evaluation uses one fixed masking. Swapped captions are drawn on the host
 from (seed, step).
 
-Data: generated scenes of coloured shapes (`data.scenes`; no files): each
-image has two captions ('a red circle left of a blue square'), and a
-swapped caption that happens to be true of the image is labelled aligned.
-Regions are the image's patches (`patch_size`), each with its pixels as
-features and its cell as its box.
+Data (`data.source`): generated scenes of coloured shapes ('offline',
+`data.scenes`; no files): each image has two captions ('a red circle left
+of a blue square'), and a swapped caption that happens to be true of the
+image is labelled aligned. Or captioned images read as the captioning task
+reads them: TFDS `coco_captions` ('tfds') or a folder of images with
+captions.tsv ('folder'); these have no object classes, so a masked region's
+features are regressed instead (squared error, the reference
+implementation's other visual target), and a swapped caption is aligned
+only if it belongs to the same image. Regions are the image's patches
+(`patch_size`), each with its pixels as features and its cell as its box.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
 from typing import Any, Iterable, Iterator
 
+from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
@@ -47,12 +54,13 @@ from transformer.data import tokenizers
 from transformer.models import encoder
 from transformer.models import vilbert
 from transformer.tasks import base
+from transformer.tasks import captioning as captioning_task
 from transformer.tasks import vocabularies
 
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'feature_dim',
                  'num_region_classes', 'answer_classes')
-SOURCES = ('offline',)
+SOURCES = ('offline', 'folder', 'tfds')  # pretraining; the others: offline
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -68,8 +76,11 @@ def default_config() -> ml_collections.ConfigDict:
       source='offline',  # see SOURCES
       train_split='train', eval_split='test',
       num_train=20_000, num_eval=1_000, seed=0, max_objects=4,  # offline
+      path='',  # folder: ROOT/SPLIT/*.png + ROOT/SPLIT/captions.tsv
+      tfds_name='coco_captions', tfds_data_dir='', max_examples_per_split=0,
       image_size=48, patch_size=12,  # regions: (48 / 12)^2 = 16 patches
-      tokenizer='word',
+      # offline: 'word' (the scenes' grammar); else as the captioning task
+      tokenizer='word', vocab_size=8_000, tokenizer_model_type='unigram',
       max_length=16,  # caption tokens with [CLS] and the final EOS
       batch_size=64, eval_batch_size=128,
       word_mask_rate=0.15, region_mask_rate=0.15,
@@ -145,9 +156,9 @@ def offline_split(data: ml_collections.ConfigDict, split: str, generate,
                   what: str):
   """`generate(count, seed, image_size=, max_objects=)` for a split of the
   offline scenes (splits 'train', 'validation', 'test', one seed each)."""
-  if data.source not in SOURCES:
-    raise ValueError(f'config.data.source={data.source!r}; choose one of '
-                     f'{SOURCES}.')
+  if data.source != 'offline':
+    raise ValueError(f'config.data.source={data.source!r}: the {what} are '
+                     f"generated; set it to 'offline'.")
   offsets = {'train': 0, 'validation': 1, 'test': 2}
   base.check_split(split, tuple(offsets), what)
   count = data.num_train if split == 'train' else data.num_eval
@@ -180,8 +191,8 @@ class SceneTask(base.Task):
     self.model_config = vilbert.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
         max_length=data.max_length, feature_dim=3 * data.patch_size**2,
-        num_region_classes=scenes.NUM_CLASSES,
-        dtype=jnp.dtype(config.model.dtype), **model_fields,
+        dtype=jnp.dtype(config.model.dtype),
+        **{'num_region_classes': scenes.NUM_CLASSES, **model_fields},
         **configs.model_overrides(config.model, vilbert.Config,
                                   MODEL_EXCLUDE))
     self.model = vilbert.build(self.model_config)
@@ -248,6 +259,13 @@ class SceneTask(base.Task):
         deterministic=True, method=self.head)['params']
 
 
+@dataclasses.dataclass(frozen=True)
+class CaptionedImages:
+  """Images read from files: no object classes, so no pixel classes."""
+  images: np.ndarray  # uint8 [N, S, S, 3]
+  pixel_classes: None = None
+
+
 class VisionLanguageTask(SceneTask):
   """The `transformer.tasks.Task` for ViLBERT pretraining."""
 
@@ -256,21 +274,68 @@ class VisionLanguageTask(SceneTask):
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
                batch_divisor: int = 1):
+    data = config.data
     for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
-      ranges.check(f'config.data.{name}', config.data[name], low=0, high=1)
-    super().__init__(config, workdir, batch_divisor=batch_divisor)
+      ranges.check(f'config.data.{name}', data[name], low=0, high=1)
+    if data.source not in SOURCES:
+      raise ValueError(f'config.data.source={data.source!r}; choose one of '
+                       f'{SOURCES}.')
+    # Masked regions predict their class distribution where the data has
+    # classes (the generated scenes), else their features.
+    self.generated = data.source == 'offline'
+    fields = {} if self.generated else {
+        'num_region_classes': 3 * data.patch_size**2}
+    super().__init__(config, workdir, batch_divisor=batch_divisor, **fields)
+
+  def _tokenizer(self):
+    """The scenes' words; for captions read from files, the tokenizer
+    `data.tokenizer` built from the training captions (or copied from
+    `train.init_from`), as the captioning task builds it."""
+    if self.generated:
+      return super()._tokenizer()
+    source = self.config.train.init_from
+    if source and os.path.isdir(os.path.join(source, 'vocab')):
+      os.makedirs(os.path.join(self.workdir, 'vocab'), exist_ok=True)
+      for name in os.listdir(os.path.join(source, 'vocab')):
+        if not os.path.exists(os.path.join(self.workdir, 'vocab', name)):
+          shutil.copyfile(os.path.join(source, 'vocab', name),
+                          os.path.join(self.workdir, 'vocab', name))
+    return vocabularies.text_tokenizer(
+        self.config.data, self.workdir,
+        lambda: [c for refs in self._read(self.config.data.train_split)[1]
+                 for c in refs])
+
+  @functools.cache
+  def _read(self, split: str):
+    """(images with pixel classes or CaptionedImages, per image its
+    captions, per image its objects or None)."""
+    data = self.config.data
+    if self.generated:
+      drawn, references = offline_split(data, split, scenes.captioned,
+                                        'offline scenes')
+      return drawn, references, [drawn.objects(i)
+                                 for i in range(len(references))]
+    images, references = captioning_task.read_split(data, split)
+    if not len(images):
+      raise ValueError(f'The {split!r} split has no captioned images.')
+    return CaptionedImages(images), references, None
 
   @functools.cache
   def split(self, split: str):
-    """(scenes, their objects, caption ids [P, max_length] with [CLS]
-    first, image index [P] of each caption)."""
-    drawn, references = offline_split(self.config.data, split,
-                                      scenes.captioned, 'offline scenes')
-    objects = [drawn.objects(i) for i in range(len(references))]
+    """(images, their objects or None, caption ids [P, max_length] with
+    [CLS] first, image index [P] of each caption). Captions too long for
+    max_length are cut (EOS kept) and counted."""
+    drawn, references, objects = self._read(split)
     index = np.asarray([i for i, refs in enumerate(references)
                         for _ in refs], np.int64)
     ids = self.tokenizer.encode_batch([r for refs in references
                                        for r in refs])
+    room = self.config.data.max_length - 1  # [CLS] first
+    long = sum(len(t) > room for t in ids)
+    if long:
+      logging.warning('Truncated %d of %d %s captions to max_length=%d '
+                      'tokens with [CLS].', long, len(ids), split, room + 1)
+      ids = [batching.truncate_keeping_eos(t, room) for t in ids]
     return drawn, objects, with_cls(ids, self.config.data.max_length), index
 
   def _batch(self, split: str, rows: np.ndarray, rng: np.random.Generator,
@@ -285,17 +350,22 @@ class VisionLanguageTask(SceneTask):
       other = (np.arange(len(rows)) + rng.integers(1, len(rows),
                                                    len(rows))) % len(rows)
       captions = np.where(swapped, rows[other], rows)
-    sentences = [self.tokenizer.decode(t[1:]) for t in tokens[captions]]
-    aligned = np.asarray([captions[i] == rows[i] or scenes.describes(
-        sentences[i], objects[images[i]]) for i in range(len(rows))],
-                         np.int32)
+    # A swapped caption of the same image, or (scenes) one true of it, is
+    # aligned.
+    aligned = index[captions] == images
+    if objects is not None:
+      sentences = [self.tokenizer.decode(t[1:]) for t in tokens[captions]]
+      aligned |= np.asarray([scenes.describes(sentences[i], objects[images[i]])
+                             for i in range(len(rows))], bool)
     pad = lambda x: np.concatenate([x, np.zeros((filler, *x.shape[1:]),
                                                 x.dtype)])
-    return {'tokens': pad(tokens[captions]),
-            'images': pad(drawn.images[images]),
-            'pixel_classes': pad(drawn.pixel_classes[images]),
-            'aligned': pad(aligned),
-            'real': pad(np.ones(len(rows), np.int32))}
+    batch = {'tokens': pad(tokens[captions]),
+             'images': pad(drawn.images[images]),
+             'aligned': pad(aligned.astype(np.int32)),
+             'real': pad(np.ones(len(rows), np.int32))}
+    if drawn.pixel_classes is not None:
+      batch['pixel_classes'] = pad(drawn.pixel_classes[images])
+    return batch
 
   # -- Task interface -------------------------------------------------------
 
@@ -338,10 +408,10 @@ class VisionLanguageTask(SceneTask):
     inputs, word_targets = encoder.mask_tokens(
         batch['tokens'], word_key, vocab_size=self.tokenizer.vocab_size,
         mask_id=self.mask_id, rate=data.word_mask_rate)
-    features, boxes, region_mask = self.regions(batch['images'], real)
+    original, boxes, region_mask = self.regions(batch['images'], real)
     chosen, zeroed = mask_regions(region_mask, region_key,
                                   data.region_mask_rate)
-    features = jnp.where(zeroed[..., None], 0.0, features)
+    features = jnp.where(zeroed[..., None], 0.0, original)
     out = self.model.apply(
         {'params': params}, inputs, features, boxes, region_mask,
         deterministic=deterministic, method='pretraining_logits',
@@ -349,11 +419,16 @@ class VisionLanguageTask(SceneTask):
     # Masked modelling counts aligned pairs only.
     word_sums = losses.token_sums(out['words'], jnp.where(
         aligned[:, None], word_targets, 0), 0.0)
-    targets = region_classes(batch['pixel_classes'], data.patch_size,
-                             scenes.NUM_CLASSES)
-    log_predicted = jax.nn.log_softmax(out['regions'])
-    kl = (targets * (jnp.log(jnp.maximum(targets, 1e-12))
-                     - log_predicted)).sum(-1)
+    if self.generated:
+      region_name = 'region_kl'
+      targets = region_classes(batch['pixel_classes'], data.patch_size,
+                               scenes.NUM_CLASSES)
+      log_predicted = jax.nn.log_softmax(out['regions'])
+      region_loss = (targets * (jnp.log(jnp.maximum(targets, 1e-12))
+                                - log_predicted)).sum(-1)
+    else:
+      region_name = 'region_mse'
+      region_loss = jnp.square(out['regions'] - original).mean(-1)
     counted = (chosen & aligned[:, None]).astype(jnp.float32)
     logit, label = out['aligned'], aligned.astype(jnp.float32)
     bce = jnp.logaddexp(0.0, logit) - label * logit
@@ -361,13 +436,13 @@ class VisionLanguageTask(SceneTask):
     sums = {
         'mlm_loss': word_sums['loss'],
         'mlm_accuracy': word_sums['accuracy'],
-        'region_kl': ((kl * counted).sum(), counted.sum()),
+        region_name: ((region_loss * counted).sum(), counted.sum()),
         'alignment_loss': ((bce * weight).sum(), weight.sum()),
         'alignment_accuracy': ((((logit > 0) == aligned) * weight).sum(),
                                weight.sum()),
     }
     total = sum(losses.mean(sums, name) for name in
-                ('mlm_loss', 'region_kl', 'alignment_loss'))
+                ('mlm_loss', region_name, 'alignment_loss'))
     sums['loss'] = (total * weight.sum(), weight.sum())  # counts pairs
     return total, sums
 
