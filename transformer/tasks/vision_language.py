@@ -294,7 +294,9 @@ class VisionLanguageTask(SceneTask):
     if self.generated:
       return super()._tokenizer()
     source = self.config.train.init_from
-    if source and os.path.isdir(os.path.join(source, 'vocab')):
+    # Process 0 copies; `text_tokenizer` then waits for it on the others.
+    if (source and jax.process_index() == 0 and
+        os.path.isdir(os.path.join(source, 'vocab'))):
       os.makedirs(os.path.join(self.workdir, 'vocab'), exist_ok=True)
       for name in os.listdir(os.path.join(source, 'vocab')):
         if not os.path.exists(os.path.join(self.workdir, 'vocab', name)):
