@@ -146,8 +146,11 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
     assert (vqa.split(split)[1] > 0).sum(1).min() >= 5
   result = train.train_and_evaluate(config, str(tmp_path))
   assert {f'accuracy_{kind}' for kind in scenes.QUESTION_TYPES} <= set(result)
-  assert any(name.startswith('coattention_')
-             for name in os.listdir(tmp_path / 'plots'))
+  drawn = sorted(os.listdir(tmp_path / 'plots'))
+  first = f'coattention_step{config.train.num_steps}_0'
+  # Overlays per layer; word x patch and patch x word per layer and head.
+  for suffix in ('', '_heads', '_regions'):
+    assert f'{first}{suffix}.png' in drawn, drawn
 
   # The ask command answers as the task does, and draws the co-attention.
   questions = vqa.split('test')[0]
@@ -163,7 +166,7 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
   assert answers[0][1][0][0] == expected
   probabilities = [p for _, p in answers[1][1]]
   assert probabilities == sorted(probabilities, reverse=True)
-  assert len(os.listdir(tmp_path / 'maps')) == 2
+  assert len(os.listdir(tmp_path / 'maps')) == 2 * 3
   with pytest.raises(ValueError, match='never saw.*banana'):
     ask.ask(str(tmp_path), str(tmp_path / 'scene.png'),
             ['what colour is the banana?'])

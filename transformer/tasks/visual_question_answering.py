@@ -18,6 +18,7 @@ grammar).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any
 
 import jax
@@ -185,26 +186,46 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
 
   def figure(self, params: Any, image: np.ndarray, token_row: np.ndarray,
              title: str, path: str) -> str | None:
-    """Each word's attention over the image patches in the last
-    co-attentional layer (heads averaged), overlaid on the image; written
-    by process 0."""
+    """The co-attention of a question about an image, written by process 0:
+    at `path`, each word's attention over the image patches in every
+    co-attentional layer (heads averaged), overlaid on the image; beside it
+    (`*_heads.png`) the same per layer and head as word x patch heatmaps,
+    and (`*_regions.png`) each patch's attention over the words per layer
+    and head. Returns `path`."""
     batch = {'tokens': np.repeat(token_row[None], self.batch_divisor, 0),
              'images': np.repeat(image[None], self.batch_divisor, 0)}
     features, boxes, region_mask = self.regions(
         batch['images'], batch['tokens'][:, 0] > 0)
-    words, _ = vilbert.co_attention(self.model, params, batch['tokens'],
-                                    features, boxes, region_mask)
-    words = np.asarray(multihost_utils.process_allgather(
-        words[:, -1].mean(1), tiled=True))[0]  # [T, R]
+    words, regions = vilbert.co_attention(self.model, params,
+                                          batch['tokens'], features, boxes,
+                                          region_mask)
+    gather = lambda x: np.asarray(multihost_utils.process_allgather(
+        x, tiled=True))[0]
+    words, regions = gather(words), gather(regions)  # [K, N, T, R], [K, N, R, T]
     if jax.process_index() != 0:
       return None
     grid = self.config.data.image_size // self.config.data.patch_size
     length = int((token_row > 0).sum())
     names = ['[CLS]'] + [self.tokenizer.id_to_piece(int(t))
                          for t in token_row[1:length]]
-    return plots.plot_image_attention(
-        image / 255.0, words[:length].reshape(length, grid, grid), names,
-        path, suptitle=title)
+    layers, heads = words.shape[:2]
+    label = lambda k: f'co-layer {k}' if layers > 1 else 'last layer'
+    averaged = words[:, :, :length].mean(1)  # [K, T, R]
+    plots.plot_image_attention(
+        image / 255.0, averaged.reshape(layers * length, grid, grid),
+        [f'{label(k)}: {n}' for k in range(layers) for n in names], path,
+        suptitle=title)
+    patches = [f'{r},{c}' for r in range(grid) for c in range(grid)]
+    panels = [f'{label(k)}, head {h}' for k in range(layers)
+              for h in range(heads)]
+    stem = os.path.splitext(path)[0]
+    plots.plot_attention(
+        words[:, :, :length].reshape(layers * heads, length, -1), names,
+        patches, f'{stem}_heads.png', titles=panels)
+    plots.plot_attention(
+        regions[..., :length].reshape(layers * heads, -1, length), patches,
+        names, f'{stem}_regions.png', titles=panels)
+    return path
 
 
 TASK = VisualQuestionAnsweringTask
