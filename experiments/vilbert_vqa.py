@@ -31,6 +31,7 @@ def get_config(arg: str = ''):
                             patch_size=8, batch_size=8, eval_batch_size=8))
     config.model.update(dict(size='tiny', dropout_rate=0.0,
                              attention_dropout_rate=0.0))
+    config.eval.num_plots = 1
     config.optimizer.update(dict(warmup_steps=2))
     config.train.update(dict(num_steps=6, log_every=3, eval_every=6,
                              checkpoint_every=3))

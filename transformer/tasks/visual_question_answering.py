@@ -180,9 +180,19 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
     batch = {'tokens': np.concatenate(
         [tokens, np.zeros((filler, tokens.shape[1]), np.int32)]),
              'images': np.repeat(image[None], len(tokens) + filler, 0)}
-    probabilities = jax.nn.softmax(self.logits(params, batch))
+    probabilities = self._probabilities(params, batch)
     return np.asarray(multihost_utils.process_allgather(
         probabilities, tiled=True))[:len(tokens)]
+
+  @functools.partial(jax.jit, static_argnums=(0,))
+  def _probabilities(self, params, batch):
+    return jax.nn.softmax(self.logits(params, batch))
+
+  @functools.partial(jax.jit, static_argnums=(0,))
+  def _co_attention(self, params, tokens, images):
+    features, boxes, region_mask = self.regions(images, tokens[:, 0] > 0)
+    return vilbert.co_attention(self.model, params, tokens, features, boxes,
+                                region_mask)
 
   def figure(self, params: Any, image: np.ndarray, token_row: np.ndarray,
              title: str, path: str) -> str | None:
@@ -192,13 +202,9 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
     (`*_heads.png`) the same per layer and head as word x patch heatmaps,
     and (`*_regions.png`) each patch's attention over the words per layer
     and head. Returns `path`."""
-    batch = {'tokens': np.repeat(token_row[None], self.batch_divisor, 0),
-             'images': np.repeat(image[None], self.batch_divisor, 0)}
-    features, boxes, region_mask = self.regions(
-        batch['images'], batch['tokens'][:, 0] > 0)
-    words, regions = vilbert.co_attention(self.model, params,
-                                          batch['tokens'], features, boxes,
-                                          region_mask)
+    words, regions = self._co_attention(
+        params, np.repeat(token_row[None], self.batch_divisor, 0),
+        np.repeat(image[None], self.batch_divisor, 0))
     gather = lambda x: np.asarray(multihost_utils.process_allgather(
         x, tiled=True))[0]
     words, regions = gather(words), gather(regions)  # [K, N, T, R], [K, N, R, T]
