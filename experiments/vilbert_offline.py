@@ -8,8 +8,10 @@ within the batch) describes its image.
         --workdir=workdirs/vilbert
 
 The 'small' two-stream model (text 4 layers x 128, visual 2 layers x 128,
-co-attention before text layers 2 and 3), 16 patches of 12x12 pixels per
-48x48 image, 20,000 training scenes, batches of 64. Each evaluation also
+co-attention before text layers 2 and 3), 9 patches of 16x16 pixels per
+48x48 image (one per slot of the scenes' grid, so that each object is one
+region, as a detector's boxes are), 20,000 training scenes, batches of
+64. Each evaluation also
 ranks the first 100 test images for their captions and the reverse by the
 alignment score (recall at 1, 5, 10; `--config.eval.retrieval_images=1000`
 for the issue's 1,000, about 20 minutes on a 2-core CPU). `runlocal` is a

@@ -78,7 +78,9 @@ def default_config() -> ml_collections.ConfigDict:
       num_train=20_000, num_eval=1_000, seed=0, max_objects=4,  # offline
       path='',  # folder: ROOT/SPLIT/*.png + ROOT/SPLIT/captions.tsv
       tfds_name='coco_captions', tfds_data_dir='', max_examples_per_split=0,
-      image_size=48, patch_size=12,  # regions: (48 / 12)^2 = 16 patches
+      # Regions: (48 / 16)^2 = 9 patches, one per slot of the scenes' 3x3 grid,
+      # so that each object is one region, as a detector's boxes are.
+      image_size=48, patch_size=16,
       # offline: 'word' (the scenes' grammar); else as the captioning task
       tokenizer='word', vocab_size=8_000, tokenizer_model_type='unigram',
       max_length=16,  # caption tokens with [CLS] and the final EOS

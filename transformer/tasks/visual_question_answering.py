@@ -43,7 +43,7 @@ def default_config() -> ml_collections.ConfigDict:
   config.data = ml_collections.ConfigDict(dict(
       source='offline', train_split='train', eval_split='test',
       num_train=20_000, num_eval=2_000, seed=0, max_objects=4,
-      image_size=48, patch_size=12, tokenizer='word', max_length=16,
+      image_size=48, patch_size=16, tokenizer='word', max_length=16,
       batch_size=64, eval_batch_size=128,
       blind=False))  # True: a question-only model (no regions)
   config.eval.num_plots = 2  # questions whose co-attention is drawn
