@@ -14,8 +14,10 @@ region, as a detector's boxes are), 20,000 training scenes, batches of
 64. Each evaluation also
 ranks the first 100 test images for their captions and the reverse by the
 alignment score (recall at 1, 5, 10; `--config.eval.retrieval_images=1000`
-for the issue's 1,000, about 20 minutes on a 2-core CPU). `runlocal` is a
-seconds-long variant for tests.
+for the issue's 1,000, about 20 minutes on a 2-core CPU). `hard_negatives`
+makes half of the swapped captions foils of the image's own caption (one
+colour, shape or relation changed), which in-batch swaps alone never
+require telling apart. `runlocal` is a seconds-long variant for tests.
 """
 
 from transformer import configs
@@ -24,12 +26,14 @@ from transformer.tasks import vision_language
 
 def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/vilbert_offline.py',
-                            known=('runlocal',))
+                            known=('hard_negatives', 'runlocal'))
   config = vision_language.default_config()
   config.model.update(dict(size='small', dropout_rate=0.1,
                            attention_dropout_rate=0.1))
   config.train.update(dict(num_steps=5_000, log_every=100, eval_every=1_000,
                            checkpoint_every=500, keep_checkpoints=3))
+  if 'hard_negatives' in args:
+    config.data.hard_negative_rate = 0.5
   if 'runlocal' in args:
     config.data.update(dict(num_train=24, num_eval=8, image_size=16,
                             patch_size=8, batch_size=8, eval_batch_size=8))

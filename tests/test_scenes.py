@@ -134,3 +134,31 @@ def test_referring_expressions_name_one_object_and_need_every_word():
     cls = scenes.object_class(data.scenes.colours[i, data.targets[i]],
                               data.scenes.shapes[i, data.targets[i]])
     assert (target == cls).mean() > 0.2
+
+
+def test_foils_change_one_colour_shape_or_relation():
+  drawn, references = scenes.captioned(200, seed=3)
+  rng = np.random.default_rng(0)
+  kinds = collections.Counter()
+  false = 0
+  for i, refs in enumerate(references):
+    for caption in refs:
+      foiled = scenes.foil(caption, rng)
+      a, b = caption.split(), foiled.split()
+      assert len(a) == len(b) and a != b
+      if len(a) > 3 and a[3:-3] != b[3:-3]:
+        # The relation reversed, the objects kept.
+        assert b[3:-3] == scenes.OPPOSITE[' '.join(a[3:-3])].split()
+        assert a[:3] + a[-3:] == b[:3] + b[-3:]
+        kinds['relation'] += 1
+      else:
+        (at,) = [k for k in range(len(a)) if a[k] != b[k]]
+        kind = 'colour' if a[at] in scenes.COLOURS else 'shape'
+        assert b[at] in (scenes.COLOURS if kind == 'colour'
+                         else scenes.SHAPES)
+        kinds[kind] += 1
+      false += not scenes.describes(foiled, drawn.objects(i))
+  assert min(kinds.values()) > 50, kinds
+  # Most foils are false of their image: that is what makes them hard
+  # negatives (the rest are labelled aligned by `describes`).
+  assert false > 0.8 * sum(kinds.values())

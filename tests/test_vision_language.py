@@ -48,6 +48,33 @@ def test_swapped_captions_are_labelled_by_the_scene(task):
   assert 0.3 * rows < swapped < 0.7 * rows and rows - swapped <= aligned
 
 
+def test_hard_negatives_are_foils_of_the_images_own_caption(tmp_path):
+  config = load_experiment('vilbert_offline', 'hard_negatives,runlocal')
+  assert config.data.hard_negative_rate == 0.5
+  config.data.update(dict(swap_rate=0.99, hard_negative_rate=1.0))
+  task = tasks.build(config, str(tmp_path))
+  drawn, objects, tokens, index = task.split('train')
+  batch = next(task.train_iter(0))
+  negatives = 0
+  for row in range(len(batch['tokens'])):
+    (image,) = [i for i in range(len(drawn.images))
+                if np.array_equal(drawn.images[i], batch['images'][row])]
+    foiled = task.tokenizer.decode(batch['tokens'][row][1:]).split()
+    # One word (or the relation) away from one of the image's own captions.
+    own = [task.tokenizer.decode(t[1:]).split() for t in tokens[index == image]]
+    assert any(len(o) == len(foiled) and 0 < sum(
+        x != y for x, y in zip(o, foiled)) <= 2 for o in own)
+    true = scenes.describes(' '.join(foiled), objects[image])
+    assert batch['aligned'][row] == true
+    negatives += not true
+  assert negatives >= len(batch['tokens']) // 2
+  with pytest.raises(ValueError, match='hard_negative_rate.*set it to 0'):
+    folder = load_experiment('vilbert_offline', 'runlocal')
+    folder.data.update(dict(source='folder', path=str(tmp_path),
+                            hard_negative_rate=0.5))
+    tasks.build(folder, str(tmp_path / 'folder'))
+
+
 def test_regions_patches_boxes_and_class_targets_agree():
   drawn, _ = scenes.captioned(4, seed=0, image_size=16)
   features = np.asarray(vision_language.image_regions(drawn.images, 8))

@@ -232,6 +232,31 @@ def describes(caption: str, objects: list[tuple[str, str, int]]) -> bool:
       for c, s, slot in objects for c2, s2, slot2 in objects)
 
 
+OPPOSITE = {'left of': 'right of', 'right of': 'left of', 'above': 'below',
+            'below': 'above'}
+
+
+def foil(caption: str, rng: np.random.Generator) -> str:
+  """A `describe` caption with one thing changed, a hard negative for the
+  alignment task: one object's colour or shape replaced by another, or (two
+  objects) the relation reversed. In-batch swaps alone can be told apart by
+  colour and never need shapes or positions; foils do. May still be true of
+  the image (label it with `describes`)."""
+  words = caption.split()
+  kinds = ('colour', 'shape') + (('relation',) if len(words) > 3 else ())
+  kind = kinds[rng.integers(len(kinds))]
+  if kind == 'relation':
+    return ' '.join(words[:3] + OPPOSITE[' '.join(words[3:-3])].split()
+                    + words[-3:])
+  # Which object: its colour word at 1 or -2, its shape word after it.
+  at = (1 if len(words) == 3 or rng.integers(2) else len(words) - 2)
+  at += kind == 'shape'
+  values = COLOURS if kind == 'colour' else SHAPES
+  others = [v for v in values if v != words[at]]
+  words[at] = others[rng.integers(len(others))]
+  return ' '.join(words)
+
+
 def captioned(num_examples: int, seed: int, *, image_size: int = 48,
               max_objects: int = 4, references: int = 2
               ) -> tuple[Scenes, list[list[str]]]:

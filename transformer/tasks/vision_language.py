@@ -86,7 +86,11 @@ def default_config() -> ml_collections.ConfigDict:
       max_length=16,  # caption tokens with [CLS] and the final EOS
       batch_size=64, eval_batch_size=128,
       word_mask_rate=0.15, region_mask_rate=0.15,
-      swap_rate=0.5))  # captions swapped for the alignment task
+      swap_rate=0.5,  # captions swapped for the alignment task
+      # Of the swapped captions, this share are instead foils of the row's
+      # own caption (one colour, shape or relation changed; generated
+      # scenes only). 0: ViLBERT's in-batch swaps alone.
+      hard_negative_rate=0.0))
   config.model = configs.model_section(
       vilbert.Config, exclude=MODEL_EXCLUDE, size='small', dtype='float32')
   # Retrieval among this many evaluation images at every evaluation (all
@@ -279,9 +283,17 @@ class VisionLanguageTask(SceneTask):
     data = config.data
     for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
       ranges.check(f'config.data.{name}', data[name], low=0, high=1)
+    ranges.check('config.data.hard_negative_rate',
+                 data.get('hard_negative_rate', 0.0), low=0, high=1,
+                 high_in=True)
     if data.source not in SOURCES:
       raise ValueError(f'config.data.source={data.source!r}; choose one of '
                        f'{SOURCES}.')
+    if data.get('hard_negative_rate', 0.0) and data.source != 'offline':
+      raise ValueError(
+          f'config.data.hard_negative_rate={data.hard_negative_rate}: foils '
+          "are made from the generated scenes' captions only; set it to 0 "
+          f'for source {data.source!r}.')
     # Masked regions predict their class distribution where the data has
     # classes (the generated scenes), else their features.
     self.generated = data.source == 'offline'
@@ -342,6 +354,18 @@ class VisionLanguageTask(SceneTask):
       ids = [batching.truncate_keeping_eos(t, room) for t in ids]
     return drawn, objects, with_cls(ids, self.config.data.max_length), index
 
+  @functools.cache
+  def foils(self, split: str) -> np.ndarray:
+    """Per caption of `split` (in `split`'s order) one foil of it
+    (`scenes.foil`), as ids [P, max_length] with [CLS] first; fixed by the
+    data seed."""
+    _, references, _ = self._read(split)
+    rng = np.random.default_rng([self.config.data.seed, 3_517,
+                                 split == self.config.data.train_split])
+    return with_cls(self.tokenizer.encode_batch(
+        [scenes.foil(r, rng) for refs in references for r in refs]),
+                    self.config.data.max_length)
+
   def _batch(self, split: str, rows: np.ndarray, rng: np.random.Generator,
              filler: int = 0) -> dict[str, np.ndarray]:
     """Pairs `rows` of a split, a `swap_rate` share of their captions
@@ -354,16 +378,22 @@ class VisionLanguageTask(SceneTask):
       other = (np.arange(len(rows)) + rng.integers(1, len(rows),
                                                    len(rows))) % len(rows)
       captions = np.where(swapped, rows[other], rows)
+    chosen = tokens[captions]
+    hard_rate = self.config.data.get('hard_negative_rate', 0.0)
+    # Drawn only when used: runs without foils keep their batches.
+    hard = (swapped & (rng.random(len(rows)) < hard_rate) if hard_rate
+            else np.zeros(len(rows), bool))
+    chosen[hard] = self.foils(split)[rows[hard]]
     # A swapped caption of the same image, or (scenes) one true of it, is
     # aligned.
-    aligned = index[captions] == images
+    aligned = (index[captions] == images) & ~hard
     if objects is not None:
-      sentences = [self.tokenizer.decode(t[1:]) for t in tokens[captions]]
+      sentences = [self.tokenizer.decode(t[1:]) for t in chosen]
       aligned |= np.asarray([scenes.describes(sentences[i], objects[images[i]])
                              for i in range(len(rows))], bool)
     pad = lambda x: np.concatenate([x, np.zeros((filler, *x.shape[1:]),
                                                 x.dtype)])
-    batch = {'tokens': pad(tokens[captions]),
+    batch = {'tokens': pad(chosen),
              'images': pad(drawn.images[images]),
              'aligned': pad(aligned.astype(np.int32)),
              'real': pad(np.ones(len(rows), np.int32))}
