@@ -383,7 +383,8 @@ class VisionLanguageTask(SceneTask):
     # Drawn only when used: runs without foils keep their batches.
     hard = (swapped & (rng.random(len(rows)) < hard_rate) if hard_rate
             else np.zeros(len(rows), bool))
-    chosen[hard] = self.foils(split)[rows[hard]]
+    if hard.any():  # foils exist for generated scenes only
+      chosen[hard] = self.foils(split)[rows[hard]]
     # A swapped caption of the same image, or (scenes) one true of it, is
     # aligned.
     aligned = (index[captions] == images) & ~hard
