@@ -313,6 +313,16 @@ class TranslationTask(base.Task):
                 beam_size: int, length_penalty: float,
                 max_length_offset: int) -> list[str]:
     """Detokenised translations of `sources`, in order."""
+    return [self.tokenizer.decode(output) for _, output in self.translate_ids(
+        params, sources, beam_size=beam_size, length_penalty=length_penalty,
+        max_length_offset=max_length_offset)]
+
+  def translate_ids(self, params: Any, sources: Sequence[str], *,
+                    beam_size: int, length_penalty: float,
+                    max_length_offset: int
+                    ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per source in order, (its ids as the model read them, the ids of
+    its translation up to and including EOS)."""
     limit = self.config.data.max_length
     encoded = [np.asarray(t, np.int32)
                for t in self.tokenizer.encode_batch(list(sources))]
@@ -322,7 +332,7 @@ class TranslationTask(base.Task):
                       'tokens.', truncated, len(encoded), limit)
       encoded = [e[:limit] for e in encoded]
     examples = [(e, np.zeros(0, np.int32)) for e in encoded]
-    outputs = [''] * len(sources)
+    outputs = [np.zeros(0, np.int32)] * len(sources)
     for batch in batching.padded_batches(
         examples, batch_size=self.config.data.eval_batch_size,
         row_multiple=self.batch_divisor, max_width=limit):
@@ -341,8 +351,66 @@ class TranslationTask(base.Task):
       tokens = multihost_utils.process_allgather(tokens, tiled=True)
       for row, index in enumerate(batch['index']):
         if index >= 0:
-          outputs[index] = self.tokenizer.decode(tokens[row])
-    return outputs
+          outputs[index] = _through_eos(np.asarray(tokens[row]))
+    return list(zip(encoded, outputs))
+
+  @functools.partial(jax.jit, static_argnums=(0,))
+  def _cross_attention(self, params, inputs, targets):
+    """Every decoder layer's attention over the source while the model
+    reads `targets` (teacher forcing): {path: [B, N, T, S]}."""
+    _, state = self.model.apply({'params': params}, inputs, targets,
+                                deterministic=True, mutable=['intermediates'])
+    return {name: weights for name, weights in layers.attention_weights(
+        state['intermediates']).items()
+            if name == 'attention' or name.endswith('/cross_attention')}
+
+  def alignment_layers(self, layer: int | None = None,
+                       head: int | None = None) -> list[str]:
+    """The attention layers whose weights `alignments` averages (the RNN's
+    one alignment, or decoder cross-attention layers); refuses a layer or
+    head the model does not have, naming the range."""
+    if self.config.model.family == 'rnn':
+      if self.model_config.attention == 'none':
+        raise ValueError('This RNN encoder-decoder has no attention '
+                         "(model.attention='none'), so no alignments.")
+      if layer is not None or head is not None:
+        raise ValueError('The RNN has one alignment, no layers or heads: '
+                         'leave the layer and head unset.')
+      return ['attention']
+    for name, value, count in (
+        ('layer', layer, self.model_config.num_layers),
+        ('head', head, self.model_config.num_heads)):
+      if value is not None and not 0 <= value < count:
+        raise ValueError(f'Alignment {name} {value}: the model has {count} '
+                         f'decoder {name}s, numbered 0 to {count - 1}.')
+    return [f'decoder/layer_{i}/cross_attention'
+            for i in range(self.model_config.num_layers)
+            if layer is None or i == layer]
+
+  def alignments(self, params: Any, pairs: Sequence[tuple[np.ndarray,
+                                                          np.ndarray]], *,
+                 layer: int | None = None, head: int | None = None
+                 ) -> list[np.ndarray]:
+    """Per (source ids, target ids) pair, the decoder's attention over the
+    source [T, S] as it predicts each target token: the RNN's a_{t,i}, or
+    the Transformer's cross-attention of decoder layer `layer` and head
+    `head` (None: the mean over the layers, or over the heads)."""
+    layer_names = self.alignment_layers(layer, head)
+    result = [np.zeros((0, 0), np.float32)] * len(pairs)
+    for batch in batching.padded_batches(
+        pairs, batch_size=self.config.data.eval_batch_size,
+        row_multiple=self.batch_divisor,
+        max_width=self.config.data.max_length):
+      weights = multihost_utils.process_allgather(self._cross_attention(
+          params, batch['inputs'], batch['targets']), tiled=True)
+      chosen = np.mean([np.asarray(weights[name]) for name in layer_names],
+                       axis=0)  # [B, N, T, S]
+      chosen = chosen.mean(1) if head is None else chosen[:, head]
+      for row, index in enumerate(batch['index']):
+        if index >= 0:
+          source, target = pairs[index]
+          result[index] = chosen[row, :len(target), :len(source)]
+    return result
 
   def plot_cross_attention(self, params: Any, source: str, translation: str,
                            prefix: str) -> list[str]:
@@ -370,6 +438,13 @@ class TranslationTask(base.Task):
     print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} files)',
           flush=True)
     return paths
+
+
+def _through_eos(ids: np.ndarray) -> np.ndarray:
+  """A search's output row up to and including its first EOS (the whole
+  row, padding dropped, when it reached its length limit first)."""
+  ends = np.flatnonzero(ids == tokenizers.EOS_ID)
+  return ids[:ends[0] + 1] if len(ends) else ids[ids != tokenizers.PAD_ID]
 
 
 def _cross_attention_maps(weights: dict[str, Any]

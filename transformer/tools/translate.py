@@ -8,13 +8,28 @@ Reads one sentence per line (a file or stdin), writes one translation per
 line (a file or stdout), from the workdir's latest checkpoint or the average
 of its last `--average` checkpoints. Defaults come from the workdir's config.
 `translate(workdir, sentences)` does the same from python.
+
+`--alignments=FILE` also writes, one JSON line per sentence, where the
+model looked while it wrote each output piece: the decoder's attention over
+the source pieces (the RNN's a_{t,i}; for the Transformer the
+cross-attention averaged over the decoder layers and heads, or the ones
+`--alignment_layer` and `--alignment_head` pick), as the full [target,
+source] matrix and as its argmax in Pharaoh format ("source-target" index
+pairs, as fast_align writes them):
+
+    {"source": "...", "translation": "...", "source_pieces": [...],
+     "translation_pieces": [...], "layer": "mean", "head": "mean",
+     "weights": [[...], ...], "alignment": "0-0 1-2 2-1 ..."}
 """
 
 from __future__ import annotations
 
+import json
 import os
 import sys
-from typing import Sequence
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
 
 from absl import flags
 
@@ -37,46 +52,88 @@ def define_flags() -> None:
                        'input length + this; default: config.')
   flags.DEFINE_integer('average', None,
                        'Average the last N checkpoints; default: config.')
+  flags.DEFINE_string('alignments', None, 'Also write each sentence\'s '
+                      'source-target attention to this JSON Lines file.')
+  flags.DEFINE_integer('alignment_layer', None, 'The decoder layer of '
+                       '--alignments (from 0); default: the mean of all.')
+  flags.DEFINE_integer('alignment_head', None, 'The head of --alignments '
+                       '(from 0); default: the mean of all.')
+
+
+class Translated(NamedTuple):
+  translations: list[str]
+  step: int  # of the checkpoint used
+  alignments: list[dict[str, Any]] | None  # per sentence, when asked for
 
 
 def translate(workdir: str, sentences: Sequence[str], *,
               beam_size: int | None = None,
               length_penalty: float | None = None,
               max_length_offset: int | None = None,
-              average: int | None = None) -> tuple[list[str], int]:
-  """Translations of `sentences` and the step of the checkpoint used; every
-  option left at None takes the workdir's config value."""
+              average: int | None = None, alignments: bool = False,
+              alignment_layer: int | None = None,
+              alignment_head: int | None = None) -> Translated:
+  """Translations of `sentences`, the step of the checkpoint used and, with
+  `alignments`, each sentence's alignment record (see the module
+  docstring); every option left at None takes the workdir's config value."""
   if not sentences:
     raise ValueError('No sentences to translate: pass them one per line on '
                      'standard input or in --input=FILE.')
   for name, value, least in (('beam_size', beam_size, 1),
                              ('length_penalty', length_penalty, 0),
                              ('max_length_offset', max_length_offset, 0),
-                             ('average', average, 1)):
+                             ('average', average, 1),
+                             ('alignment_layer', alignment_layer, 0),
+                             ('alignment_head', alignment_head, 0)):
     cli.check_flag(name, value, at_least=least)
   config = cli.workdir_config(workdir, 'translation')
   pick = lambda value, default: default if value is None else value
   restored = workdir_lib.restore(
       workdir, average=pick(average, config.eval.average_checkpoints))
+  task = restored.task
+  if alignments:  # a layer or head the model lacks is refused first
+    task.alignment_layers(alignment_layer, alignment_head)
   with restored.active():
-    translations = restored.task.translate(
+    pairs = task.translate_ids(
         restored.params, sentences,
         beam_size=pick(beam_size, config.eval.beam_size),
         length_penalty=pick(length_penalty, config.eval.length_penalty),
         max_length_offset=pick(max_length_offset,
                                config.eval.max_length_offset))
-  return translations, restored.step
+    weights = (task.alignments(restored.params, pairs, layer=alignment_layer,
+                               head=alignment_head) if alignments else None)
+  translations = [task.tokenizer.decode(output) for _, output in pairs]
+  records = None
+  if alignments:
+    pieces = lambda ids: [task.tokenizer.id_to_piece(int(i)) for i in ids]
+    name = lambda value: 'mean' if value is None else value
+    records = [{'source': source, 'translation': translation,
+                'source_pieces': pieces(ids), 'translation_pieces':
+                pieces(output), 'layer': name(alignment_layer),
+                'head': name(alignment_head),
+                'weights': np.round(matrix, 4).tolist(),
+                'alignment': pharaoh(matrix)}
+               for source, translation, (ids, output), matrix
+               in zip(sentences, translations, pairs, weights)]
+  return Translated(translations, restored.step, records)
 
 
-def _check_output(path: str) -> None:
-  """Refuses an --output that cannot be written, before any decoding."""
+def pharaoh(weights: np.ndarray) -> str:
+  """'i-j' for each target piece j and the source piece i it attends to
+  most, in target order (the format of fast_align and Moses)."""
+  return ' '.join(f'{i}-{j}' for j, i in enumerate(np.argmax(weights, -1)))
+
+
+def _check_output(path: str, flag: str = 'output',
+                  example: str = 'hyp.txt') -> None:
+  """Refuses an output file that cannot be written, before any decoding."""
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
-    raise FileNotFoundError(f'--output={path}: the folder {folder} does not '
+    raise FileNotFoundError(f'--{flag}={path}: the folder {folder} does not '
                             f'exist; create it first.')
   if os.path.isdir(path):
-    raise ValueError(f'--output={path} is a folder; give the path of the '
-                     f'file to write, e.g. --output={path}/hyp.txt.')
+    raise ValueError(f'--{flag}={path} is a folder; give the path of the '
+                     f'file to write, e.g. --{flag}={path}/{example}.')
 
 
 def main(argv):
@@ -84,15 +141,26 @@ def main(argv):
   args = flags.FLAGS
   if args.output != '-':
     _check_output(args.output)
+  if args.alignments:
+    _check_output(args.alignments, 'alignments', 'alignments.jsonl')
+  elif args.alignment_layer is not None or args.alignment_head is not None:
+    raise ValueError('--alignment_layer and --alignment_head choose what '
+                     '--alignments=FILE writes; give --alignments too.')
   if args.input == '-':
     sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
                                                   'standard input'))
   else:
     sentences = text.utf8_lines(args.input)
-  translations, step = translate(
+  translations, step, alignments = translate(
       args.workdir, sentences, beam_size=args.beam_size,
       length_penalty=args.length_penalty,
-      max_length_offset=args.max_length_offset, average=args.average)
+      max_length_offset=args.max_length_offset, average=args.average,
+      alignments=bool(args.alignments), alignment_layer=args.alignment_layer,
+      alignment_head=args.alignment_head)
+  if alignments is not None:
+    with open(args.alignments, 'w', encoding='utf-8') as f:
+      f.writelines(json.dumps(record, ensure_ascii=False) + '\n'
+                   for record in alignments)
   output = ''.join(t + '\n' for t in translations)
   if args.output == '-':
     sys.stdout.write(output)
