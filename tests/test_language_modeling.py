@@ -8,6 +8,7 @@ import pytest
 
 from conftest import load_experiment
 from conftest import REPO
+from transformer import layers
 from transformer import metrics
 from transformer import sharding
 from transformer import train
@@ -96,16 +97,47 @@ def test_generation_continues_past_the_context(trained):
   assert long.startswith(short)
 
 
-def test_generate_tool(trained):
+def test_generate_tool(trained, tmp_path):
   _, workdir, _ = trained
-  samples, step = generate.generate(workdir, ['The red', 'A'],
-                                    max_new_tokens=5, seed=3)
+  samples, step, figures = generate.generate(
+      workdir, ['The red', 'A'], max_new_tokens=5, seed=3,
+      attention_dir=str(tmp_path / 'maps'), attention_tokens=6)
   assert step == 12 and len(samples) == 2
-  again, _ = generate.generate(workdir, ['The red', 'A'], max_new_tokens=5,
-                               seed=3)
-  assert samples == again  # seeded
+  layers_ = workdir_lib.restore(workdir).task.model_config.num_layers
+  assert figures == [str(tmp_path / 'maps' / f'sample_{i}_layer_{k}.png')
+                     for i in range(2) for k in range(layers_)]
+  assert all(os.path.getsize(f) > 5_000 for f in figures)
+  again, _, none = generate.generate(workdir, ['The red', 'A'],
+                                     max_new_tokens=5, seed=3)
+  assert samples == again and none == []  # seeded; figures only when asked
   with pytest.raises(ValueError, match='--prompt'):
     generate.generate(workdir, [])
+
+
+def test_self_attention_maps_are_causal_and_the_models_own(trained):
+  _, workdir, _ = trained
+  restored = workdir_lib.restore(workdir)
+  task, params = restored.task, restored.params
+  with restored.active():
+    pieces, maps = task.self_attention_maps(params, 'The red house', last=4)
+    all_pieces, full = task.self_attention_maps(params, 'The red house',
+                                                last=1_000)
+  assert len(maps) == task.model_config.num_layers
+  assert pieces == all_pieces[-4:] and len(all_pieces) > 4
+  # Every token from the start token on: rows sum to 1, nothing ahead.
+  for heads in full:
+    np.testing.assert_allclose(heads.sum(-1), 1.0, atol=1e-5)
+    assert (np.triu(heads, 1) == 0).all()
+  # The window is the same weights, cut; the padded batch (to a multiple of
+  # 8) gives what the model gives the text alone.
+  np.testing.assert_array_equal(maps[0], full[0][:, -4:, -4:])
+  ids = np.asarray([[1] + task.tokenizer.encode('The red house',
+                                                add_eos=False)])
+  _, state = task.model.apply({'params': params}, ids, deterministic=True,
+                              mutable=['intermediates'])
+  alone = layers.attention_weights(state['intermediates'])
+  np.testing.assert_allclose(full[-1], list(alone.values())[-1][0],
+                             atol=1e-6)
 
 
 @pytest.mark.skipif(not os.path.exists(SHAKESPEARE),

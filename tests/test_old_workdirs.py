@@ -96,7 +96,7 @@ def test_translation_workdir_translates_as_before(root):
   expected = EXPECTED['mt']
   assert parameter_names(workdir_lib.restore(workdir)) == expected['params']
   for beam in (1, 2):
-    translations, step = translate.translate(
+    translations, step, _ = translate.translate(
         workdir, expected['sentences'], beam_size=beam, length_penalty=0.6,
         max_length_offset=5)
     assert step == expected['step']
@@ -106,9 +106,9 @@ def test_translation_workdir_translates_as_before(root):
 def test_language_model_workdir_generates_as_before(root):
   workdir = rebuild('lm', root)
   expected = EXPECTED['lm']
-  greedy, _ = generate.generate(workdir, expected['prompts'],
+  greedy, _, _ = generate.generate(workdir, expected['prompts'],
                                 max_new_tokens=12, greedy=True)
-  sampled, _ = generate.generate(workdir, expected['prompts'],
+  sampled, _, _ = generate.generate(workdir, expected['prompts'],
                                  max_new_tokens=12, temperature=0.8, top_k=5,
                                  seed=3)
   assert (greedy, sampled) == (expected['greedy'], expected['sampled'])

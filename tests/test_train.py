@@ -107,7 +107,8 @@ def test_translate_tool_matches_the_task(trained):
   config, workdir, _ = trained
   sentences = ['the red house eats a cat', 'those dogs see the old woman',
                'a small bird']
-  translations, step = translate.translate(workdir, sentences, beam_size=2)
+  translations, step, _ = translate.translate(workdir, sentences,
+                                              beam_size=2)
   assert step == 10
   restored = workdir_lib.restore(workdir)
   with restored.active():

@@ -25,6 +25,7 @@ from transformer import configs
 from transformer import decoding
 from transformer import layers
 from transformer import losses
+from transformer import plots
 from transformer import ranges
 from transformer.data import files
 from transformer.data import packing
@@ -394,6 +395,52 @@ class LanguageModelingTask(CorpusTask):
           sample = sample[:sample.index(s)]
       texts.append(sample)
     return texts
+
+  @functools.partial(jax.jit, static_argnums=(0,))
+  def _self_attention(self, params, tokens):
+    _, state = self.model.apply({'params': params}, tokens,
+                                deterministic=True, mutable=['intermediates'])
+    return layers.attention_weights(state['intermediates'])
+
+  def self_attention_maps(self, params: Any, text_: str, *, last: int = 32
+                          ) -> tuple[list[str], list[np.ndarray]]:
+    """The model's causal self-attention as it reads `text_` (e.g. a prompt
+    and its continuation) after the start token, over its last `last`
+    tokens (within the context): their pieces, and per decoder layer the
+    [N, t, t] weights among them."""
+    if last < 1:
+      raise ValueError(f'last={last}: show at least one token.')
+    context = self.model_config.max_length
+    ids = ([tokenizers.EOS_ID]
+           + self.tokenizer.encode(text_, add_eos=False))[-context:]
+    # Right padding (to a multiple of 8: few compiles) changes nothing
+    # before it under a causal mask; one row per data-parallel shard.
+    width = min(context, -(-len(ids) // 8) * 8)
+    tokens = np.zeros((self.batch_divisor, width), np.int32)
+    tokens[:, :len(ids)] = ids
+    weights = multihost_utils.process_allgather(
+        self._self_attention(params, tokens), tiled=True)
+    shown = slice(max(0, len(ids) - last), len(ids))
+    pieces = [self.tokenizer.id_to_piece(t) for t in ids[shown]]
+    return pieces, [np.asarray(w[0])[:, shown, shown]
+                    for w in weights.values()]  # in layer order
+
+  def plot_self_attention(self, params: Any, texts: Sequence[str],
+                          prefix: str, *, last: int = 32) -> list[str]:
+    """Per text and decoder layer one PNG, `{prefix}{i}_layer_{k}.png`, of
+    `self_attention_maps`: every head and their mean."""
+    paths = []
+    for i, text_ in enumerate(texts):
+      pieces, maps = self.self_attention_maps(params, text_, last=last)
+      labels = [p.replace('\n', '\\n') for p in pieces]
+      for k, heads in enumerate(maps):
+        titles = ([f'layer {k} head {h}' for h in range(len(heads))]
+                  + [f'layer {k} mean'])
+        if jax.process_index() == 0:
+          paths.append(plots.plot_attention(
+              np.concatenate([heads, heads.mean(0, keepdims=True)]), labels,
+              labels, f'{prefix}{i}_layer_{k}.png', titles=titles))
+    return paths
 
   def _generate_round(self, params, windows, count, temperature, top_k,
                       top_p, greedy, rng) -> np.ndarray:

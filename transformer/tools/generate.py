@@ -9,12 +9,18 @@ Prompts (several --prompt flags, or one per line of --prompts_file) are
 generated as one batch, whatever their lengths: the KV cache is filled with
 the left-padded prompts at once and then extended one token per step.
 `generate(workdir, prompts, ...)` does the same from python.
+
+`--attention_dir=DIR` also writes, per prompt and decoder layer, the
+model's self-attention (every head and their mean) over the last
+`--attention_tokens` tokens of the prompt and its continuation, as the
+model reads them: DIR/sample_{i}_layer_{k}.png.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 from absl import flags
 
@@ -40,6 +46,16 @@ def define_flags() -> None:
   flags.DEFINE_multi_string('stop', [], 'Cut a sample at this string; '
                             'repeatable ("\\n" is a newline).')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+  flags.DEFINE_string('attention_dir', None, 'Also write each sample\'s '
+                      'self-attention figures (per layer) into this folder.')
+  flags.DEFINE_integer('attention_tokens', 32, 'The last tokens of each '
+                       'sample that the attention figures show.')
+
+
+class Generated(NamedTuple):
+  samples: list[str]  # the continuation of each prompt
+  step: int  # of the checkpoint used
+  figures: list[str]  # attention figures written (with attention_dir)
 
 
 def _check_flags(*, max_new_tokens: int, temperature: float, top_k: int,
@@ -56,15 +72,22 @@ def _check_flags(*, max_new_tokens: int, temperature: float, top_k: int,
 def generate(workdir: str, prompts: Sequence[str], *,
              max_new_tokens: int = 200, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
-             seed: int = 0, stop: Sequence[str] = (), average: int = 1
-             ) -> tuple[list[str], int]:
-  """The continuation of each prompt, and the step of the checkpoint used
-  (see `LanguageModelingTask.generate` for the options)."""
+             seed: int = 0, stop: Sequence[str] = (), average: int = 1,
+             attention_dir: str | None = None, attention_tokens: int = 32
+             ) -> Generated:
+  """The continuation of each prompt, the step of the checkpoint used, and
+  with `attention_dir` the self-attention figures of each prompt and its
+  continuation (see the module docstring; `LanguageModelingTask.generate`
+  for the options)."""
   if not prompts:
     raise ValueError('Give --prompt (repeatable) or --prompts_file; '
                      '--prompt="" generates from nothing.')
   _check_flags(max_new_tokens=max_new_tokens, temperature=temperature,
                top_k=top_k, top_p=top_p, greedy=greedy, average=average)
+  cli.check_flag('attention_tokens', attention_tokens, at_least=1)
+  if attention_dir is not None and os.path.isfile(attention_dir):
+    raise ValueError(f'--attention_dir={attention_dir} is a file; give a '
+                     f'folder to write the figures into.')
   cli.workdir_config(workdir, 'language_modeling')
   restored = workdir_lib.restore(workdir, average=average)
   with restored.active():
@@ -72,7 +95,11 @@ def generate(workdir: str, prompts: Sequence[str], *,
         restored.params, prompts, max_new_tokens=max_new_tokens,
         temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
         seed=seed, stop=stop)
-  return samples, restored.step
+    figures = [] if attention_dir is None else (
+        restored.task.plot_self_attention(
+            restored.params, [p + s for p, s in zip(prompts, samples)],
+            os.path.join(attention_dir, 'sample_'), last=attention_tokens))
+  return Generated(samples, restored.step, figures)
 
 
 def main(argv):
@@ -84,15 +111,20 @@ def main(argv):
   # Backslash escapes ('\\n') become characters; other text stays as typed.
   stop = [s.encode('latin-1', 'backslashreplace').decode('unicode_escape')
           for s in args.stop]
-  samples, step = generate(
+  samples, step, figures = generate(
       args.workdir, prompts, max_new_tokens=args.max_new_tokens,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-      greedy=args.greedy, seed=args.seed, stop=stop, average=args.average)
+      greedy=args.greedy, seed=args.seed, stop=stop, average=args.average,
+      attention_dir=args.attention_dir,
+      attention_tokens=args.attention_tokens)
   for prompt, sample in zip(prompts, samples):
     sys.stdout.write(f'{prompt}{sample}\n')
     if len(prompts) > 1:
       sys.stdout.write('-' * 40 + '\n')
   print(f'Generated with the checkpoint of step {step}.', file=sys.stderr)
+  if figures:
+    print(f'Attention figures: {figures[0]} ... ({len(figures)} files)',
+          file=sys.stderr)
 
 
 def run() -> None:
