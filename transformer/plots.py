@@ -116,3 +116,23 @@ def plot_image_attention(image: np.ndarray, maps: np.ndarray,
     figure.suptitle(suptitle, fontsize=10)
   _save(figure, path)
   return path
+
+
+def plot_curves(x: Sequence[float], curves: dict[str, Sequence[float]],
+                path: str, *, xlabel: str) -> str:
+  """One small panel per curve (metrics of different scales: loss, BLEU,
+  accuracy), all over the same `x`; writes `path` and returns it."""
+  if not curves:
+    raise ValueError('No curves to plot.')
+  columns = min(len(curves), 4)
+  rows = math.ceil(len(curves) / columns)
+  figure = Figure(figsize=(3.2 * columns, 2.6 * rows), layout='constrained')
+  FigureCanvasAgg(figure)
+  for i, (name, values) in enumerate(curves.items()):
+    axes = figure.add_subplot(rows, columns, i + 1)
+    axes.plot(x, values, 'o-', markersize=3)
+    axes.set_title(name, fontsize=9)
+    axes.set_xlabel(xlabel, fontsize=8)
+    axes.grid(alpha=0.3)
+  _save(figure, path)
+  return path

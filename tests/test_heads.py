@@ -1,0 +1,90 @@
+"""Head importance (Michel et al. 2019) and pruning: the score is |dL/d xi|
+of a gate on each head's output, a pruned head no longer reaches the
+output, and the command writes its table and plots."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import sharding
+from transformer import workdir as workdir_lib
+from transformer.tools import heads
+
+
+@pytest.fixture(scope='module')
+def restored(trained):
+  return workdir_lib.restore(str(trained))
+
+
+def _batch(restored):
+  return sharding.global_batch(next(iter(restored.task.eval_batches())),
+                               restored.mesh)
+
+
+def _gated_loss(restored, batch, paths, gates):
+  """The loss with head h of the layer at paths[l] scaled by gates[l, h]."""
+  params = jax.tree.map(lambda x: x, restored.params)
+  for path, layer_gates in zip(paths, gates):
+    node = params
+    for name in path:
+      node = node[name]
+    node['out']['kernel'] = node['out']['kernel'] * layer_gates[:, None,
+                                                                None]
+  return restored.task.loss(params, batch, None, deterministic=True)[0]
+
+
+def test_importance_is_the_gradient_of_a_gate_on_each_head(restored):
+  names, importance = heads.head_importance(restored, batches=1)
+  paths = heads.attention_layers(restored.params)
+  assert names == ['/'.join(p) for p in paths] and len(paths) == 3
+  batch = _batch(restored)
+  with restored.active():
+    gates = np.abs(np.asarray(jax.grad(
+        lambda g: _gated_loss(restored, batch, paths, g))(
+            jnp.ones(importance.shape))))
+  expected = gates / np.linalg.norm(gates, axis=1, keepdims=True)
+  np.testing.assert_allclose(importance, expected, rtol=1e-4, atol=1e-6)
+  # Heads differ: a ranking is there to be had.
+  assert importance.std() > 0.01
+
+
+def test_a_pruned_head_no_longer_reaches_the_output(restored):
+  paths = heads.attention_layers(restored.params)
+  pruned = np.zeros((len(paths), 4), bool)
+  pruned[0, 1] = True  # head 1 of the first layer
+  cut = heads.without_heads(restored.params, pruned)
+  batch = _batch(restored)
+  loss = lambda p: float(restored.task.loss(p, batch, None,
+                                            deterministic=True)[0])
+
+  def with_values(params, head, scale):
+    params = jax.tree.map(lambda x: x, params)
+    node = params
+    for name in paths[0]:
+      node = node[name]
+    node['value']['kernel'] = node['value']['kernel'].at[:, head].multiply(
+        scale)
+    return params
+
+  with restored.active():
+    base = loss(cut)
+    assert loss(with_values(cut, 1, 3.0)) == pytest.approx(base, abs=1e-6)
+    assert abs(loss(with_values(cut, 0, 3.0)) - base) > 1e-4
+    assert abs(base - loss(restored.params)) > 1e-5
+  # The original parameters are untouched.
+  node = restored.params
+  for name in paths[0]:
+    node = node[name]
+  assert jnp.abs(node['out']['kernel'][1]).sum() > 0
+
+
+def test_pruning_table_and_plots(restored, tmp_path):
+  names, importance = heads.head_importance(restored, batches=1)
+  rows = heads.prune_heads(restored, importance, steps=2)
+  assert [(r['pruned'], r['heads']) for r in rows] == [(0.0, 12), (0.5, 6)]
+  assert 'bleu' in rows[0] and 'loss' in rows[0]
+  text = heads.write_report(names, importance, rows, str(tmp_path))
+  assert '| 50% | 6 |' in text and names[0] in text
+  for name in ('heads.md', 'importance.png', 'pruning.png'):
+    assert (tmp_path / name).stat().st_size > 500

@@ -1,0 +1,247 @@
+r"""Which attention heads matter: head importance as Michel et al. 2019
+("Are Sixteen Heads Really Better than One?") define it, and the task's
+metrics as the least important heads are pruned.
+
+    python -m transformer.tools.heads --workdir=DIR
+    python -m transformer.tools.heads --workdir=DIR --steps=5 --batches=20
+
+A head's importance is the expected |dL/d xi_h| of a gate xi_h on its
+output, at xi = 1, over the evaluation batches. Scaling head h's output by
+xi scales its rows of the output projection W_O, so the gradient is
+<W_O[h], dL/dW_O[h]> from the ordinary parameter gradient of the task's
+loss: no gate in the model, any task and model family with multi-head
+attention (MT encoder and decoder, GPT, BERT, ViT, ViLBERT). Scores are
+normalised per layer (L2), as in the paper, and heads are then pruned
+globally, least important first, in steps of 1/--steps of all heads
+(pruning a head zeroes its rows of W_O: exactly a gate of 0); at each step
+the evaluation the trainer runs (loss metrics on the evaluation batches,
+then the task's own: BLEU, accuracy, ...) is recorded.
+
+Writes into --output_dir (default WORKDIR/heads): heads.md (importance per
+layer and head, and the metrics per pruning step), importance.png and
+pruning.png. `head_importance` and `prune_heads` do the same from python.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import os
+import sys
+from typing import Any, Sequence
+
+from absl import flags
+import flax
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from transformer import metrics
+from transformer import plots
+from transformer import sharding
+from transformer import workdir as workdir_lib
+from transformer.tools import cli
+
+_PROJECTIONS = ('query', 'key', 'value', 'out')
+
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`)."""
+  flags.DEFINE_string('workdir', None, 'A training workdir.', required=True)
+  flags.DEFINE_string('output_dir', None, 'Where to write the table and '
+                      'plots; default WORKDIR/heads.')
+  flags.DEFINE_integer('steps', 10, 'Pruning steps: prune k/steps of all '
+                       'heads for k = 0 .. steps - 1.')
+  flags.DEFINE_integer('batches', 0, 'Evaluation batches for the '
+                       'importance (0: all).')
+  flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+
+
+def attention_layers(params: Any) -> list[tuple[str, ...]]:
+  """Paths of the multi-head attention modules in a parameter tree (those
+  with query, key, value and out projections), in the order the model
+  created them."""
+  found = []
+
+  def walk(node: Any, path: tuple[str, ...]) -> None:
+    if all(name in node for name in _PROJECTIONS):
+      found.append(path)
+      return
+    for key, value in node.items():
+      if hasattr(value, 'items'):
+        walk(value, path + (key,))
+
+  walk(params, ())
+  return found
+
+
+def _out_kernel(params: Any, path: tuple[str, ...]) -> Any:
+  for name in path:
+    params = params[name]
+  return params['out']['kernel']  # [*stacked layers, N, H, D]
+
+
+def _layer_names(params: Any, paths: Sequence[tuple[str, ...]]) -> list[str]:
+  """One name per layer of heads: the module's path, with the index of a
+  scanned layer (stacked kernels) spelled out."""
+  names = []
+  for path in paths:
+    stack = _out_kernel(params, path).shape[:-3]
+    name = '/'.join(path)
+    names += [name] if not stack else [
+        f'{name}[{",".join(map(str, i))}]' for i in np.ndindex(*stack)]
+  return names
+
+
+def head_importance(restored: workdir_lib.Restored, *, batches: int = 0
+                    ) -> tuple[list[str], np.ndarray]:
+  """Layer names and [layers, heads] importance |<W_O[h], dL/dW_O[h]>|
+  summed over the evaluation batches (the first `batches`; 0: all), each
+  layer's scores divided by their L2 norm."""
+  task, params = restored.task, restored.params
+  paths = attention_layers(params)
+  if not paths:
+    raise ValueError('This model has no multi-head attention (an RNN '
+                     'attends with one additive or dot head): no heads to '
+                     'score.')
+
+  @jax.jit
+  def scores(params, batch):
+    grads = jax.grad(lambda p: task.loss(p, batch, None,
+                                         deterministic=True)[0])(params)
+    return [jnp.abs(jnp.sum(_out_kernel(params, path).astype(jnp.float32)
+                            * _out_kernel(grads, path), axis=(-2, -1)))
+            for path in paths]
+
+  total, seen = None, 0
+  eval_batches = task.eval_batches()
+  if batches:
+    eval_batches = itertools.islice(eval_batches, batches)
+  with restored.active():
+    for batch in eval_batches:
+      found = scores(params, sharding.global_batch(batch, restored.mesh))
+      total = found if total is None else [a + b for a, b in
+                                           zip(total, found)]
+      seen += 1
+  if not seen:
+    raise ValueError('The task has no evaluation batches to score heads '
+                     'on.')
+  # One row per layer of heads; layers with fewer heads (e.g. ViLBERT's
+  # two streams) are padded with NaN, never pruned.
+  rows = [row for s in total for row in np.asarray(s).reshape(
+      -1, np.shape(s)[-1])]
+  importance = np.full((len(rows), max(len(r) for r in rows)), np.nan)
+  for i, row in enumerate(rows):
+    importance[i, :len(row)] = row / max(float(np.linalg.norm(row)), 1e-30)
+  return _layer_names(params, paths), importance
+
+
+def without_heads(params: Any, pruned: np.ndarray) -> Any:
+  """`params` with the heads where `pruned` [layers, heads] is True cut off:
+  their rows of the output projection zeroed (the arrays of other
+  parameters shared, not copied)."""
+  params = flax.core.unfreeze(params)
+  row = 0
+  for path in attention_layers(params):
+    node = params
+    for name in path:
+      node = node[name]
+    kernel = node['out']['kernel']
+    stack, heads = kernel.shape[:-3], kernel.shape[-3]
+    count = int(np.prod(stack, dtype=int))
+    keep = ~pruned[row:row + count, :heads].reshape(*stack, heads)
+    node['out']['kernel'] = kernel * jnp.asarray(
+        keep, kernel.dtype)[..., None, None]
+    row += count
+  return params
+
+
+def prune_heads(restored: workdir_lib.Restored, importance: np.ndarray, *,
+                steps: int = 10, label: str = 'heads'
+                ) -> list[dict[str, float]]:
+  """The evaluation (loss metrics, then the task's own) with k/steps of all
+  heads pruned, least important first, for k = 0 .. steps - 1; each row
+  also holds 'pruned' (fraction) and 'heads' (heads kept)."""
+  task, params = restored.task, restored.params
+  real = np.flatnonzero(~np.isnan(importance))  # padding is no head
+  order = real[np.argsort(importance.flat[real], kind='stable')]
+  total = len(real)
+  eval_step = jax.jit(lambda p, b: task.loss(p, b, None,
+                                             deterministic=True)[1])
+  rows = []
+  with restored.active():
+    for k in range(steps):
+      count = total * k // steps
+      pruned = np.zeros(importance.size, bool)
+      pruned[order[:count]] = True
+      cut = without_heads(params, pruned.reshape(importance.shape))
+      sums = None
+      for batch in task.eval_batches():
+        sums = metrics.add(sums, eval_step(
+            cut, sharding.global_batch(batch, restored.mesh)))
+      result = {'pruned': count / total, 'heads': total - count,
+                **(metrics.normalize(sums) if sums else {})}
+      result.update(task.evaluate(cut, label=f'{label}_pruned{count}'))
+      rows.append(result)
+      print(f'{count} of {total} heads pruned: ' + '  '.join(
+          f'{k} {v:.4g}' for k, v in result.items()
+          if k not in ('pruned', 'heads')), flush=True)
+  return rows
+
+
+def write_report(names: Sequence[str], importance: np.ndarray,
+                 rows: Sequence[dict[str, float]], folder: str) -> str:
+  """heads.md, importance.png and pruning.png in `folder`; the table's
+  text."""
+  os.makedirs(folder, exist_ok=True)
+  heads = importance.shape[-1]
+  lines = ['Head importance (Michel et al. 2019), normalised per layer:', '',
+           '| layer | ' + ' | '.join(f'head {h}' for h in range(heads)) + ' |',
+           '|---|' + '---|' * heads]
+  lines += [f'| {name} | ' + ' | '.join(
+      '-' if np.isnan(v) else f'{v:.3f}' for v in row) + ' |'
+            for name, row in zip(names, importance)]
+  keys = [k for k in rows[0] if k not in ('pruned', 'heads')]
+  lines += ['', 'Pruning the least important heads first:', '',
+            '| pruned | heads kept | ' + ' | '.join(keys) + ' |',
+            '|---|---|' + '---|' * len(keys)]
+  lines += [f'| {row["pruned"]:.0%} | {row["heads"]} | ' + ' | '.join(
+      f'{row[k]:.4g}' for k in keys) + ' |' for row in rows]
+  text = '\n'.join(lines) + '\n'
+  with open(os.path.join(folder, 'heads.md'), 'w', encoding='utf-8') as f:
+    f.write(text)
+  plots.plot_attention(importance / max(float(np.nanmax(importance)), 1e-12),
+                       names, [str(h) for h in range(heads)],
+                       os.path.join(folder, 'importance.png'),
+                       titles=['head importance (layer-normalised)'])
+  plots.plot_curves([row['pruned'] for row in rows],
+                    {k: [row[k] for row in rows] for k in keys},
+                    os.path.join(folder, 'pruning.png'),
+                    xlabel='fraction of heads pruned')
+  return text
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  args = flags.FLAGS
+  cli.check_flag('steps', args.steps, at_least=1)
+  cli.check_flag('batches', args.batches, at_least=0)
+  cli.check_flag('average', args.average, at_least=1)
+  workdir_lib.load_config(args.workdir)  # a workdir, or a clear error
+  restored = workdir_lib.restore(args.workdir, average=args.average)
+  names, importance = head_importance(restored, batches=args.batches)
+  rows = prune_heads(restored, importance, steps=args.steps)
+  folder = args.output_dir or os.path.join(args.workdir, 'heads')
+  sys.stdout.write(write_report(names, importance, rows, folder))
+  print(f'Written: {folder}/heads.md, importance.png, pruning.png '
+        f'(checkpoint of step {restored.step}).', file=sys.stderr)
+
+
+def run() -> None:
+  """The `transformer-heads` console script."""
+  define_flags()
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()
