@@ -24,7 +24,6 @@ pruning.png. `head_importance` and `prune_heads` do the same from python.
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import sys
