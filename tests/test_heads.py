@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer import layers
 from transformer import sharding
 from transformer import workdir as workdir_lib
 from transformer.tools import heads
@@ -84,7 +85,41 @@ def test_pruning_table_and_plots(restored, tmp_path):
   rows = heads.prune_heads(restored, importance, steps=2)
   assert [(r['pruned'], r['heads']) for r in rows] == [(0.0, 12), (0.5, 6)]
   assert 'bleu' in rows[0] and 'loss' in rows[0]
-  text = heads.write_report(names, importance, rows, str(tmp_path))
+  patterns = heads.head_patterns(restored, batches=1)
+  text = heads.write_report(names, importance, rows, str(tmp_path),
+                            patterns)
   assert '| 50% | 6 |' in text and names[0] in text
-  for name in ('heads.md', 'importance.png', 'pruning.png'):
+  assert 'Mean entropy' in text and 'Mean distance' in text
+  for name in ('heads.md', 'importance.png', 'pruning.png', 'entropy.png',
+               'distance.png'):
     assert (tmp_path / name).stat().st_size > 500
+
+
+def test_entropy_and_distance_of_real_queries(restored):
+  patterns = heads.head_patterns(restored, batches=1)
+  assert list(patterns) == ['encoder/layer_0/self_attention',
+                            'decoder/layer_0/self_attention',
+                            'decoder/layer_0/cross_attention']
+  assert 'distance' not in patterns['decoder/layer_0/cross_attention']
+  # The same statistics from the hook, with the padding read off the batch.
+  batch = next(iter(restored.task.eval_batches()))
+  _, state = restored.task.model.apply(
+      {'params': restored.params}, batch['inputs'], batch['targets'],
+      deterministic=True, mutable=['intermediates'])
+  weights = layers.attention_weights(state['intermediates'])
+  for name, tokens in (('encoder/layer_0/self_attention', batch['inputs']),
+                       ('decoder/layer_0/self_attention', batch['targets']),
+                       ('decoder/layer_0/cross_attention', batch['targets'])):
+    w = np.asarray(weights[name], np.float64)  # [B, N, T, S]
+    real = np.broadcast_to((tokens > 0)[:, None, :], w.shape[:3])
+    logs = np.log(np.where(w > 0, w, 1.0))
+    entropy = -(w * logs).sum(-1)
+    np.testing.assert_allclose(patterns[name]['entropy'],
+                               [entropy[:, h][real[:, h]].mean()
+                                for h in range(w.shape[1])], rtol=1e-4)
+    if 'distance' in patterns[name]:
+      t = np.arange(w.shape[-1])
+      distance = (w * np.abs(t[:, None] - t[None])).sum(-1)
+      np.testing.assert_allclose(patterns[name]['distance'],
+                                 [distance[:, h][real[:, h]].mean()
+                                  for h in range(w.shape[1])], rtol=1e-4)

@@ -17,9 +17,16 @@ globally, least important first, in steps of 1/--steps of all heads
 the evaluation the trainer runs (loss metrics on the evaluation batches,
 then the task's own: BLEU, accuracy, ...) is recorded.
 
-Writes into --output_dir (default WORKDIR/heads): heads.md (importance per
-layer and head, and the metrics per pruning step), importance.png and
-pruning.png. `head_importance` and `prune_heads` do the same from python.
+Also what each head attends to (the lectures' "what does multi-head
+attention learn"): the mean entropy of its weights and, for
+self-attention, the mean distance between a query and the keys it attends
+to (`head_patterns`).
+
+Writes into --output_dir (default WORKDIR/heads): heads.md (importance,
+entropy and distance per layer and head, and the metrics per pruning
+step), importance.png, entropy.png, distance.png and pruning.png.
+`head_importance`, `head_patterns` and `prune_heads` do the same from
+python.
 """
 
 from __future__ import annotations
@@ -31,10 +38,12 @@ from typing import Any, Sequence
 
 from absl import flags
 import flax
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer import attention
 from transformer import metrics
 from transformer import plots
 from transformer import sharding
@@ -135,6 +144,87 @@ def head_importance(restored: workdir_lib.Restored, *, batches: int = 0
   return _layer_names(params, paths), importance
 
 
+def head_patterns(restored: workdir_lib.Restored, *, batches: int = 0
+                  ) -> dict[str, dict[str, np.ndarray]]:
+  """What each head attends to ('what does multi-head attention learn'),
+  over the evaluation batches as the task's loss runs the model: per
+  attention layer, in the order the layers ran, the mean 'entropy' [N] (in
+  nats) of its real queries' weights, and for self-attention the mean
+  'distance' [N] in positions between a query and the keys it attends to,
+  sum_s w_ts |t - s| (for a ViT, positions in the patch sequence). A query
+  counts as real when it attends to anything and, in self-attention, to
+  itself (a padding query's own key is masked); a causal decoder's
+  self-attention masks no padding, so there the batch's 'targets' (or
+  'inputs', 'tokens') > 0 tell its real queries, as 'targets' do for
+  cross-attention from a decoder."""
+  task, params = restored.task, restored.params
+
+  def record(captured):
+    def intercept(next_fun, args, kwargs, context):
+      if (not isinstance(context.module, attention.MultiHeadAttention)
+          or context.method_name != '__call__'
+          or kwargs.get('return_weights')):
+        return next_fun(*args, **kwargs)
+      out, weights = next_fun(*args, **{**kwargs, 'return_weights': True})
+      self_attention = (len(args) < 2 or args[1] is None) and (
+          kwargs.get('inputs_kv') is None)
+      unmasked_causal = (kwargs.get('mask') is None
+                         and bool(kwargs.get('causal')))
+      captured.append(('/'.join(context.module.scope.path), weights,
+                       self_attention, unmasked_causal))
+      return out
+    return intercept
+
+  names = []  # in the order the layers ran, filled when `sums` traces
+
+  @jax.jit
+  def sums(params, batch):
+    captured = []
+    with nn.intercept_methods(record(captured)):
+      task.loss(params, batch, None, deterministic=True)
+    result = {}
+    for name, weights, self_attention, unmasked_causal in captured:
+      weights = weights.astype(jnp.float32)  # [B, N, T, S]
+      b, _, t, s = weights.shape
+      real = weights.sum(-1) > 0
+      if self_attention:
+        real &= jnp.diagonal(weights, axis1=-2, axis2=-1) > 0
+      if unmasked_causal or not self_attention:
+        keys = ('targets', 'inputs', 'tokens') if self_attention else (
+            'targets',)
+        tokens = next((batch[k] for k in keys
+                       if k in batch and batch[k].shape == (b, t)), None)
+        if tokens is not None:
+          real &= (tokens > 0)[:, None, :]
+      entropy = -jnp.sum(jnp.where(weights > 0, weights * jnp.log(
+          jnp.where(weights > 0, weights, 1.0)), 0.0), -1)
+      layer = {'count': real.sum((0, 2)),
+               'entropy': jnp.where(real, entropy, 0).sum((0, 2))}
+      if self_attention:
+        gap = jnp.abs(jnp.arange(t)[:, None] - jnp.arange(s)[None])
+        distance = jnp.sum(weights * gap, -1)
+        layer['distance'] = jnp.where(real, distance, 0).sum((0, 2))
+      # A layer run twice in one loss (e.g. shared) is summed.
+      result[name] = (layer if name not in result else
+                      jax.tree.map(jnp.add, result[name], layer))
+    names[:] = list(result)
+    return [result[name] for name in names]
+
+  total = None
+  eval_batches = task.eval_batches()
+  if batches:
+    eval_batches = itertools.islice(eval_batches, batches)
+  with restored.active():
+    for batch in eval_batches:
+      found = sums(params, sharding.global_batch(batch, restored.mesh))
+      total = found if total is None else jax.tree.map(jnp.add, total, found)
+  if total is None:
+    raise ValueError('The task has no evaluation batches to look at.')
+  return {name: {key: np.asarray(value) / np.maximum(
+      np.asarray(layer['count']), 1) for key, value in layer.items()
+                 if key != 'count'} for name, layer in zip(names, total)}
+
+
 def without_heads(params: Any, pruned: np.ndarray) -> Any:
   """`params` with the heads where `pruned` [layers, heads] is True cut off:
   their rows of the output projection zeroed (the arrays of other
@@ -189,9 +279,11 @@ def prune_heads(restored: workdir_lib.Restored, importance: np.ndarray, *,
 
 
 def write_report(names: Sequence[str], importance: np.ndarray,
-                 rows: Sequence[dict[str, float]], folder: str) -> str:
-  """heads.md, importance.png and pruning.png in `folder`; the table's
-  text."""
+                 rows: Sequence[dict[str, float]], folder: str,
+                 patterns: dict[str, dict[str, np.ndarray]] | None = None
+                 ) -> str:
+  """heads.md, importance.png and pruning.png in `folder` (with `patterns`
+  also their tables and patterns.png); the tables' text."""
   os.makedirs(folder, exist_ok=True)
   heads = importance.shape[-1]
   lines = ['Head importance (Michel et al. 2019), normalised per layer:', '',
@@ -206,6 +298,26 @@ def write_report(names: Sequence[str], importance: np.ndarray,
             '|---|---|' + '---|' * len(keys)]
   lines += [f'| {row["pruned"]:.0%} | {row["heads"]} | ' + ' | '.join(
       f'{row[k]:.4g}' for k in keys) + ' |' for row in rows]
+  for key, what in (('entropy', 'Mean entropy of the attention weights '
+                                '(nats; low: a head looks at few keys):'),
+                    ('distance', 'Mean distance attended over, in '
+                                 'positions (self-attention):')):
+    found = {n: p[key] for n, p in (patterns or {}).items() if key in p}
+    if found:
+      width = max(len(v) for v in found.values())
+      lines += ['', what, '',
+                '| layer | ' + ' | '.join(f'head {h}' for h in range(width))
+                + ' |', '|---|' + '---|' * width]
+      lines += [f'| {n} | ' + ' | '.join(f'{v:.2f}' for v in values) + ' |'
+                for n, values in found.items()]
+      grid = np.full((len(found), width), np.nan)
+      for i, values in enumerate(found.values()):
+        grid[i, :len(values)] = values
+      top = max(float(np.nanmax(grid)), 1e-12)
+      plots.plot_attention(grid / top, list(found),
+                           [str(h) for h in range(width)],
+                           os.path.join(folder, f'{key}.png'),
+                           titles=[f'{key} per head (1 = {top:.2f})'])
   text = '\n'.join(lines) + '\n'
   with open(os.path.join(folder, 'heads.md'), 'w', encoding='utf-8') as f:
     f.write(text)
@@ -229,11 +341,13 @@ def main(argv):
   workdir_lib.load_config(args.workdir)  # a workdir, or a clear error
   restored = workdir_lib.restore(args.workdir, average=args.average)
   names, importance = head_importance(restored, batches=args.batches)
+  patterns = head_patterns(restored, batches=args.batches)
   rows = prune_heads(restored, importance, steps=args.steps)
   folder = args.output_dir or os.path.join(args.workdir, 'heads')
-  sys.stdout.write(write_report(names, importance, rows, folder))
-  print(f'Written: {folder}/heads.md, importance.png, pruning.png '
-        f'(checkpoint of step {restored.step}).', file=sys.stderr)
+  sys.stdout.write(write_report(names, importance, rows, folder, patterns))
+  print(f'Written: {folder}/heads.md, importance.png, pruning.png, '
+        f'entropy.png, distance.png (checkpoint of step {restored.step}).',
+        file=sys.stderr)
 
 
 def run() -> None:
