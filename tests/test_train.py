@@ -81,6 +81,9 @@ def test_tensorboard_events_hold_train_and_eval_scalars(trained):
     assert tag in tags, sorted(tags)
 
 
+# Resuming bitwise is in the default run through real processes
+# (test_faults: SIGTERM and SIGKILL); this in-process variant is slow-only.
+@pytest.mark.slow
 def test_resume_continues_at_saved_step_with_identical_parameters(
     trained, tmp_path):
   config, full_workdir, _ = trained
