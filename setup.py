@@ -9,6 +9,8 @@ setuptools.setup(
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
     packages=setuptools.find_packages(include=['transformer', 'transformer.*']),
+    # The attention explorer's page template and script (tools/explore.py).
+    package_data={'transformer.tools': ['explorer.html', 'explorer.js']},
     # jax 0.10 and flax 0.12, the oldest releases tested, need Python 3.11.
     python_requires='>=3.11',
     install_requires=[
@@ -39,13 +41,15 @@ setuptools.setup(
         'transformer-train=transformer.main:run',
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
-            'reproduce', 'ask', 'heads')),
+            'reproduce', 'ask', 'heads', 'explore')),
         'transformer-compare-vision-language='
         'transformer.tools.compare_vision_language:run',
     ]},
     extras_require={
+        # playwright drives a Chromium for the explorer page's tests (.ci/run
+        # installs Debian's; they skip without one).
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8',
-                 'gcp-storage-emulator>=2024.8'],
+                 'gcp-storage-emulator>=2024.8', 'playwright>=1.40'],
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
         # Verifying converted checkpoints against their reference

@@ -122,6 +122,10 @@ def test_self_attention_maps_are_causal_and_the_models_own(trained):
     pieces, maps = task.self_attention_maps(params, 'The red house', last=4)
     all_pieces, full = task.self_attention_maps(params, 'The red house',
                                                 last=1_000)
+    [view] = task.attention_views(params, 'The red house')
+  # The explorer's view is every layer of the whole text.
+  assert view.queries == view.keys == all_pieces
+  np.testing.assert_array_equal(view.weights, np.stack(full))
   assert len(maps) == task.model_config.num_layers
   assert pieces == all_pieces[-4:] and len(all_pieces) > 4
   # Every token from the start token on: rows sum to 1, nothing ahead.

@@ -6,10 +6,13 @@ classes subclass it, which gives them the default `adapt_pretrained`.
 
 from __future__ import annotations
 
+import dataclasses
+import re
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import jax
 import ml_collections
+import numpy as np
 
 from transformer import ranges
 from transformer.data import batching
@@ -18,6 +21,33 @@ from transformer.data import token_cache
 from transformer.tasks import vocabularies
 
 Batch = dict[str, Any]
+
+
+@dataclasses.dataclass
+class AttentionView:
+  """One kind of attention of a model on one input, every layer and head:
+  what the explorer page and the figures show."""
+  name: str  # e.g. 'encoder self-attention'
+  queries: list[str]  # T labels of the rows
+  keys: list[str]  # S labels of the columns
+  weights: np.ndarray  # [layers, heads, T, S]
+
+
+def group_layers(weights: dict[str, Any], example: int = 0
+                 ) -> dict[str, np.ndarray]:
+  """`layers.attention_weights` of a batch grouped by kind of attention,
+  layers stacked by their index: {'encoder/self_attention': [L, N, T, S],
+  ...} for one example of the batch. (A jitted function returns the dict
+  with its keys sorted as text, layer_10 before layer_2: hence the
+  numeric sort.)"""
+  numeric = lambda name: [int(part) if part.isdigit() else part
+                          for part in re.split(r'(\d+)', name)]
+  grouped = {}
+  for name in sorted(weights, key=numeric):
+    value = weights[name]
+    kind = re.sub(r'(^|/)layer_\d+(/|$)', r'\1', name).strip('/')
+    grouped.setdefault(kind or name, []).append(np.asarray(value[example]))
+  return {kind: np.stack(layers) for kind, layers in grouped.items()}
 
 
 class Task(Protocol):

@@ -1,0 +1,126 @@
+"""The attention explorer page, in a real headless Chromium (playwright):
+it loads without console errors, the layer and head controls change what
+is drawn, hovering a token shows the attention row the workdir's weights
+give, the model view holds every layer and head, and a screenshot is not
+blank. Skipped, saying why, where no browser is installed (.ci/run
+installs Debian's Chromium)."""
+
+import io
+import shutil
+
+import numpy as np
+import pytest
+
+from transformer.tools import explore
+
+sync_api = pytest.importorskip(
+    'playwright.sync_api', reason='playwright is not installed (pip install '
+    '-e ".[test]")')
+CHROMIUM = next((path for path in map(shutil.which, (
+    'chromium', 'chromium-browser', 'google-chrome')) if path), None)
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason='no Chromium to run the page in: apt-get '
+    'install chromium (.ci/run does)')
+
+TEXT = 'the red house sees a cat'
+
+
+@pytest.fixture(scope='module')
+def written(trained, tmp_path_factory):
+  path = tmp_path_factory.mktemp('explorer') / 'page.html'
+  return explore.explore(str(trained), TEXT, str(path))
+
+
+@pytest.fixture(scope='module')
+def browser():
+  with sync_api.sync_playwright() as playwright:
+    browser = playwright.chromium.launch(executable_path=CHROMIUM,
+                                         args=['--no-sandbox'])
+    yield browser
+    browser.close()
+
+
+@pytest.fixture
+def page(written, browser):
+  path, _ = written
+  page = browser.new_page(viewport={'width': 1100, 'height': 900})
+  errors = []
+  page.on('console', lambda m: errors.append(m.text)
+          if m.type == 'error' else None)
+  page.on('pageerror', lambda e: errors.append(str(e)))
+  page.goto(f'file://{path}')
+  yield page
+  assert not errors, errors
+  page.close()
+
+
+def _row(page, query):
+  page.hover(f'#qcol .token[data-index="{query}"]')
+  return [float(w) for w in page.eval_on_selector_all(
+      '#kcol .token', 'spans => spans.map(s => s.dataset.weight)')]
+
+
+def test_page_is_self_contained_and_holds_every_view(written):
+  path, views = written
+  html = open(path, encoding='utf-8').read()
+  # Nothing loaded from elsewhere: no external scripts, styles, images or
+  # requests (the SVG namespace is a name, not a download).
+  for outside in ('<script src', '<link', '<img', 'fetch(', 'XMLHttpRequest',
+                  'import('):
+    assert outside not in html, outside
+  assert [v.name for v in views] == [
+      'encoder self-attention', 'decoder self-attention',
+      'decoder attention over the source']
+  assert TEXT in html
+
+
+def test_hovering_a_token_shows_its_row_of_the_chosen_head(written, page):
+  _, views = written
+  weights = views[0].weights  # encoder self-attention [L, N, T, S]
+  page.select_option('#head', '1')
+  np.testing.assert_allclose(_row(page, 2), weights[0, 1, 2], atol=1e-4)
+  page.select_option('#head', '3')
+  np.testing.assert_allclose(_row(page, 2), weights[0, 3, 2], atol=1e-4)
+  assert np.abs(weights[0, 1, 2] - weights[0, 3, 2]).max() > 1e-3
+  page.select_option('#head', 'all')
+  np.testing.assert_allclose(_row(page, 0), weights[0, :, 0].mean(0),
+                             atol=1e-3)
+  # Only the hovered token's lines are drawn, with its weights.
+  lines = page.eval_on_selector_all(
+      '#lines line', 'ls => ls.map(l => [l.dataset.query, l.dataset.weight])')
+  assert {q for q, _ in lines} == {'0'}
+  np.testing.assert_allclose([float(w) for _, w in lines],
+                             weights[0, :, 0].mean(0), atol=1e-3)
+
+
+def test_views_layers_and_the_model_view(written, page):
+  _, views = written
+  cross = views[2]
+  page.select_option('#view', '2')  # decoder attention over the source
+  assert page.eval_on_selector_all('#kcol .token', 'ts => ts.length') == len(
+      cross.keys)
+  assert page.eval_on_selector_all('#qcol .token', 'ts => ts.length') == len(
+      cross.queries)
+  page.mouse.move(900, 800)  # hover nothing: every line is drawn
+  assert page.eval_on_selector_all('#lines line', 'ls => ls.length') == (
+      len(cross.queries) * len(cross.keys))
+  layers, heads = cross.weights.shape[:2]
+  assert page.eval_on_selector_all('#modelview canvas', 'cs => cs.length') == (
+      layers * heads)
+  # Clicking a map opens its layer and head.
+  page.click(f'#modelview figure[data-layer="0"][data-head="{heads - 1}"]')
+  assert page.input_value('#head') == str(heads - 1)
+  np.testing.assert_allclose(_row(page, 1), cross.weights[0, -1, 1],
+                             atol=1e-4)
+  # The heatmap replaces the lines.
+  page.select_option('#mode', 'heatmap')
+  assert page.is_visible('#heatmap') and not page.is_visible('#lines')
+
+
+def test_screenshot_is_not_blank(page, tmp_path):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  page.hover('#qcol .token[data-index="1"]')
+  shot = np.asarray(Image.open(io.BytesIO(page.screenshot(full_page=True)))
+                    .convert('L'), np.float32)
+  assert shot.std() > 20  # text, lines and coloured maps on white
+  assert (shot < 128).mean() > 0.01

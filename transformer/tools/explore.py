@@ -1,0 +1,107 @@
+r"""An attention explorer: one self-contained HTML page (scripts and data
+inlined; no server, no network) of every layer's and head's attention of a
+trained workdir's model on one input.
+
+    python -m transformer.tools.explore --workdir=workdirs/mt_offline \
+        --input="the red house sees a small cat" --output=page.html
+    python -m transformer.tools.explore --workdir=workdirs/shakespeare_char \
+        --input="ROMEO: what light"
+
+In the page one picks the kind of attention (a translation model: the
+encoder's and decoder's self-attention and the decoder's attention over the
+source, for the translation the model itself produces; a language model:
+its causal self-attention), a layer and a head or the mean of the heads,
+and hovers a token to see its attention to every other token as lines
+(BertViz's head view) or as a heatmap; the model view shows every layer
+and head at once. Image and vision-and-language models write their
+attention with `predict --attention_dir` and `ask --attention_dir`.
+`explore(workdir, text, output)` does the same from python.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Sequence
+
+from absl import flags
+import numpy as np
+
+from transformer import workdir as workdir_lib
+from transformer.tasks import base
+from transformer.tools import cli
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def define_flags() -> None:
+  """The command's flags, defined when it runs (`run`)."""
+  flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
+  flags.DEFINE_string('input', None, 'The text the model reads.',
+                      required=True)
+  flags.DEFINE_string('output', None, 'The HTML file to write; default '
+                      'WORKDIR/explorer.html.')
+  flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+
+
+def page(title: str, text: str, views: Sequence[base.AttentionView]) -> str:
+  """The explorer's HTML for `views` of the model reading `text`."""
+  data = {'title': title, 'input': text, 'views': [
+      {'name': v.name, 'queries': list(v.queries), 'keys': list(v.keys),
+       'weights': np.round(np.asarray(v.weights, np.float64), 4).tolist()}
+      for v in views]}
+  # Inside <script>, '</' could end the element early: JSON allows '<\/'.
+  blob = json.dumps(data, ensure_ascii=False).replace('</', '<\\/')
+  with open(os.path.join(_HERE, 'explorer.html'), encoding='utf-8') as f:
+    html = f.read()
+  with open(os.path.join(_HERE, 'explorer.js'), encoding='utf-8') as f:
+    script = f.read()
+  return html.replace('/*DATA*/', blob, 1).replace('/*SCRIPT*/', script, 1)
+
+
+def explore(workdir: str, text: str, output: str | None = None, *,
+            average: int = 1) -> tuple[str, list[base.AttentionView]]:
+  """Writes the explorer page of `workdir`'s model reading `text` (default
+  WORKDIR/explorer.html); the path and the views it shows."""
+  cli.check_flag('average', average, at_least=1)
+  output = output or os.path.join(workdir, 'explorer.html')
+  if os.path.isdir(output):
+    raise ValueError(f'--output={output} is a folder; give the path of the '
+                     f'page to write, e.g. --output={output}/page.html.')
+  config = workdir_lib.load_config(workdir)
+  restored = workdir_lib.restore(workdir, average=average)
+  if not hasattr(restored.task, 'attention_views'):
+    raise ValueError(
+        f'The explorer shows translation and language models; {workdir} '
+        f'trained a {config.task!r} task: for images use python -m '
+        f'transformer.tools.predict --attention_dir, for visual questions '
+        f'python -m transformer.tools.ask --attention_dir.')
+  with restored.active():
+    views = restored.task.attention_views(restored.params, text)
+  title = (f'{config.task} · {os.path.basename(os.path.normpath(workdir))}'
+           f' · step {restored.step}')
+  folder = os.path.dirname(os.path.abspath(output))
+  os.makedirs(folder, exist_ok=True)
+  with open(output, 'w', encoding='utf-8') as f:
+    f.write(page(title, text, views))
+  return output, views
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  args = flags.FLAGS
+  path, views = explore(args.workdir, args.input, args.output,
+                        average=args.average)
+  print(f'Written: {path} ({", ".join(v.name for v in views)}); open it in '
+        f'a browser.', file=sys.stderr)
+
+
+def run() -> None:
+  """The `transformer-explore` console script."""
+  define_flags()
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()
