@@ -36,6 +36,23 @@ def test_mlm_training_lowers_loss(pretrained):
   assert 0.0 <= result['mlm_accuracy'] <= 1.0
 
 
+def test_encoder_attention_view_masks_nothing_and_sums_to_one(pretrained):
+  _, workdir, _ = pretrained
+  restored = workdir_lib.restore(workdir)
+  task = restored.task
+  with restored.active():
+    [view] = task.attention_views(restored.params, 'the film was good')
+  ids = task.tokenizer.encode('the film was good', add_eos=False)
+  assert view.queries == view.keys and view.queries[0] == '[CLS]'
+  assert len(view.queries) == len(ids) + 1
+  layers_ = task.model_config.num_layers
+  assert view.weights.shape == (layers_, task.model_config.num_heads,
+                                len(ids) + 1, len(ids) + 1)
+  np.testing.assert_allclose(view.weights.sum(-1), 1.0, atol=1e-5)
+  # Bidirectional: the first token attends to the last one, unlike GPT.
+  assert (view.weights[:, :, 0, -1] > 0).all()
+
+
 def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
   pretrained_config, mlm_workdir, _ = pretrained
   source = str(tmp_path / 'mlm')

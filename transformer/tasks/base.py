@@ -14,10 +14,12 @@ import jax
 import ml_collections
 import numpy as np
 
+from transformer import layers
 from transformer import ranges
 from transformer.data import batching
 from transformer.data import files
 from transformer.data import token_cache
+from transformer.data import tokenizers
 from transformer.tasks import vocabularies
 
 Batch = dict[str, Any]
@@ -48,6 +50,21 @@ def group_layers(weights: dict[str, Any], example: int = 0
     kind = re.sub(r'(^|/)layer_\d+(/|$)', r'\1', name).strip('/')
     grouped.setdefault(kind or name, []).append(np.asarray(value[example]))
   return {kind: np.stack(layers) for kind, layers in grouped.items()}
+
+
+def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
+  """The self-attention of a task's BERT encoder (`task.model.encode`) as
+  it reads `text_` after the start token (EOS in the place of [CLS]), cut
+  to the model's max_length: every layer and head."""
+  ids = ([tokenizers.EOS_ID] + task.tokenizer.encode(
+      text_, add_eos=False))[:task.model_config.max_length]
+  tokens = np.repeat(np.asarray([ids], np.int32), task.batch_divisor, 0)
+  _, state = task.model.apply({'params': params}, tokens, deterministic=True,
+                              method='encode', mutable=['intermediates'])
+  [weights] = group_layers(layers.attention_weights(
+      jax.device_get(state['intermediates']))).values()
+  pieces = ['[CLS]'] + [task.tokenizer.id_to_piece(i) for i in ids[1:]]
+  return [AttentionView('encoder self-attention', pieces, pieces, weights)]
 
 
 class Task(Protocol):

@@ -22,6 +22,7 @@ from transformer import losses
 from transformer import ranges
 from transformer.data import batching
 from transformer.models import encoder
+from transformer.tasks import base
 from transformer.tasks import language_modeling
 
 # Set by the task from the data.
@@ -105,6 +106,11 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
     sums = losses.token_sums(logits, targets, 0.0)
     sums['mlm_accuracy'] = sums.pop('accuracy')
     return losses.mean(sums), sums
+
+  def attention_views(self, params: Any, text_: str
+                      ) -> list[base.AttentionView]:
+    """The encoder's self-attention on `text_` (the explorer's page)."""
+    return base.encoder_views(self, params, text_)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     del params, label  # MLM accuracy comes from the evaluation batches

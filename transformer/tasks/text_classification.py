@@ -238,6 +238,11 @@ class TextClassificationTask(base.Task):
                          count)}
     return losses.mean(sums), sums
 
+  def attention_views(self, params: Any, text_: str
+                      ) -> list[base.AttentionView]:
+    """The encoder's self-attention on `text_` (the explorer's page)."""
+    return base.encoder_views(self, params, text_)
+
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     del params, label  # accuracy comes from the evaluation batches
     return {}

@@ -10,7 +10,8 @@ trained workdir's model on one input.
 In the page one picks the kind of attention (a translation model: the
 encoder's and decoder's self-attention and the decoder's attention over the
 source, for the translation the model itself produces; a language model:
-its causal self-attention), a layer and a head or the mean of the heads,
+its causal self-attention; BERT, pretrained or fine-tuned: its encoder's
+self-attention), a layer and a head or the mean of the heads,
 and hovers a token to see its attention to every other token as lines
 (BertViz's head view) or as a heatmap; the model view shows every layer
 and head at once. Image and vision-and-language models write their
@@ -73,8 +74,8 @@ def explore(workdir: str, text: str, output: str | None = None, *,
   restored = workdir_lib.restore(workdir, average=average)
   if not hasattr(restored.task, 'attention_views'):
     raise ValueError(
-        f'The explorer shows translation and language models; {workdir} '
-        f'trained a {config.task!r} task: for images use python -m '
+        f'The explorer shows translation, language and BERT models; '
+        f'{workdir} trained a {config.task!r} task: for images use python -m '
         f'transformer.tools.predict --attention_dir, for visual questions '
         f'python -m transformer.tools.ask --attention_dir.')
   with restored.active():
