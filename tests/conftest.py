@@ -91,10 +91,10 @@ def tiny_training_config(steps: int = 4):
   return config
 
 
-@pytest.fixture(scope='module')
+@pytest.fixture(scope='session')
 def trained(tmp_path_factory):
-  """A finished 4-step run with checkpoints 2 and 4 (tests copy it with
-  `copy_of`)."""
+  """A finished 4-step run with checkpoints 2 and 4, trained once per test
+  process: tests only read it, or change a copy (`copy_of`)."""
   from transformer import train  # pylint: disable=g-import-not-at-top
   workdir = tmp_path_factory.mktemp('trained')
   train.train_and_evaluate(tiny_training_config(), str(workdir))

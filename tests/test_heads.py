@@ -2,6 +2,8 @@
 of a gate on each head's output, a pruned head no longer reaches the
 output, and the command writes its table and plots."""
 
+import shutil
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -14,8 +16,11 @@ from transformer.tools import heads
 
 
 @pytest.fixture(scope='module')
-def restored(trained):
-  return workdir_lib.restore(str(trained))
+def restored(trained, tmp_path_factory):
+  # A copy: pruning runs the task's evaluation, which writes reports.
+  copy = tmp_path_factory.mktemp('heads') / 'run'
+  shutil.copytree(trained, copy)
+  return workdir_lib.restore(str(copy))
 
 
 def _batch(restored):
