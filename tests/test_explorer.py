@@ -65,8 +65,8 @@ def test_page_is_self_contained_and_holds_every_view(written):
   html = open(path, encoding='utf-8').read()
   # Nothing loaded from elsewhere: no external scripts, styles, images or
   # requests (the SVG namespace is a name, not a download).
-  for outside in ('<script src', '<link', '<img', 'fetch(', 'XMLHttpRequest',
-                  'import('):
+  for outside in ('<script src', '<link', '<img src', 'fetch(',
+                  'XMLHttpRequest', 'import('):
     assert outside not in html, outside
   assert [v.name for v in views] == [
       'encoder self-attention', 'decoder self-attention',
@@ -124,3 +124,40 @@ def test_screenshot_is_not_blank(page, tmp_path):
                     .convert('L'), np.float32)
   assert shot.std() > 20  # text, lines and coloured maps on white
   assert (shot < 128).mean() > 0.01
+
+
+@pytest.fixture(scope='module')
+def vit_page(tmp_path_factory):
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from conftest import load_experiment  # pylint: disable=g-import-not-at-top
+  from transformer import train  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('vit')
+  config = load_experiment('vit_offline', 'runlocal')
+  config.train.update(dict(num_steps=3, eval_every=3, checkpoint_every=3))
+  train.train_and_evaluate(config, str(root / 'run'))
+  picture = np.random.default_rng(0).integers(0, 255, (40, 40, 3), np.uint8)
+  Image.fromarray(picture).save(root / 'image.png')
+  return explore.explore(str(root / 'run'), str(root / 'image.png'),
+                         str(root / 'page.html'))
+
+
+def test_a_vit_page_overlays_each_tokens_attention_on_the_image(vit_page,
+                                                                browser):
+  path, [view] = vit_page
+  assert view.first_patch == 1 and view.queries[0] == '[CLS]'
+  assert len(view.keys) == 1 + view.grid ** 2
+  page = browser.new_page()
+  errors = []
+  page.on('pageerror', lambda e: errors.append(str(e)))
+  page.goto(f'file://{path}')
+  assert page.is_visible('#picture') and page.is_visible('#overlay')
+  page.select_option('#head', '0')
+  overlays = []
+  for query in (0, 3):
+    np.testing.assert_allclose(_row(page, query), view.weights[0, 0, query],
+                               atol=1e-4)
+    assert page.get_attribute('#overlay', 'data-query') == str(query)
+    overlays.append(page.eval_on_selector('#overlay', 'c => c.toDataURL()'))
+  assert overlays[0] != overlays[1]  # each token's own map
+  assert not errors, errors
+  page.close()

@@ -33,6 +33,11 @@ class AttentionView:
   queries: list[str]  # T labels of the rows
   keys: list[str]  # S labels of the columns
   weights: np.ndarray  # [layers, heads, T, S]
+  # Image models: the picture [H, W, C] in [0, 1] the keys from
+  # `first_patch` on cover, as a grid x grid of patches, row-major.
+  image: np.ndarray | None = None
+  grid: int = 0
+  first_patch: int = 0
 
 
 def group_layers(weights: dict[str, Any], example: int = 0

@@ -283,6 +283,27 @@ class ImageClassificationTask(base.Task):
     size (independent per class with the sigmoid loss)."""
     return self._probabilities(self._forward(params, pictures)[0])
 
+  def attention_views(self, params: Any, picture: np.ndarray
+                      ) -> list[base.AttentionView]:
+    """Every layer's and head's self-attention over the patches (and the
+    class token) for one uint8 picture at the stored size, with the
+    picture the model saw: the explorer's page."""
+    c = self.model_config
+    _, weights = self._forward(params, picture[None], with_weights=True)
+    stacked = np.stack([np.asarray(w[0]) for w in weights])  # [L, N, T, T]
+    first = 1 if c.pooling == 'token' else 0
+    labels = ['[CLS]'] * first + [f'patch {row},{column}'
+                                  for row in range(c.grid_size)
+                                  for column in range(c.grid_size)]
+    if len(labels) != stacked.shape[-1]:
+      raise ValueError(f'{stacked.shape[-1]} tokens for {len(labels)} '
+                       f'patches and class token: not a plain ViT.')
+    image = augment.center_crop(augment.to_unit(picture[None]),
+                                c.image_size)[0]
+    return [base.AttentionView('self-attention over the patches', labels,
+                               labels, stacked, image=np.asarray(image),
+                               grid=c.grid_size, first_patch=first)]
+
   def plot_attention(self, params: Any, picture: np.ndarray, path: str
                      ) -> str | None:
     """The class token's attention over the patches for one image: each

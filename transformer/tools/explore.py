@@ -6,21 +6,27 @@ trained workdir's model on one input.
         --input="the red house sees a small cat" --output=page.html
     python -m transformer.tools.explore --workdir=workdirs/shakespeare_char \
         --input="ROMEO: what light"
+    python -m transformer.tools.explore --workdir=workdirs/vit_offline \
+        --input=image.png
 
 In the page one picks the kind of attention (a translation model: the
 encoder's and decoder's self-attention and the decoder's attention over the
 source, for the translation the model itself produces; a language model:
 its causal self-attention; BERT, pretrained or fine-tuned: its encoder's
-self-attention), a layer and a head or the mean of the heads,
-and hovers a token to see its attention to every other token as lines
-(BertViz's head view) or as a heatmap; the model view shows every layer
-and head at once. Image and vision-and-language models write their
-attention with `predict --attention_dir` and `ask --attention_dir`.
+self-attention; a ViT, reading the image file --input names: its
+self-attention over the patches), a layer and a head or the mean of the
+heads, and hovers a token to see its attention to every other token as
+lines (BertViz's head view) or as a heatmap, and for a ViT as an overlay on
+the image; the model view shows every layer and head at once.
+Vision-and-language models write their co-attention with
+`ask --attention_dir`.
 `explore(workdir, text, output)` does the same from python.
 """
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import sys
@@ -28,8 +34,10 @@ from typing import Sequence
 
 from absl import flags
 import numpy as np
+import PIL.Image
 
 from transformer import workdir as workdir_lib
+from transformer.data import images as image_data
 from transformer.tasks import base
 from transformer.tools import cli
 
@@ -46,11 +54,25 @@ def define_flags() -> None:
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
 
 
+def _png_data_url(image: np.ndarray) -> str:
+  """An [H, W, C] picture in [0, 1] as an inline PNG."""
+  pixels = np.clip(np.asarray(image) * 255 + 0.5, 0, 255).astype(np.uint8)
+  if pixels.shape[-1] == 1:
+    pixels = pixels[..., 0]
+  buffer = io.BytesIO()
+  PIL.Image.fromarray(pixels).save(buffer, format='PNG')
+  return 'data:image/png;base64,' + base64.b64encode(
+      buffer.getvalue()).decode()
+
+
 def page(title: str, text: str, views: Sequence[base.AttentionView]) -> str:
   """The explorer's HTML for `views` of the model reading `text`."""
   data = {'title': title, 'input': text, 'views': [
       {'name': v.name, 'queries': list(v.queries), 'keys': list(v.keys),
-       'weights': np.round(np.asarray(v.weights, np.float64), 4).tolist()}
+       'weights': np.round(np.asarray(v.weights, np.float64), 4).tolist(),
+       **({} if v.image is None else {
+           'image': _png_data_url(v.image), 'grid': v.grid,
+           'first_patch': v.first_patch})}
       for v in views]}
   # Inside <script>, '</' could end the element early: JSON allows '<\/'.
   blob = json.dumps(data, ensure_ascii=False).replace('</', '<\\/')
@@ -74,12 +96,16 @@ def explore(workdir: str, text: str, output: str | None = None, *,
   restored = workdir_lib.restore(workdir, average=average)
   if not hasattr(restored.task, 'attention_views'):
     raise ValueError(
-        f'The explorer shows translation, language and BERT models; '
-        f'{workdir} trained a {config.task!r} task: for images use python -m '
-        f'transformer.tools.predict --attention_dir, for visual questions '
-        f'python -m transformer.tools.ask --attention_dir.')
+        f'The explorer shows translation, language, BERT and ViT models; '
+        f'{workdir} trained a {config.task!r} task: for visual questions '
+        f'use python -m transformer.tools.ask --attention_dir.')
+  reads = text
+  if config.task == 'image_classification':  # --input names an image file
+    reads = image_data.read_image(
+        text, config.data.load_size or config.data.image_size,
+        restored.task.num_channels)
   with restored.active():
-    views = restored.task.attention_views(restored.params, text)
+    views = restored.task.attention_views(restored.params, reads)
   title = (f'{config.task} · {os.path.basename(os.path.normpath(workdir))}'
            f' · step {restored.step}')
   folder = os.path.dirname(os.path.abspath(output))

@@ -1,5 +1,6 @@
 // The attention explorer: DATA = {title, input, views: [{name, queries,
-// keys, weights: [layer][head][query][key]}]}, written by explore.py.
+// keys, weights: [layer][head][query][key], and for images: image (a PNG
+// data URL), grid, first_patch}]}, written by explore.py.
 'use strict';
 
 const ROW = 20;  // pixels per token row, as .token's height in the CSS
@@ -96,6 +97,34 @@ function paint(canvas, weights, cell) {
   }));
 }
 
+// For an image: the hovered query's (else the first one's) attention over
+// the patches, on the picture, scaled to its largest weight.
+function drawImage(weights) {
+  const v = view();
+  const figure = byId('imageview');
+  figure.hidden = !v.image;
+  if (!v.image) return;
+  if (byId('picture').getAttribute('src') !== v.image) {
+    byId('picture').setAttribute('src', v.image);
+  }
+  const query = state.hover === null ? 0 : state.hover;
+  const patches = weights[query].slice(v.first_patch,
+                                       v.first_patch + v.grid * v.grid);
+  const top = Math.max(...patches, 1e-12);
+  const canvas = byId('overlay');
+  canvas.width = v.grid;
+  canvas.height = v.grid;
+  const context = canvas.getContext('2d');
+  context.clearRect(0, 0, v.grid, v.grid);
+  patches.forEach((w, i) => {
+    context.fillStyle = `rgba(255, 40, 0, ${0.85 * w / top})`;
+    context.fillRect(i % v.grid, Math.floor(i / v.grid), 1, 1);
+  });
+  canvas.dataset.query = String(query);
+  byId('overlay-caption').textContent =
+      `${v.queries[query]}: attention over the patches (max ${top.toFixed(3)})`;
+}
+
 function drawModelView() {
   const v = view();
   const heads = v.weights[0].length;
@@ -135,6 +164,7 @@ function draw() {
   byId('heatmap').hidden = lines;
   if (lines) drawLines(weights);
   else paint(byId('heatmap'), weights, ROW);
+  drawImage(weights);
   document.querySelectorAll('#modelview figure').forEach((figure) =>
       figure.classList.toggle('selected',
           figure.dataset.layer === String(state.layer) &&
