@@ -137,8 +137,8 @@ def vit_page(tmp_path_factory):
   train.train_and_evaluate(config, str(root / 'run'))
   picture = np.random.default_rng(0).integers(0, 255, (40, 40, 3), np.uint8)
   Image.fromarray(picture).save(root / 'image.png')
-  return explore.explore(str(root / 'run'), str(root / 'image.png'),
-                         str(root / 'page.html'))
+  return explore.explore(str(root / 'run'), output=str(root / 'page.html'),
+                         image=str(root / 'image.png'))
 
 
 def test_a_vit_page_overlays_each_tokens_attention_on_the_image(vit_page,

@@ -18,6 +18,7 @@ from transformer.data import scenes
 from transformer.data import tokenizers
 from transformer.tasks import vision_language
 from transformer.tools import ask
+from transformer.tools import explore
 
 
 @pytest.fixture(scope='module')
@@ -197,6 +198,25 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
   with pytest.raises(ValueError, match='never saw.*banana'):
     ask.ask(str(tmp_path), str(tmp_path / 'scene.png'),
             ['what colour is the banana?'])
+  # The explorer page: the words' co-attention over the regions (with the
+  # IMG token first) is what the co-attention figures show.
+  page, views = explore.explore(str(tmp_path), questions.questions[0],
+                                str(tmp_path / 'page.html'),
+                                image=str(tmp_path / 'scene.png'))
+  assert os.path.getsize(page) > 1_000
+  words_view = views[0]
+  assert words_view.keys[0] == '[IMG]' and words_view.first_patch == 1
+  length = len(words_view.queries)
+  tokens = restored.task.encode_questions([questions.questions[0]])
+  with restored.active():
+    words, _ = restored.task._co_attention(  # pylint: disable=protected-access
+        restored.params, tokens, questions.scenes.images[:1])
+  np.testing.assert_allclose(words_view.weights[..., 1:],
+                             np.asarray(words)[0][:, :, :length], atol=1e-6)
+  np.testing.assert_allclose(words_view.weights.sum(-1), 1.0, atol=1e-5)
+  assert [v.name for v in views][1:] == [
+      'regions attend to the words (co-attention)',
+      'text stream self-attention', 'visual stream self-attention']
   # The question-only model sees no regions: the image changes nothing.
   blind = load_experiment('vilbert_vqa', 'blind,runlocal')
   task = tasks.build(blind, str(tmp_path / 'blind'))

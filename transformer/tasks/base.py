@@ -52,7 +52,9 @@ def group_layers(weights: dict[str, Any], example: int = 0
   grouped = {}
   for name in sorted(weights, key=numeric):
     value = weights[name]
+    # 'encoder/layer_3/self_attention' and 'co_layers_3/...' lose the index.
     kind = re.sub(r'(^|/)layer_\d+(/|$)', r'\1', name).strip('/')
+    kind = re.sub(r'_\d+(?=/|$)', '', kind)
     grouped.setdefault(kind or name, []).append(np.asarray(value[example]))
   return {kind: np.stack(layers) for kind, layers in grouped.items()}
 

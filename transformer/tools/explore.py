@@ -7,19 +7,21 @@ trained workdir's model on one input.
     python -m transformer.tools.explore --workdir=workdirs/shakespeare_char \
         --input="ROMEO: what light"
     python -m transformer.tools.explore --workdir=workdirs/vit_offline \
-        --input=image.png
+        --image=image.png
+    python -m transformer.tools.explore --workdir=workdirs/vqa \
+        --image=scene.png --input="what colour is the square?"
 
 In the page one picks the kind of attention (a translation model: the
 encoder's and decoder's self-attention and the decoder's attention over the
 source, for the translation the model itself produces; a language model:
 its causal self-attention; BERT, pretrained or fine-tuned: its encoder's
-self-attention; a ViT, reading the image file --input names: its
-self-attention over the patches), a layer and a head or the mean of the
-heads, and hovers a token to see its attention to every other token as
-lines (BertViz's head view) or as a heatmap, and for a ViT as an overlay on
-the image; the model view shows every layer and head at once.
-Vision-and-language models write their co-attention with
-`ask --attention_dir`.
+self-attention; a ViT reading --image: its self-attention over the
+patches; ViLBERT answering --input about --image: the words' co-attention
+over the image regions and the regions' over the words, and each stream's
+self-attention), a layer and a head or the mean of the heads, and hovers a
+token to see its attention to every other token as lines (BertViz's head
+view) or as a heatmap, and for image models as an overlay on the image;
+the model view shows every layer and head at once.
 `explore(workdir, text, output)` does the same from python.
 """
 
@@ -47,8 +49,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 def define_flags() -> None:
   """The command's flags, defined when it runs (`run`)."""
   flags.DEFINE_string('workdir', None, 'A trained workdir.', required=True)
-  flags.DEFINE_string('input', None, 'The text the model reads.',
-                      required=True)
+  flags.DEFINE_string('input', '', 'The text the model reads (a VQA '
+                      'model: the question).')
+  flags.DEFINE_string('image', None, 'The image file an image or '
+                      'vision-and-language model reads.')
   flags.DEFINE_string('output', None, 'The HTML file to write; default '
                       'WORKDIR/explorer.html.')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
@@ -83,31 +87,49 @@ def page(title: str, text: str, views: Sequence[base.AttentionView]) -> str:
   return html.replace('/*DATA*/', blob, 1).replace('/*SCRIPT*/', script, 1)
 
 
-def explore(workdir: str, text: str, output: str | None = None, *,
-            average: int = 1) -> tuple[str, list[base.AttentionView]]:
-  """Writes the explorer page of `workdir`'s model reading `text` (default
-  WORKDIR/explorer.html); the path and the views it shows."""
+# What each task's model reads: (text, an image file).
+_READS = {'translation': (True, False), 'language_modeling': (True, False),
+          'masked_language_modeling': (True, False),
+          'text_classification': (True, False),
+          'image_classification': (False, True),
+          'visual_question_answering': (True, True)}
+
+
+def explore(workdir: str, text: str = '', output: str | None = None, *,
+            image: str | None = None, average: int = 1
+            ) -> tuple[str, list[base.AttentionView]]:
+  """Writes the explorer page of `workdir`'s model reading `text` and/or
+  the `image` file (default WORKDIR/explorer.html); the path and the views
+  it shows."""
   cli.check_flag('average', average, at_least=1)
   output = output or os.path.join(workdir, 'explorer.html')
   if os.path.isdir(output):
     raise ValueError(f'--output={output} is a folder; give the path of the '
                      f'page to write, e.g. --output={output}/page.html.')
   config = workdir_lib.load_config(workdir)
-  restored = workdir_lib.restore(workdir, average=average)
-  if not hasattr(restored.task, 'attention_views'):
+  if config.task not in _READS:
     raise ValueError(
-        f'The explorer shows translation, language, BERT and ViT models; '
-        f'{workdir} trained a {config.task!r} task: for visual questions '
-        f'use python -m transformer.tools.ask --attention_dir.')
-  reads = text
-  if config.task == 'image_classification':  # --input names an image file
-    reads = image_data.read_image(
-        text, config.data.load_size or config.data.image_size,
-        restored.task.num_channels)
+        f'The explorer shows translation, language, BERT, ViT and VQA '
+        f'models; {workdir} trained a {config.task!r} task.')
+  needs_text, needs_image = _READS[config.task]
+  if needs_text and not text:
+    raise ValueError(f'A {config.task} model reads text: give --input.')
+  if needs_image != (image is not None):
+    raise ValueError(
+        f'A {config.task} model ' + ('reads an image: give --image=FILE.'
+                                     if needs_image else
+                                     'reads no image: leave out --image.'))
+  restored = workdir_lib.restore(workdir, average=average)
+  reads = [text] if needs_text else []
+  if needs_image:
+    reads.append(image_data.read_image(
+        image, config.data.get('load_size') or config.data.image_size,
+        getattr(restored.task, 'num_channels', 3)))
   with restored.active():
-    views = restored.task.attention_views(restored.params, reads)
+    views = restored.task.attention_views(restored.params, *reads)
   title = (f'{config.task} · {os.path.basename(os.path.normpath(workdir))}'
            f' · step {restored.step}')
+  text = ' · '.join(x for x in (text, image and os.path.basename(image)) if x)
   folder = os.path.dirname(os.path.abspath(output))
   os.makedirs(folder, exist_ok=True)
   with open(output, 'w', encoding='utf-8') as f:
@@ -119,7 +141,7 @@ def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
   path, views = explore(args.workdir, args.input, args.output,
-                        average=args.average)
+                        image=args.image, average=args.average)
   print(f'Written: {path} ({", ".join(v.name for v in views)}); open it in '
         f'a browser.', file=sys.stderr)
 
