@@ -285,6 +285,11 @@ def write_report(names: Sequence[str], importance: np.ndarray,
   """heads.md, importance.png and pruning.png in `folder` (with `patterns`
   also their tables and patterns.png); the tables' text."""
   os.makedirs(folder, exist_ok=True)
+  if patterns:  # the order the layers ran, not the parameters' (sorted)
+    ran = {name: i for i, name in enumerate(patterns)}
+    order = sorted(range(len(names)),
+                   key=lambda i: (ran.get(names[i], len(ran)), i))
+    names, importance = [names[i] for i in order], importance[order]
   heads = importance.shape[-1]
   lines = ['Head importance (Michel et al. 2019), normalised per layer:', '',
            '| layer | ' + ' | '.join(f'head {h}' for h in range(heads)) + ' |',
@@ -296,8 +301,9 @@ def write_report(names: Sequence[str], importance: np.ndarray,
   lines += ['', 'Pruning the least important heads first:', '',
             '| pruned | heads kept | ' + ' | '.join(keys) + ' |',
             '|---|---|' + '---|' * len(keys)]
+  number = lambda v: f'{v:.4g}' if abs(v) >= 1e-6 else '0'
   lines += [f'| {row["pruned"]:.0%} | {row["heads"]} | ' + ' | '.join(
-      f'{row[k]:.4g}' for k in keys) + ' |' for row in rows]
+      number(row[k]) for k in keys) + ' |' for row in rows]
   for key, what in (('entropy', 'Mean entropy of the attention weights '
                                 '(nats; low: a head looks at few keys):'),
                     ('distance', 'Mean distance attended over, in '
