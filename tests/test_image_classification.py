@@ -174,6 +174,8 @@ def test_predict_tool_and_attention_maps(trained, tmp_path):
                        pytest.approx(row.max(), abs=1e-6))
     name = os.path.splitext(os.path.basename(path))[0]
     assert os.path.getsize(tmp_path / 'maps' / f'{name}_attention.png') > 5_000
+    for k in range(task.model_config.num_layers):
+      assert os.path.getsize(tmp_path / 'maps' / f'{name}_layer_{k}.png') > 5_000
   assert os.path.exists(os.path.join(workdir, 'plots', 'attention_step6.png'))
 
 

@@ -304,6 +304,27 @@ class ImageClassificationTask(base.Task):
                                labels, stacked, image=np.asarray(image),
                                grid=c.grid_size, first_patch=first)]
 
+  def plot_layer_attention(self, params: Any, picture: np.ndarray,
+                           prefix: str) -> list[str]:
+    """Per layer k, `{prefix}_layer_{k}.png`: the class token's attention
+    over the patches in each head and their mean, on the picture. Every
+    process calls this; process 0 writes."""
+    if self.model_config.pooling != 'token':
+      raise ValueError("Attention maps follow the class token; this model "
+                       "pools with 'gap'.")
+    [view] = self.attention_views(params, picture)
+    if jax.process_index() != 0:
+      return []
+    g = view.grid
+    paths = []
+    for k, heads in enumerate(view.weights):  # [N, T, T]
+      maps = heads[:, 0, view.first_patch:].reshape(-1, g, g)
+      maps = np.concatenate([maps, maps.mean(0, keepdims=True)])
+      paths.append(plots.plot_image_attention(
+          view.image, maps, [f'layer {k} head {h}' for h in range(len(heads))]
+          + [f'layer {k} mean'], f'{prefix}_layer_{k}.png'))
+    return paths
+
   def plot_attention(self, params: Any, picture: np.ndarray, path: str
                      ) -> str | None:
     """The class token's attention over the patches for one image: each

@@ -9,7 +9,9 @@ Each image is read (RGB or grey, as the model was trained), its shorter
 side resized to the training's stored size and the centre cropped to the
 model's input size, as in evaluation. Prints the top-k classes with their
 probabilities; with --attention_dir also writes, per image, the class
-token's attention over the patches (last layer's heads and the rollout).
+token's attention over the patches (last layer's heads and the rollout,
+NAME_attention.png, and every layer's heads and their mean,
+NAME_layer_K.png).
 `classify(workdir, paths, ...)` does the same from python.
 """
 
@@ -79,6 +81,8 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
           name = os.path.splitext(os.path.basename(path))[0]
           task.plot_attention(restored.params, picture, os.path.join(
               attention_dir, f'{name}_attention.png'))
+          task.plot_layer_attention(restored.params, picture, os.path.join(
+              attention_dir, name))
   return predictions, restored.step
 
 
