@@ -107,6 +107,12 @@ def test_views_layers_and_the_model_view(written, page):
   layers, heads = cross.weights.shape[:2]
   assert page.eval_on_selector_all('#modelview canvas', 'cs => cs.length') == (
       layers * heads)
+  # Each map's caption gives its head's mean entropy over its rows.
+  shown = page.eval_on_selector_all(
+      '#modelview figure', 'fs => fs.map(f => Number(f.dataset.entropy))')
+  w = cross.weights.reshape(layers * heads, *cross.weights.shape[2:])
+  logs = np.log(np.where(w > 0, w, 1.0))
+  np.testing.assert_allclose(shown, -(w * logs).sum(-1).mean(-1), atol=2e-3)
   # Clicking a map opens its layer and head.
   page.click(f'#modelview figure[data-layer="0"][data-head="{heads - 1}"]')
   assert page.input_value('#head') == str(heads - 1)

@@ -125,6 +125,18 @@ function drawImage(weights) {
       `${v.queries[query]}: attention over the patches (max ${top.toFixed(3)})`;
 }
 
+// The mean entropy (nats) of a head's rows that attend to anything: low
+// for a head that looks at one key, log(S) for one that looks everywhere.
+function entropy(weights) {
+  let total = 0, rows = 0;
+  weights.forEach((row) => {
+    if (row.reduce((a, b) => a + b, 0) <= 0) return;
+    total -= row.reduce((sum, w) => sum + (w > 0 ? w * Math.log(w) : 0), 0);
+    rows += 1;
+  });
+  return rows ? total / rows : 0;
+}
+
 function drawModelView() {
   const v = view();
   const heads = v.weights[0].length;
@@ -140,7 +152,9 @@ function drawModelView() {
     const canvas = document.createElement('canvas');
     paint(canvas, weights, cell);
     const caption = document.createElement('figcaption');
-    caption.textContent = `layer ${l} head ${h}`;
+    const h_ = entropy(weights);
+    figure.dataset.entropy = h_.toFixed(4);
+    caption.textContent = `layer ${l} head ${h} · entropy ${h_.toFixed(2)}`;
     figure.append(canvas, caption);
     figure.addEventListener('click', () => {
       state.layer = l;
