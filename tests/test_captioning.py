@@ -85,6 +85,30 @@ def test_end_to_end_few_steps_writes_metrics_and_figures(model, tmp_path):
   assert figure.stat().st_size > 10_000
   assert config.eval.num_plots == 2
   assert (tmp_path / 'plots' / 'caption_step6_1.png').exists()
+  # The explorer's views: each word's attention over the grid is what the
+  # caption figures show (the last layer's, heads averaged).
+  from PIL import Image  # pylint: disable=g-import-not-at-top
+  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from transformer.tools import explore  # pylint: disable=g-import-not-at-top
+  restored = workdir_lib.restore(str(tmp_path))
+  image = restored.task.split(config.data.eval_split)[0][0]
+  Image.fromarray(image).save(tmp_path / 'image.png')
+  _, views = explore.explore(str(tmp_path), output=str(tmp_path / 'p.html'),
+                             image=str(tmp_path / 'image.png'))
+  words = views[0]
+  assert words.name.startswith('words attend to the image')
+  assert words.grid ** 2 == len(words.keys) and words.image is not None
+  with restored.active():
+    [ids] = restored.task.caption(restored.params, image[None],
+                                  beam_size=config.eval.beam_size,
+                                  length_penalty=config.eval.length_penalty)
+  ids = ids[:len(words.queries)]
+  expected = captioning.word_attention(
+      restored.task.model, restored.params,
+      jnp.asarray(image[None], jnp.float32) / 127.5 - 1, jnp.asarray(ids[None]))
+  np.testing.assert_allclose(
+      words.weights[-1].mean(0),
+      np.asarray(expected[0]).reshape(len(ids), -1), atol=1e-5)
 
 
 def test_doubly_stochastic_penalty_is_part_of_the_loss(tmp_path):

@@ -16,7 +16,9 @@ encoder's and decoder's self-attention and the decoder's attention over the
 source, for the translation the model itself produces; a language model:
 its causal self-attention; BERT, pretrained or fine-tuned: its encoder's
 self-attention; a ViT reading --image: its self-attention over the
-patches; ViLBERT answering --input about --image: the words' co-attention
+patches; a captioner describing --image: each word's attention over the
+image grid, the caption's self-attention and the image encoder's; ViLBERT
+answering --input about --image: the words' co-attention
 over the image regions and the regions' over the words, and each stream's
 self-attention), a layer and a head or the mean of the heads, and hovers a
 token to see its attention to every other token as lines (BertViz's head
@@ -92,6 +94,7 @@ _READS = {'translation': (True, False), 'language_modeling': (True, False),
           'masked_language_modeling': (True, False),
           'text_classification': (True, False),
           'image_classification': (False, True),
+          'captioning': (False, True),
           'visual_question_answering': (True, True)}
 
 
@@ -109,8 +112,8 @@ def explore(workdir: str, text: str = '', output: str | None = None, *,
   config = workdir_lib.load_config(workdir)
   if config.task not in _READS:
     raise ValueError(
-        f'The explorer shows translation, language, BERT, ViT and VQA '
-        f'models; {workdir} trained a {config.task!r} task.')
+        f'The explorer shows translation, language, BERT, ViT, captioning '
+        f'and VQA models; {workdir} trained a {config.task!r} task.')
   needs_text, needs_image = _READS[config.task]
   if needs_text and not text:
     raise ValueError(f'A {config.task} model reads text: give --input.')
