@@ -126,3 +126,8 @@ def test_the_rnn_alignment_is_its_additive_attention(tmp_path):
     np.testing.assert_allclose(matrix, expected[0, 0], atol=1e-5)
   with pytest.raises(ValueError, match='one alignment, no layers or heads'):
     task.alignments(params, pairs, head=0)
+  # The explorer shows the same alignment, for the model's own translation.
+  [view] = task.attention_views(params, 'the red house')
+  assert view.name.startswith('alignment') and view.weights.shape[:2] == (1, 1)
+  assert view.weights.shape[2:] == (len(view.queries), len(view.keys))
+  np.testing.assert_allclose(view.weights.sum(-1), 1.0, atol=1e-5)
