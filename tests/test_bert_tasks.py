@@ -72,6 +72,12 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
                  np.asarray(loaded['embed']['embed']['embedding'])).max()
   assert moved < 0.01  # started from, not re-initialised
   assert 'classifier' in tuned and 'classifier' not in loaded
+  # The explorer reads a fine-tuned classifier's encoder too.
+  restored = workdir_lib.restore(tuned_workdir)
+  with restored.active():
+    [view] = restored.task.attention_views(restored.params, 'a good film')
+  assert view.queries[0] == '[CLS]'
+  np.testing.assert_allclose(view.weights.sum(-1), 1.0, atol=1e-5)
 
 
 def test_fine_tuning_refuses_a_workdir_of_another_task(tmp_path):

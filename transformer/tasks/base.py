@@ -64,7 +64,7 @@ def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
   it reads `text_` after the start token (EOS in the place of [CLS]), cut
   to the model's max_length: every layer and head."""
   ids = ([tokenizers.EOS_ID] + task.tokenizer.encode(
-      text_, add_eos=False))[:task.model_config.max_length]
+      text_, add_eos=False))[:task.model.config.max_length]
   tokens = np.repeat(np.asarray([ids], np.int32), task.batch_divisor, 0)
   _, state = task.model.apply({'params': params}, tokens, deterministic=True,
                               method='encode', mutable=['intermediates'])
