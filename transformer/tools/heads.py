@@ -216,7 +216,13 @@ def head_patterns(restored: workdir_lib.Restored, *, batches: int = 0
     eval_batches = itertools.islice(eval_batches, batches)
   with restored.active():
     for batch in eval_batches:
-      found = sums(params, sharding.global_batch(batch, restored.mesh))
+      try:
+        found = sums(params, sharding.global_batch(batch, restored.mesh))
+      except jax.errors.UnexpectedTracerError as e:
+        raise ValueError(
+            'Attention weights cannot be read layer by layer from a model '
+            'with scanned or rematerialised layers (model.scan_layers, '
+            'model.remat): they stay inside the transformation.') from e
       total = found if total is None else jax.tree.map(jnp.add, total, found)
   if total is None:
     raise ValueError('The task has no evaluation batches to look at.')
@@ -347,7 +353,11 @@ def main(argv):
   workdir_lib.load_config(args.workdir)  # a workdir, or a clear error
   restored = workdir_lib.restore(args.workdir, average=args.average)
   names, importance = head_importance(restored, batches=args.batches)
-  patterns = head_patterns(restored, batches=args.batches)
+  try:
+    patterns = head_patterns(restored, batches=args.batches)
+  except ValueError as e:  # importance and pruning still stand
+    print(f'No entropy or distance: {e}', file=sys.stderr)
+    patterns = None
   rows = prune_heads(restored, importance, steps=args.steps)
   folder = args.output_dir or os.path.join(args.workdir, 'heads')
   sys.stdout.write(write_report(names, importance, rows, folder, patterns))
