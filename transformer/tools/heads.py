@@ -361,9 +361,10 @@ def main(argv):
   rows = prune_heads(restored, importance, steps=args.steps)
   folder = args.output_dir or os.path.join(args.workdir, 'heads')
   sys.stdout.write(write_report(names, importance, rows, folder, patterns))
-  print(f'Written: {folder}/heads.md, importance.png, pruning.png, '
-        f'entropy.png, distance.png (checkpoint of step {restored.step}).',
-        file=sys.stderr)
+  written = ['heads.md', 'importance.png', 'pruning.png'] + (
+      ['entropy.png', 'distance.png'] if patterns else [])
+  print(f'Written into {folder}: {", ".join(written)} (checkpoint of step '
+        f'{restored.step}).', file=sys.stderr)
 
 
 def run() -> None:
