@@ -135,8 +135,8 @@ def test_padding_words_and_regions_get_no_attention(tiny):
 
 def test_text_depends_on_the_image_through_co_attention(tiny):
   _, model, params, (tokens, features, boxes, mask) = tiny
-  grad = jax.grad(lambda f: encode(model, params, (tokens, f, boxes, mask))[
-      0][:, 1:].sum())(features)
+  grad = jax.jit(jax.grad(lambda f: encode(
+      model, params, (tokens, f, boxes, mask))[0][:, 1:].sum()))(features)
   grad = np.abs(np.asarray(grad)).sum(-1)
   assert np.all(grad[np.asarray(mask)] > 0)
   assert np.all(grad[~np.asarray(mask)] == 0)
