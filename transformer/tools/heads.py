@@ -44,9 +44,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import attention
-from transformer import metrics
 from transformer import plots
 from transformer import sharding
+from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.tools import cli
 
@@ -101,6 +101,20 @@ def _layer_names(params: Any, paths: Sequence[tuple[str, ...]]) -> list[str]:
   return names
 
 
+def _summed(restored: workdir_lib.Restored, fn: Any, batches: int) -> Any:
+  """fn(params, batch) summed over the evaluation batches (the first
+  `batches`; 0: all), or None when there are none."""
+  total = None
+  eval_batches = restored.task.eval_batches()
+  if batches:
+    eval_batches = itertools.islice(eval_batches, batches)
+  with restored.active():
+    for batch in eval_batches:
+      found = fn(restored.params, sharding.global_batch(batch, restored.mesh))
+      total = found if total is None else jax.tree.map(jnp.add, total, found)
+  return total
+
+
 def head_importance(restored: workdir_lib.Restored, *, batches: int = 0
                     ) -> tuple[list[str], np.ndarray]:
   """Layer names and [layers, heads] importance |<W_O[h], dL/dW_O[h]>|
@@ -121,17 +135,8 @@ def head_importance(restored: workdir_lib.Restored, *, batches: int = 0
                             * _out_kernel(grads, path), axis=(-2, -1)))
             for path in paths]
 
-  total, seen = None, 0
-  eval_batches = task.eval_batches()
-  if batches:
-    eval_batches = itertools.islice(eval_batches, batches)
-  with restored.active():
-    for batch in eval_batches:
-      found = scores(params, sharding.global_batch(batch, restored.mesh))
-      total = found if total is None else [a + b for a, b in
-                                           zip(total, found)]
-      seen += 1
-  if not seen:
+  total = _summed(restored, scores, batches)
+  if total is None:
     raise ValueError('The task has no evaluation batches to score heads '
                      'on.')
   # One row per layer of heads; layers with fewer heads (e.g. ViLBERT's
@@ -157,7 +162,7 @@ def head_patterns(restored: workdir_lib.Restored, *, batches: int = 0
   self-attention masks no padding, so there the batch's 'targets' (or
   'inputs', 'tokens') > 0 tell its real queries, as 'targets' do for
   cross-attention from a decoder."""
-  task, params = restored.task, restored.params
+  task = restored.task
 
   def record(captured):
     def intercept(next_fun, args, kwargs, context):
@@ -210,20 +215,13 @@ def head_patterns(restored: workdir_lib.Restored, *, batches: int = 0
     names[:] = list(result)
     return [result[name] for name in names]
 
-  total = None
-  eval_batches = task.eval_batches()
-  if batches:
-    eval_batches = itertools.islice(eval_batches, batches)
-  with restored.active():
-    for batch in eval_batches:
-      try:
-        found = sums(params, sharding.global_batch(batch, restored.mesh))
-      except jax.errors.UnexpectedTracerError as e:
-        raise ValueError(
-            'Attention weights cannot be read layer by layer from a model '
-            'with scanned or rematerialised layers (model.scan_layers, '
-            'model.remat): they stay inside the transformation.') from e
-      total = found if total is None else jax.tree.map(jnp.add, total, found)
+  try:
+    total = _summed(restored, sums, batches)
+  except jax.errors.UnexpectedTracerError as e:
+    raise ValueError(
+        'Attention weights cannot be read layer by layer from a model with '
+        'scanned or rematerialised layers (model.scan_layers, model.remat): '
+        'they stay inside the transformation.') from e
   if total is None:
     raise ValueError('The task has no evaluation batches to look at.')
   return {name: {key: np.asarray(value) / np.maximum(
@@ -257,30 +255,22 @@ def prune_heads(restored: workdir_lib.Restored, importance: np.ndarray, *,
   """The evaluation (loss metrics, then the task's own) with k/steps of all
   heads pruned, least important first, for k = 0 .. steps - 1; each row
   also holds 'pruned' (fraction) and 'heads' (heads kept)."""
-  task, params = restored.task, restored.params
   real = np.flatnonzero(~np.isnan(importance))  # padding is no head
   order = real[np.argsort(importance.flat[real], kind='stable')]
   total = len(real)
-  eval_step = jax.jit(lambda p, b: task.loss(p, b, None,
-                                             deterministic=True)[1])
+  trainer = train.Trainer(restored.config, restored.task.workdir)
   rows = []
-  with restored.active():
-    for k in range(steps):
-      count = total * k // steps
-      pruned = np.zeros(importance.size, bool)
-      pruned[order[:count]] = True
-      cut = without_heads(params, pruned.reshape(importance.shape))
-      sums = None
-      for batch in task.eval_batches():
-        sums = metrics.add(sums, eval_step(
-            cut, sharding.global_batch(batch, restored.mesh)))
-      result = {'pruned': count / total, 'heads': total - count,
-                **(metrics.normalize(sums) if sums else {})}
-      result.update(task.evaluate(cut, label=f'{label}_pruned{count}'))
-      rows.append(result)
-      print(f'{count} of {total} heads pruned: ' + '  '.join(
-          f'{k} {v:.4g}' for k, v in result.items()
-          if k not in ('pruned', 'heads')), flush=True)
+  for k in range(steps):
+    count = total * k // steps
+    pruned = np.zeros(importance.size, bool)
+    pruned[order[:count]] = True
+    cut = without_heads(restored.params, pruned.reshape(importance.shape))
+    result = {'pruned': count / total, 'heads': total - count,
+              **trainer.evaluate(cut, f'{label}_pruned{count}')}
+    rows.append(result)
+    print(f'{count} of {total} heads pruned: ' + '  '.join(
+        f'{k} {v:.4g}' for k, v in result.items()
+        if k not in ('pruned', 'heads')), flush=True)
   return rows
 
 
