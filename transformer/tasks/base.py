@@ -11,6 +11,7 @@ import re
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import jax
+from jax.experimental import multihost_utils
 import ml_collections
 import numpy as np
 
@@ -68,8 +69,9 @@ def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
   tokens = np.repeat(np.asarray([ids], np.int32), task.batch_divisor, 0)
   _, state = task.model.apply({'params': params}, tokens, deterministic=True,
                               method='encode', mutable=['intermediates'])
-  [weights] = group_layers(layers.attention_weights(
-      jax.device_get(state['intermediates']))).values()
+  # Rows may live on other hosts' devices, as in every task's views.
+  [weights] = group_layers(multihost_utils.process_allgather(
+      layers.attention_weights(state['intermediates']), tiled=True)).values()
   pieces = ['[CLS]'] + [task.tokenizer.id_to_piece(i) for i in ids[1:]]
   return [AttentionView('encoder self-attention', pieces, pieces, weights)]
 
