@@ -28,8 +28,13 @@ non-padding target tokens per second; then a second iterator resumes at
 step `--resume_step` and takes its first batch. Reported: the build time,
 the time from that process's start to its first batch (and from opening
 the cache), the resume time, packed target tokens/s on the one core, the
-process's peak resident memory (VmHWM) beside the cache's size on disk, and
-what it held after its imports (jax, numpy), before opening the cache.
+process's peak resident memory (VmHWM) beside the cache's size on disk,
+what it held after its imports (jax, numpy), before opening the cache, and
+how much of the memory-mapped cache was resident at the end (mapped pages
+count in the resident memory: shuffled reads touch most of the cache's
+pages, which stay in the kernel's page cache, shared and evictable). The
+first iterator is dropped before the resume, as a restarting run holds
+one.
 
 Targets (issue 19): at least 1M target tokens/s from the cache on one core,
 start to first batch under 10 s, peak memory under 1.5x the cache size.
@@ -169,21 +174,23 @@ def build(folder: str, part: str) -> dict:
                           for f in os.listdir(cache)) / 1e6}
 
 
-def peak_rss_mb() -> float:
-  """This process's peak resident memory (VmHWM: unlike ru_maxrss, not
-  inherited across fork and exec from a large parent)."""
+def memory_mb(field: str = 'VmHWM') -> float:
+  """A memory figure of this process from /proc/self/status: VmHWM, the peak
+  resident memory (unlike ru_maxrss, not inherited across fork and exec from
+  a large parent), or RssFile, the resident pages of mapped files (shared
+  libraries, the memory-mapped cache)."""
   with open('/proc/self/status') as f:
     for line in f:
-      if line.startswith('VmHWM:'):
+      if line.startswith(f'{field}:'):
         return int(line.split()[1]) / 1e3
-  raise OSError('No VmHWM in /proc/self/status (Linux only).')
+  raise OSError(f'No {field} in /proc/self/status (Linux only).')
 
 
 def measure(job: dict) -> dict:
   """In the fresh one-core process: open, first batch, rate, resume."""
   def refuse():
     raise RuntimeError('The cache should exist: nothing is tokenised here.')
-  imported = peak_rss_mb()
+  imported, files_imported = memory_mb(), memory_mb('RssFile')
   opened = time.perf_counter()
   source, target, _ = token_cache.load_or_build(
       job['root'], job['part'], job['key'], refuse, vocab_size=1 << 16)
@@ -197,14 +204,15 @@ def measure(job: dict) -> dict:
   for _ in range(_BATCHES.value):
     tokens += int((next(batches)['targets'] > 0).sum())
   rate = tokens / (time.perf_counter() - start)
+  del batches  # a restarting run holds one iterator, the resumed one
   start = time.perf_counter()
   next(make(_RESUME.value))
   resumed = time.perf_counter() - start
   return {'open_to_first_s': first - opened, 'resume_s': resumed,
           'start_to_first_s': since_launch,
-          'tokens_per_s': rate, 'rows': batches.rows_per_batch,
-          'import_rss_mb': imported,
-          'peak_rss_mb': peak_rss_mb()}
+          'tokens_per_s': rate, 'import_rss_mb': imported,
+          'mapped_cache_mb': memory_mb('RssFile') - files_imported,
+          'peak_rss_mb': memory_mb()}
 
 
 def main(argv):
@@ -242,7 +250,8 @@ def main(argv):
             f'{"cache MB":>9} {"build s":>8} {"start to 1st s":>15} '
             f'{"open to 1st s":>14} '
             f'{"resume s":>9} {"tokens/s 1 core":>16} {"peak RSS MB":>12} '
-            f'{"RSS/cache":>10} {"(RSS-imports)/cache":>20}')
+            f'{"RSS/cache":>10} {"(RSS-imports)/cache":>20} '
+            f'{"cache mapped MB":>16}')
   print(f'rows of {_MAX_LENGTH.value} tokens, {_TOKENS.value:,} target token '
         f'slots per batch, SentencePiece {_VOCAB.value:,}; resume at step '
         f'{_RESUME.value:,}')
@@ -255,7 +264,8 @@ def main(argv):
           f'{r["open_to_first_s"]:>14.2f} {r["resume_s"]:>9.2f} '
           f'{r["tokens_per_s"]:>16,.0f} {r["peak_rss_mb"]:>12,.0f} '
           f'{r["peak_rss_mb"] / r["cache_mb"]:>10.2f} '
-          f'{(r["peak_rss_mb"] - r["import_rss_mb"]) / r["cache_mb"]:>20.2f}')
+          f'{(r["peak_rss_mb"] - r["import_rss_mb"]) / r["cache_mb"]:>20.2f} '
+          f'{r["mapped_cache_mb"]:>16,.0f}')
   for r in rows:
     print(f'{r["part"]}: generated in {r["generated_s"]:.0f} s; '
           f'{r["import_rss_mb"]:,.0f} MB resident after the imports (jax, '

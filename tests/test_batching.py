@@ -109,6 +109,45 @@ def test_pack_is_greedy_on_both_sides():
             or lengths['targets'][r] + len(tgt) > 48)
 
 
+def next_fit_rows(source_lengths, target_lengths, max_length):
+  """Next-fit packing written the plain way, example by example."""
+  starts, used = [0], [0, 0]
+  for i, lengths in enumerate(zip(source_lengths, target_lengths)):
+    if any(u + n > max_length for u, n in zip(used, lengths)):
+      starts.append(i)
+      used = [0, 0]
+    used = [u + n for u, n in zip(used, lengths)]
+  return starts + [len(source_lengths)]
+
+
+@pytest.mark.parametrize('window', [1, 7, 64, 1 << 18])
+def test_rows_planned_in_windows_are_next_fit(window):
+  # The plan of an epoch is made a window of examples at a time (its memory
+  # bounded whatever the corpus): rows must not depend on the window.
+  rng = np.random.default_rng(window)
+  source, target = rng.integers(1, 17, (2, 3000))
+  order = rng.permutation(3000).astype(np.int32)
+  expected = next_fit_rows(source[order], target[order], 16)
+  np.testing.assert_array_equal(
+      packing._greedy_rows(source, target, 16, order, window=window),
+      expected)
+  np.testing.assert_array_equal(
+      packing._greedy_rows(source[order], target[order], 16, window=window),
+      expected)
+
+
+def test_cached_sides_keep_narrow_per_example_arrays():
+  side = batching.Side.from_arrays(np.ones(12, np.uint16),
+                                   np.array([5, 4, 3], np.int32))
+  assert side.lengths.dtype == np.int16 and side.starts.dtype == np.int32
+  np.testing.assert_array_equal(side.starts, [0, 5, 9])
+  # Past 2**31 tokens the offsets widen (the token array is not read here).
+  wide = batching.Side.from_arrays(np.ones(0, np.uint16),
+                                   np.array([1 << 30, 1 << 30, 5], np.int64))
+  assert wide.lengths.dtype == np.int32 and wide.starts.dtype == np.int64
+  np.testing.assert_array_equal(wide.starts, [0, 1 << 30, 1 << 31])
+
+
 def test_pack_hand_example():
   examples = [([5, 6, EOS], [7, EOS]), ([8, EOS], [9, 9, 9, EOS]),
               ([4, 4, 4, EOS], [3, EOS])]

@@ -132,10 +132,19 @@ class Side:
     dtype; read only where batches need them) and example lengths, as
     `token_cache` stores them (checked when the cache was written)."""
     side = cls.__new__(cls)
-    # int32 lengths (half the memory of int64 for millions of examples);
-    # int64 offsets, as a corpus may hold more than 2**31 tokens.
-    side.tokens, side.lengths = tokens, np.asarray(lengths, np.int32)
-    side.starts = np.cumsum(side.lengths, dtype=np.int64) - side.lengths
+    # Millions of short examples: these two per-example arrays are most of
+    # the pipeline's own memory, so each takes the narrowest signed dtype
+    # that holds it (int16 lengths while far below its limit, so that
+    # rounding them up cannot overflow; int32 offsets below 2**31 tokens).
+    lengths = np.asarray(lengths)
+    total = int(lengths.sum(dtype=np.int64))
+    longest = int(lengths.max(initial=0))
+    side.tokens = tokens
+    side.lengths = lengths.astype(np.int16 if longest < 1 << 14 else np.int32,
+                                  copy=False)
+    side.starts = np.cumsum(
+        side.lengths, dtype=np.int32 if total < 1 << 31 else np.int64)
+    side.starts -= side.lengths
     return side
 
   def gather(self, ids: np.ndarray) -> tuple[np.ndarray, ...]:

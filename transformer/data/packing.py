@@ -15,6 +15,7 @@ An example is a pair (source ids, target ids), as in `batching`.
 
 from __future__ import annotations
 
+import array
 import bisect
 from collections.abc import Iterator, Sequence
 
@@ -32,32 +33,46 @@ PACKED_KEYS = ('inputs', 'targets', 'inputs_segmentation',
 
 
 def _greedy_rows(source_lengths: np.ndarray, target_lengths: np.ndarray,
-                 max_length: int) -> np.ndarray:
+                 max_length: int, order: np.ndarray | None = None,
+                 window: int = 1 << 18) -> np.ndarray:
   """Next-fit packing of examples, in order, into rows of `max_length`.
 
   Args:
     source_lengths: [N] lengths, each in [1, max_length].
     target_lengths: [N] lengths, each in [1, max_length].
     max_length: row length L.
+    order: the examples' order, a permutation of N ([N] ids); None: as
+      they come.
+    window: examples planned at a time (the memory it takes is a few
+      arrays of this size, whatever N).
 
   Returns:
-    [R + 1] offsets: row r holds examples starts[r] to starts[r + 1] - 1.
+    [R + 1] offsets into the order: row r holds its examples starts[r] to
+    starts[r + 1] - 1.
   """
-  # For every i, the first example that no longer fits in a row beginning at
-  # i (on either side), found for all i at once; the python loop below then
-  # only visits row starts, not examples.
-  following = None
-  for lengths in (source_lengths, target_lengths):
-    cum = np.concatenate([[0], np.cumsum(lengths)])
-    ends = np.searchsorted(cum, cum[:-1] + max_length, side='right') - 1
-    del cum  # millions of examples: keep one temporary at a time
-    following = ends if following is None else np.minimum(following, ends,
-                                                          out=following)
-  # A numpy array, not a list: a list of millions of ints is 7x the memory.
-  starts, count = [0], len(following)
+  count = len(source_lengths)
+  # 8 bytes a row (a list of ints would be 36): an epoch has ~N / 10 rows.
+  starts = array.array('q', [0])
   while starts[-1] < count:
-    starts.append(int(following[starts[-1]]))
-  return np.asarray(starts)
+    # For every i of the window, the first example that no longer fits in a
+    # row beginning at i (on either side), found for the whole window at
+    # once; the python loop below then only visits row starts. Each length
+    # is at least 1, so a row from i ends by i + L: the window's sums need
+    # L examples beyond it.
+    begin = starts[-1]
+    end = min(count, begin + window)
+    ids = np.arange(begin, min(count, end + max_length))
+    if order is not None:
+      ids = order[ids]
+    following = None
+    for lengths in (source_lengths, target_lengths):
+      cum = np.concatenate([[0], np.cumsum(lengths[ids], dtype=np.int64)])
+      ends = np.searchsorted(cum, cum[:end - begin] + max_length,
+                             side='right') - 1 + begin
+      following = ends if following is None else np.minimum(following, ends)
+    while starts[-1] < end:
+      starts.append(int(following[starts[-1] - begin]))
+  return np.frombuffer(starts, np.int64)
 
 
 def _pack_rows(source: Side, target: Side, ids: np.ndarray,
@@ -174,10 +189,14 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
 
   def _make_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     """The shuffled example order of an epoch and the offsets of its rows."""
-    order = np.random.default_rng([self.seed, epoch]).permutation(
-        self.examples_per_epoch)
-    return order, _greedy_rows(self._source.lengths[order],
-                               self._target.lengths[order], self.max_length)
+    # Shuffling int32 ids in place draws the same permutation as
+    # `permutation(n)` (int64) in half the memory.
+    order = np.arange(self.examples_per_epoch,
+                      dtype=np.int32 if self.examples_per_epoch < 1 << 31
+                      else np.int64)
+    np.random.default_rng([self.seed, epoch]).shuffle(order)
+    return order, _greedy_rows(self._source.lengths, self._target.lengths,
+                               self.max_length, order)
 
   def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
     if epoch not in self._plans:
@@ -194,6 +213,7 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
       # only; keeping just the plans in use bounds memory to a few epochs.
       if self._first_row[-1] > begin:
         self._plans[epoch] = plan
+      del plan  # before the next epoch's plan is made
 
   def batch_at(self, step: int) -> dict[str, np.ndarray]:
     """Batch number `step` (what `next` returns at that step): this host's
