@@ -10,6 +10,12 @@ trained workdir's model on one input.
         --image=image.png
     python -m transformer.tools.explore --workdir=workdirs/vqa \
         --image=scene.png --input="what colour is the square?"
+    python -m transformer.tools.explore --workdir=workdirs/mt_offline --serve
+
+With --serve the model is restored once and a page on
+http://127.0.0.1:PORT/ (this machine only: never another interface) takes
+new inputs from a form (text, and for image models an image file's path on
+this machine), each answered with the same explorer page.
 
 In the page one picks the kind of attention (a translation model: the
 encoder's and decoder's self-attention and the decoder's attention over the
@@ -44,6 +50,7 @@ from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
 from transformer.tasks import base
 from transformer.tools import cli
+from transformer.tools import explorer_server
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -58,6 +65,10 @@ def define_flags() -> None:
   flags.DEFINE_string('output', None, 'The HTML file to write; default '
                       'WORKDIR/explorer.html.')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+  flags.DEFINE_bool('serve', False, 'Serve a page on 127.0.0.1 that takes '
+                    'new inputs, instead of writing one page.')
+  flags.DEFINE_integer('port', 8000, 'The port --serve listens on (0: any '
+                       'free port).')
 
 
 def _png_data_url(image: np.ndarray) -> str:
@@ -71,8 +82,10 @@ def _png_data_url(image: np.ndarray) -> str:
       buffer.getvalue()).decode()
 
 
-def page(title: str, text: str, views: Sequence[base.AttentionView]) -> str:
-  """The explorer's HTML for `views` of the model reading `text`."""
+def page(title: str, text: str, views: Sequence[base.AttentionView],
+         form: str = '') -> str:
+  """The explorer's HTML for `views` of the model reading `text`, with
+  `form` (HTML) above it when served."""
   data = {'title': title, 'input': text, 'views': [
       {'name': v.name, 'queries': list(v.queries), 'keys': list(v.keys),
        'weights': np.round(np.asarray(v.weights, np.float64), 4).tolist(),
@@ -86,7 +99,8 @@ def page(title: str, text: str, views: Sequence[base.AttentionView]) -> str:
     html = f.read()
   with open(os.path.join(_HERE, 'explorer.js'), encoding='utf-8') as f:
     script = f.read()
-  return html.replace('/*DATA*/', blob, 1).replace('/*SCRIPT*/', script, 1)
+  return (html.replace('<!--FORM-->', form, 1)
+          .replace('/*DATA*/', blob, 1).replace('/*SCRIPT*/', script, 1))
 
 
 # What each task's model reads: (text, an image file).
@@ -98,51 +112,85 @@ _READS = {'translation': (True, False), 'language_modeling': (True, False),
           'visual_question_answering': (True, True)}
 
 
+class Explorer:
+  """A workdir's model, restored once, and the attention views of what it
+  reads."""
+
+  def __init__(self, workdir: str, average: int = 1):
+    cli.check_flag('average', average, at_least=1)
+    self.workdir = workdir
+    self.config = workdir_lib.load_config(workdir)
+    if self.config.task not in _READS:
+      raise ValueError(
+          f'The explorer shows translation, language, BERT, ViT, captioning '
+          f'and VQA models; {workdir} trained a {self.config.task!r} task.')
+    self.needs_text, self.needs_image = _READS[self.config.task]
+    self.restored = workdir_lib.restore(workdir, average=average)
+
+  def page(self, text: str = '', image: str | None = None, form: str = ''
+           ) -> tuple[str, list[base.AttentionView]]:
+    """The page of the model reading `text` and/or the `image` file, and
+    its views; ValueError, naming the fix, for an input it cannot read."""
+    task = self.config.task
+    if self.needs_text and not text:
+      raise ValueError(f'A {task} model reads text: give --input.')
+    if self.needs_image != (image is not None):
+      raise ValueError(
+          f'A {task} model ' + ('reads an image: give --image=FILE.'
+                                if self.needs_image else
+                                'reads no image: leave out --image.'))
+    reads = [text] if self.needs_text else []
+    if self.needs_image:
+      if not os.path.isfile(image):
+        raise ValueError(f'No image file {image!r}: give the path of a PNG '
+                         f'or JPEG file.')
+      reads.append(image_data.read_image(
+          image, self.config.data.get('load_size') or
+          self.config.data.image_size,
+          getattr(self.restored.task, 'num_channels', 3)))
+    with self.restored.active():
+      views = self.restored.task.attention_views(self.restored.params, *reads)
+    title = (f'{task} · {os.path.basename(os.path.normpath(self.workdir))}'
+             f' · step {self.restored.step}')
+    shown = ' · '.join(x for x in (text, image and os.path.basename(image))
+                       if x)
+    return page(title, shown, views, form), views
+
+
 def explore(workdir: str, text: str = '', output: str | None = None, *,
             image: str | None = None, average: int = 1
             ) -> tuple[str, list[base.AttentionView]]:
   """Writes the explorer page of `workdir`'s model reading `text` and/or
   the `image` file (default WORKDIR/explorer.html); the path and the views
   it shows."""
-  cli.check_flag('average', average, at_least=1)
   output = output or os.path.join(workdir, 'explorer.html')
   if os.path.isdir(output):
     raise ValueError(f'--output={output} is a folder; give the path of the '
                      f'page to write, e.g. --output={output}/page.html.')
-  config = workdir_lib.load_config(workdir)
-  if config.task not in _READS:
-    raise ValueError(
-        f'The explorer shows translation, language, BERT, ViT, captioning '
-        f'and VQA models; {workdir} trained a {config.task!r} task.')
-  needs_text, needs_image = _READS[config.task]
-  if needs_text and not text:
-    raise ValueError(f'A {config.task} model reads text: give --input.')
-  if needs_image != (image is not None):
-    raise ValueError(
-        f'A {config.task} model ' + ('reads an image: give --image=FILE.'
-                                     if needs_image else
-                                     'reads no image: leave out --image.'))
-  restored = workdir_lib.restore(workdir, average=average)
-  reads = [text] if needs_text else []
-  if needs_image:
-    reads.append(image_data.read_image(
-        image, config.data.get('load_size') or config.data.image_size,
-        getattr(restored.task, 'num_channels', 3)))
-  with restored.active():
-    views = restored.task.attention_views(restored.params, *reads)
-  title = (f'{config.task} · {os.path.basename(os.path.normpath(workdir))}'
-           f' · step {restored.step}')
-  text = ' · '.join(x for x in (text, image and os.path.basename(image)) if x)
+  html, views = Explorer(workdir, average).page(text, image)
   folder = os.path.dirname(os.path.abspath(output))
   os.makedirs(folder, exist_ok=True)
   with open(output, 'w', encoding='utf-8') as f:
-    f.write(page(title, text, views))
+    f.write(html)
   return output, views
 
 
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
+  if args.serve:
+    server = explorer_server.make_server(Explorer(args.workdir, args.average),
+                                         args.port, args.input, args.image)
+    print(f'Serving the explorer on http://127.0.0.1:'
+          f'{server.server_address[1]}/ (this machine only); Ctrl-C stops '
+          f'it.', file=sys.stderr, flush=True)
+    try:
+      server.serve_forever()
+    except KeyboardInterrupt:
+      pass
+    finally:
+      server.server_close()
+    return
   path, views = explore(args.workdir, args.input, args.output,
                         image=args.image, average=args.average)
   print(f'Written: {path} ({", ".join(v.name for v in views)}); open it in '
