@@ -41,7 +41,7 @@ setuptools.setup(
         'transformer-train=transformer.main:run',
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
-            'reproduce', 'ask', 'heads', 'explore')),
+            'reproduce', 'ask', 'heads', 'explore', 'figure')),
         'transformer-compare-vision-language='
         'transformer.tools.compare_vision_language:run',
     ]},

@@ -127,10 +127,11 @@ class Explorer:
     self.needs_text, self.needs_image = _READS[self.config.task]
     self.restored = workdir_lib.restore(workdir, average=average)
 
-  def page(self, text: str = '', image: str | None = None, form: str = ''
-           ) -> tuple[str, list[base.AttentionView]]:
-    """The page of the model reading `text` and/or the `image` file, and
-    its views; ValueError, naming the fix, for an input it cannot read."""
+  def views(self, text: str = '', image: str | None = None
+            ) -> list[base.AttentionView]:
+    """Every kind of attention of the model reading `text` and/or the
+    `image` file; ValueError, naming the fix, for an input it cannot
+    read."""
     task = self.config.task
     if self.needs_text and not text:
       raise ValueError(f'A {task} model reads text: give --input.')
@@ -149,12 +150,20 @@ class Explorer:
           self.config.data.image_size,
           getattr(self.restored.task, 'num_channels', 3)))
     with self.restored.active():
-      views = self.restored.task.attention_views(self.restored.params, *reads)
-    title = (f'{task} · {os.path.basename(os.path.normpath(self.workdir))}'
-             f' · step {self.restored.step}')
+      return self.restored.task.attention_views(self.restored.params, *reads)
+
+  def title(self) -> str:
+    name = os.path.basename(os.path.normpath(self.workdir))
+    return f'{self.config.task} · {name} · step {self.restored.step}'
+
+  def page(self, text: str = '', image: str | None = None, form: str = ''
+           ) -> tuple[str, list[base.AttentionView]]:
+    """The page of the model reading `text` and/or the `image` file, and
+    its views (`views` says what it cannot read)."""
+    views = self.views(text, image)
     shown = ' · '.join(x for x in (text, image and os.path.basename(image))
                        if x)
-    return page(title, shown, views, form), views
+    return page(self.title(), shown, views, form), views
 
 
 def explore(workdir: str, text: str = '', output: str | None = None, *,
