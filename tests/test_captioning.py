@@ -75,7 +75,10 @@ def run(tmp_path, model, **changes):
   return config, train.train_and_evaluate(config, str(tmp_path))
 
 
-@pytest.mark.parametrize('model', ['show_attend_tell', 'transformer'])
+# Show, Attend and Tell's end-to-end run is slow-only: its model, loss and
+# decoding have their own tests below, and the run's path is the same.
+@pytest.mark.parametrize('model', [
+    pytest.param('show_attend_tell', marks=pytest.mark.slow), 'transformer'])
 def test_end_to_end_few_steps_writes_metrics_and_figures(model, tmp_path):
   config, result = run(tmp_path, model)
   for key in ('bleu1', 'bleu2', 'bleu3', 'bleu4', 'exact_match', 'nll'):

@@ -179,6 +179,7 @@ def test_predict_tool_and_attention_maps(trained, tmp_path):
   assert os.path.exists(os.path.join(workdir, 'plots', 'attention_step6.png'))
 
 
+@pytest.mark.slow  # the ImageNet experiment runs the same path by default
 def test_cifar10_experiment_under_mock_tfds(tmp_path):
   tfds = pytest.importorskip('tensorflow_datasets')
   config = load_experiment('vit_cifar10', 'runlocal')

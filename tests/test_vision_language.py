@@ -143,6 +143,7 @@ def pretrained(tmp_path_factory):
   return config, workdir
 
 
+@pytest.mark.slow  # bitwise resume is in the default run via test_faults
 def test_pretraining_runs_and_resumes_exactly(pretrained, tmp_path):
   config, full = pretrained
   partial = config.copy_and_resolve_references()
