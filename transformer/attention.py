@@ -1,4 +1,5 @@
-"""Attention: additive (Bahdanau), dot-product, multi-head, with a KV cache.
+"""Attention: additive (Bahdanau), kernel (Nadaraya-Watson), dot-product,
+multi-head, with a KV cache.
 
 Conventions
 -----------
@@ -137,6 +138,64 @@ class AdditiveAttention(nn.Module):
     """`attend(query, project_keys(keys), values or keys, mask)`."""
     values = keys if values is None else values
     return self.attend(query, self.project_keys(keys), values, mask)
+
+
+# ----------------------------------------------------------------------------
+# Kernel attention without learning (Nadaraya 1964, Watson 1964)
+# ----------------------------------------------------------------------------
+
+
+def nadaraya_watson(query: Array, key: Array, value: Array,
+                    bandwidth: float | Array = 1.0,
+                    mask: Array | None = None) -> tuple[Array, Array]:
+  """Nadaraya-Watson kernel regression as attention pooling: with a
+  Gaussian kernel K(u) = exp(-u^2 / 2),
+
+    f(q) = sum_i K((q - k_i) / h) / sum_j K((q - k_j) / h) * v_i
+         = sum_i softmax_i(-||q - k_i||^2 / (2 h^2)) v_i,
+
+  attention whose scores are negative squared distances and which has no
+  learned parameters (the bandwidth h sets how local it is: h -> 0 returns
+  the nearest key's value, h -> inf the mean of all values).
+
+  Args:
+    query: [..., T, F] query points (F features; F = 1 for the lecture's
+      1-D regression).
+    key: [..., S, F] key points.
+    value: [..., S, E] the values at the keys.
+    bandwidth: h > 0, a scalar or anything broadcasting against [..., T, S].
+    mask: True where a query may use a key, broadcasting to [..., T, S].
+
+  Returns:
+    (output [..., T, E], weights [..., T, S]); the weights of each row sum
+    to 1 over its kept keys.
+  """
+  if query.ndim < 2 or key.ndim != query.ndim or value.ndim != key.ndim:
+    raise ValueError(
+        f'query, key and value must be [..., T, F], [..., S, F] and '
+        f'[..., S, E] of one rank >= 2; got shapes {query.shape}, '
+        f'{key.shape}, {value.shape}. Give 1-D points a feature axis of 1.')
+  if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
+    raise ValueError(
+        f'Queries and keys need the same features and keys and values the '
+        f'same length; got {query.shape}, {key.shape}, {value.shape}.')
+  distances = jnp.sum(
+      (query[..., :, None, :] - key[..., None, :, :]) ** 2, axis=-1)
+  weights = _masked_softmax(-distances / (2 * jnp.square(bandwidth)), mask)
+  return jnp.einsum('...ts,...se->...te', weights, value), weights
+
+
+class KernelRegression(nn.Module):
+  """Nadaraya-Watson pooling with a learned bandwidth, the lecture's
+  parametric version: one parameter, h = exp(log_bandwidth)."""
+  init_bandwidth: float = 1.0
+
+  @nn.compact
+  def __call__(self, query: Array, key: Array, value: Array,
+               mask: Array | None = None) -> tuple[Array, Array]:
+    log_bandwidth = self.param(
+        'log_bandwidth', lambda _: jnp.log(jnp.float32(self.init_bandwidth)))
+    return nadaraya_watson(query, key, value, jnp.exp(log_bandwidth), mask)
 
 
 # ----------------------------------------------------------------------------

@@ -136,3 +136,32 @@ def plot_curves(x: Sequence[float], curves: dict[str, Sequence[float]],
     axes.grid(alpha=0.3)
   _save(figure, path)
   return path
+
+
+def plot_kernel_regression(x_train: np.ndarray, y_train: np.ndarray,
+                           x_test: np.ndarray, curves: dict[str, np.ndarray],
+                           weights: dict[str, np.ndarray], path: str) -> str:
+  """The lecture's kernel-regression figure: the training points and each
+  method's fitted curve over `x_test`, then each method's attention weights
+  [test points, training points] as a heatmap; writes `path`."""
+  panels = 1 + len(weights)
+  figure = Figure(figsize=(4.2 * panels, 3.6), layout='constrained')
+  FigureCanvasAgg(figure)
+  axes = figure.add_subplot(1, panels, 1)
+  axes.plot(x_train, y_train, 'o', markersize=3, alpha=0.5, label='training')
+  for name, values in curves.items():
+    axes.plot(x_test, values, label=name)
+  axes.set_xlabel('x', fontsize=8)
+  axes.legend(fontsize=7)
+  extent = (float(x_train.min()), float(x_train.max()),
+            float(x_test.max()), float(x_test.min()))
+  for i, (name, grid) in enumerate(weights.items()):
+    axes = figure.add_subplot(1, panels, i + 2)
+    image = axes.imshow(grid, cmap='Reds', aspect='auto', extent=extent,
+                        interpolation='nearest')
+    axes.set_title(name, fontsize=9)
+    axes.set_xlabel('training x (keys)', fontsize=8)
+    axes.set_ylabel('test x (queries)', fontsize=8)
+    figure.colorbar(image, ax=axes, shrink=0.8)
+  _save(figure, path)
+  return path
