@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from transformer import layers
 from transformer.models import decoder
 
 
@@ -54,11 +55,57 @@ def test_packed_documents_do_not_see_each_other(positions):
                                rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('kv_heads,positions', [
-    (4, 'learned'), (1, 'learned'), (2, 'rotary')])
-def test_cached_decoding_equals_full_forward(kv_heads, positions):
+@pytest.mark.parametrize('size,expected', [
+    ('llama2-7b', 6_738_415_616), ('llama2-13b', 13_015_864_320),
+    ('llama2-70b', 68_976_648_192)])
+def test_llama2_parameter_counts_equal_the_reference(size, expected):
+  assert decoder.param_count(decoder.config_for(size)) == expected
+
+
+# LLaMA's block: RMSNorm, SwiGLU, rotary positions, grouped-query attention,
+# no biases and an untied output layer.
+LLAMA_BLOCK = dict(norm='rms', activation='swiglu', use_bias=False,
+                   tie_embeddings=False, norm_position='pre')
+
+
+def test_llama_blocks_hold_what_the_options_say():
+  _, _, params, _ = setup(positional_encoding='rotary', num_kv_heads=2,
+                          **LLAMA_BLOCK)
+  p = params['params']
+  block = p['blocks']['layer_0']
+  assert set(block['attention_sublayer']['norm']) == {'scale'}  # no bias
+  assert set(block['mlp']) == {'wi', 'wi_linear', 'wo'}
+  assert block['mlp']['wi']['kernel'].shape == (32, 128)
+  assert 'bias' not in block['mlp']['wo']
+  assert p['lm_head']['kernel'].shape == (32, 17)
+  assert 'positions' not in p  # rotary: no table
+
+
+def test_rms_norm_and_swiglu_compute_their_formulas():
+  config = decoder.config_for('tiny', norm='rms', activation='swiglu')
+  x = jnp.asarray(np.random.default_rng(1).normal(size=(3, 32)), jnp.float32)
+  norm = layers.layer_norm(config)
+  scale = jnp.linspace(0.5, 2, 32)
+  out = norm.apply({'params': {'scale': scale}}, x)
+  expected = x / np.sqrt(np.mean(np.square(x), -1, keepdims=True) + 1e-6)
+  np.testing.assert_allclose(out, expected * scale, rtol=1e-5, atol=1e-6)
+  ffn = layers.FeedForward(64, 'swiglu', use_bias=False)
+  params = nn.unbox(ffn.init(jax.random.key(0), x))['params']
+  w1, w3, w2 = (params[k]['kernel'] for k in ('wi', 'wi_linear', 'wo'))
+  np.testing.assert_allclose(
+      ffn.apply({'params': params}, x),
+      (jax.nn.silu(x @ w1) * (x @ w3)) @ w2, rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match="norm='batch'"):
+    decoder.config_for('tiny', norm='batch')
+
+
+@pytest.mark.parametrize('kv_heads,positions,options', [
+    (4, 'learned', {}), (1, 'learned', {}), (2, 'rotary', {}),
+    (2, 'rotary', LLAMA_BLOCK)])
+def test_cached_decoding_equals_full_forward(kv_heads, positions, options):
   config, model, params, tokens = setup(num_kv_heads=kv_heads,
-                                        positional_encoding=positions)
+                                        positional_encoding=positions,
+                                        **options)
   full = model.apply(params, tokens, deterministic=True)
   cached = decoder.build(config, decode=True)
   _, cache = cached.apply(params, jnp.zeros((2, 16), jnp.int32),

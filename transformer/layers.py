@@ -31,7 +31,14 @@ Dtype = Any
 ACTIVATIONS = {'relu': nn.relu, 'gelu': nn.gelu,
                'gelu_exact': lambda x: nn.gelu(x, approximate=False),
                'swish': nn.swish}
+# Gated linear units (Shazeer 2020): FFN(x) = W2 (act(W1 x) * W3 x), with
+# the gate's nonlinearity; SwiGLU is LLaMA's feed-forward layer.
+GATED_ACTIVATIONS = {'swiglu': nn.silu,
+                     'geglu': lambda x: nn.gelu(x, approximate=False)}
 NORM_POSITIONS = ('post', 'pre')
+# 'layer': LayerNorm (the paper); 'rms': RMSNorm (Zhang and Sennrich 2019,
+# LLaMA), x / sqrt(mean(x^2) + eps) * gamma, no centring and no bias.
+NORMS = ('layer', 'rms')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
 # The logit of an id a model never predicts (`mask_padding`): finite, so
 # that a zero loss weight on it stays zero, and far below any real logit.
@@ -92,6 +99,7 @@ class TransformerConfig:
   dropout_rate: float = 0.1  # on every residual branch
   attention_dropout_rate: float = 0.0
   norm_position: str = 'post'  # 'post': LN(x + f(x)) (paper); 'pre'
+  norm: str = 'layer'  # 'layer' (paper) or 'rms'; see NORMS
   positional_encoding: str = 'sinusoidal'  # see positional.KINDS
   sinusoidal_layout: str = 'interleaved'  # see positional.SINUSOIDAL_LAYOUTS
   layer_norm_epsilon: float = 1e-6
@@ -111,9 +119,11 @@ class TransformerConfig:
 
   def __post_init__(self):
     check_ranges(self)
-    if self.activation not in ACTIVATIONS:
+    if self.activation not in {**ACTIVATIONS, **GATED_ACTIVATIONS}:
       raise ValueError(f'activation={self.activation!r}; choose one of '
-                       f'{tuple(ACTIVATIONS)}.')
+                       f'{(*ACTIVATIONS, *GATED_ACTIVATIONS)}.')
+    if self.norm not in NORMS:
+      raise ValueError(f'norm={self.norm!r}; choose one of {NORMS}.')
     if self.norm_position not in NORM_POSITIONS:
       raise ValueError(f'norm_position={self.norm_position!r}; choose one of '
                        f'{NORM_POSITIONS}.')
@@ -178,8 +188,20 @@ def _partitioned(init: Callable[..., Array], names: tuple[str | None, ...]):
   return nn.with_logical_partitioning(init, names)
 
 
+def pointwise(activation: str) -> Callable[[Array], Array]:
+  """The elementwise nonlinearity of an activation name: a gated one's gate
+  (for the layers that are not gated, e.g. a masked-LM head's transform)."""
+  return {**ACTIVATIONS, **GATED_ACTIVATIONS}[activation]
+
+
 def layer_norm(config: TransformerConfig, name: str | None = None) -> nn.Module:
-  """LayerNorm over D: gamma * (x - mean) / sqrt(var + eps) + beta."""
+  """The config's norm over D: LayerNorm, gamma * (x - mean) /
+  sqrt(var + eps) + beta, or RMSNorm, gamma * x / sqrt(mean(x^2) + eps)."""
+  if config.norm == 'rms':
+    return nn.RMSNorm(
+        epsilon=config.layer_norm_epsilon, dtype=config.dtype,
+        param_dtype=config.param_dtype, name=name,
+        scale_init=_partitioned(nn.initializers.ones, ('embed',)))
   return nn.LayerNorm(
       epsilon=config.layer_norm_epsilon, dtype=config.dtype,
       param_dtype=config.param_dtype, name=name,
@@ -222,7 +244,8 @@ class TokenEmbedding(nn.Module):
 
 
 class FeedForward(nn.Module):
-  """Position-wise FFN(x) = W2 act(W1 x + b1) + b2, act = ReLU or GELU."""
+  """Position-wise FFN(x) = W2 act(W1 x + b1) + b2, act = ReLU or GELU; a
+  gated activation (SwiGLU) is W2 (act(W1 x + b1) * (W3 x + b3)) + b2."""
   mlp_dim: int
   activation: str = 'relu'
   use_bias: bool = True
@@ -238,7 +261,13 @@ class FeedForward(nn.Module):
     h = dense(self.mlp_dim, name='wi',
               kernel_init=_partitioned(self.kernel_init, ('embed', 'mlp')),
               bias_init=_partitioned(nn.initializers.zeros, ('mlp',)))(x)
-    h = ACTIVATIONS[self.activation](h)
+    if self.activation in GATED_ACTIVATIONS:
+      h = GATED_ACTIVATIONS[self.activation](h) * dense(
+          self.mlp_dim, name='wi_linear',
+          kernel_init=_partitioned(self.kernel_init, ('embed', 'mlp')),
+          bias_init=_partitioned(nn.initializers.zeros, ('mlp',)))(x)
+    else:
+      h = ACTIVATIONS[self.activation](h)
     return dense(x.shape[-1], name='wo',
                  kernel_init=_partitioned(self.kernel_init, ('mlp', 'embed')),
                  bias_init=_partitioned(nn.initializers.zeros, ('embed',)))(h)

@@ -3,8 +3,10 @@
 Token embedding plus learned or sinusoidal positions (or rotary positions
 inside the attention layers), a stack of pre-LN causal self-attention blocks
 (`layers.SelfAttentionStack` with `causal=True`), a final LayerNorm, and
-the softmax tied to the token embedding. Packed rows carry segment ids so
-that no token attends across documents.
+the softmax tied to the token embedding (or, as LLaMA, its own output
+layer). Packed rows carry segment ids so that no token attends across
+documents. The LLaMA-2 sizes use the shared blocks' RMSNorm, SwiGLU, rotary
+positions and grouped-query attention.
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ Array = jax.Array
 GPT2 = dict(vocab_size=50_257, max_length=1_024, activation='gelu',
             norm_position='pre', positional_encoding='learned',
             layer_norm_epsilon=1e-5, dropout_rate=0.1)
+LLAMA = dict(vocab_size=32_000, max_length=4_096, activation='swiglu',
+             norm='rms', norm_position='pre', positional_encoding='rotary',
+             use_bias=False, tie_embeddings=False, layer_norm_epsilon=1e-5,
+             dropout_rate=0.0)
 SIZES = {
     'tiny': dict(num_layers=2, d_model=32, num_heads=4),
     'shakespeare': dict(num_layers=6, d_model=384, num_heads=6,
@@ -44,6 +50,16 @@ SIZES = {
                  num_heads=96),
     'gopher': dict(GPT2, vocab_size=32_000, max_length=2_048, num_layers=80,
                    d_model=16_384, num_heads=128),
+    # LLaMA-2 (Touvron et al. 2023): pre-RMSNorm, SwiGLU, rotary positions,
+    # no biases, an untied output layer; 70B with grouped-query attention
+    # (8 key/value heads). Reference counts (Hugging Face, from the shapes):
+    # 6,738,415,616 / 13,015,864,320 / 68,976,648,192.
+    'llama2-7b': dict(LLAMA, num_layers=32, d_model=4096, num_heads=32,
+                      d_ff=11_008),
+    'llama2-13b': dict(LLAMA, num_layers=40, d_model=5120, num_heads=40,
+                       d_ff=13_824),
+    'llama2-70b': dict(LLAMA, num_layers=80, d_model=8192, num_heads=64,
+                       num_kv_heads=8, d_ff=28_672),
 }
 
 
@@ -58,6 +74,9 @@ class Config(layers.TransformerConfig):
   # Padding (id 0) gets no probability: for a vocabulary that has no padding
   # token of its own (a converted GPT-2, whose id 0 is an added zero row).
   mask_padding: bool = False
+  # False: a separate output layer [D, V] (LLaMA), not the embedding's
+  # transpose (GPT-2, the paper).
+  tie_embeddings: bool = True
 
 
 def config_for(size: str, **overrides) -> Config:
@@ -82,6 +101,11 @@ class Decoder(nn.Module):
         decode=c.decode, param_dtype=c.param_dtype)
     self.dropout = nn.Dropout(c.dropout_rate)
     self.blocks = layers.SelfAttentionStack(c)
+    if not c.tie_embeddings:
+      self.lm_head = nn.Dense(
+          c.vocab_size, use_bias=False, dtype=c.dtype,
+          param_dtype=c.param_dtype, kernel_init=nn.with_logical_partitioning(
+              nn.initializers.normal(stddev=0.02), ('embed', 'vocab')))
 
   def __call__(self, tokens: Array, *, positions: Array | None = None,
                segmentation: Array | None = None,
@@ -108,7 +132,8 @@ class Decoder(nn.Module):
       mask = masks.combine_masks(mask, key_mask[:, None, None, :])
     x = self.blocks(x, mask=mask, causal=True, positions=positions,
                     deterministic=deterministic)
-    logits = self.embed.attend(x).astype(jnp.float32)
+    logits = (self.embed.attend(x) if self.config.tie_embeddings
+              else self.lm_head(x)).astype(jnp.float32)
     if self.config.mask_padding:
       logits = logits.at[..., 0].set(layers.MASKED_LOGIT)
     return logits

@@ -129,7 +129,7 @@ def mlm_head(module: nn.Module, c: Config, states: Array) -> Array:
   """BERT's masked-LM head (dense, activation, LayerNorm, the tied embedding
   plus a bias): [B, T, V] float32 logits. Called from a compact method of
   `module`, which owns the head's parameters and an `embed`."""
-  h = layers.ACTIVATIONS[c.activation](nn.Dense(
+  h = layers.pointwise(c.activation)(nn.Dense(
       c.d_model, dtype=c.dtype, param_dtype=c.param_dtype,
       name='mlm_transform')(states))
   h = layers.layer_norm(c, name='mlm_norm')(h)

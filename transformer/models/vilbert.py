@@ -301,7 +301,7 @@ class ViLBERT(nn.Module):
     text, visual, joint = self.encode(
         tokens, features, boxes, region_mask, token_types=token_types,
         deterministic=deterministic)
-    h = layers.ACTIVATIONS[c.activation](nn.Dense(
+    h = layers.pointwise(c.activation)(nn.Dense(
         c.v_d_model, dtype=c.dtype, param_dtype=c.param_dtype,
         name='region_transform')(visual[:, 1:]))
     h = layers.layer_norm(c.visual(), name='region_norm_head')(h)
@@ -328,7 +328,7 @@ class ViLBERT(nn.Module):
                               token_types=token_types,
                               deterministic=deterministic)
     h = self.dropout(joint, deterministic=deterministic)
-    h = layers.ACTIVATIONS[c.activation](nn.Dense(
+    h = layers.pointwise(c.activation)(nn.Dense(
         2 * c.co_d_model, dtype=c.dtype, param_dtype=c.param_dtype,
         name='answer_hidden')(h))
     h = nn.LayerNorm(epsilon=c.layer_norm_epsilon, dtype=c.dtype,

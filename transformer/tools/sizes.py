@@ -31,6 +31,9 @@ ROWS = (
     ('Turing-NLG', decoder, 'turing-nlg', 17e9, 'Microsoft'),
     ('GPT-3', decoder, 'gpt3', 175e9, 'Brown et al.'),
     ('Gopher', decoder, 'gopher', 280e9, 'Rae et al.'),
+    ('LLaMA-2 7B', decoder, 'llama2-7b', 7e9, 'Touvron et al.'),
+    ('LLaMA-2 13B', decoder, 'llama2-13b', 13e9, 'Touvron et al.'),
+    ('LLaMA-2 70B', decoder, 'llama2-70b', 70e9, 'Touvron et al.'),
     # The paper states no count; the reference code's layers (config
     # bert_base_6layer_6conect) hold the same 235,705,856 plus 11,020,800
     # in two projections it never uses.
