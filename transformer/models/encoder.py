@@ -34,6 +34,11 @@ SIZES = {
     'roberta-large': dict(BERT, vocab_size=50_265, max_length=514,
                           type_vocab_size=1, num_layers=24, d_model=1024,
                           num_heads=16, layer_norm_epsilon=1e-5),
+    # XLNet-Large's shape (24 x 1024, 16 heads, 32,000 SentencePiece
+    # pieces) in this encoder, for the model-size table: its relative
+    # positions and two-stream attention are not built here.
+    'xlnet-large': dict(BERT, vocab_size=32_000, num_layers=24, d_model=1024,
+                        num_heads=16),
 }
 
 
