@@ -48,9 +48,11 @@ setuptools.setup(
     ]},
     extras_require={
         # playwright drives a Chromium for the explorer page's tests (.ci/run
-        # installs Debian's; they skip without one).
+        # installs Debian's; they skip without one); scikit-learn and scipy
+        # (jax's) define the GLUE metrics the tests check ours against.
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8',
-                 'gcp-storage-emulator>=2024.8', 'playwright>=1.40'],
+                 'gcp-storage-emulator>=2024.8', 'playwright>=1.40',
+                 'scikit-learn>=1.3'],
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
         # Verifying converted checkpoints against their reference

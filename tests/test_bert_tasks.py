@@ -103,7 +103,7 @@ def test_offline_sentiment_and_tsv(tmp_path):
   (tmp_path / 'train.tsv').write_text('a fine film\t1\nawful\t0\n')
   config = load_experiment('sst2', f'source=tsv,path={tmp_path},runlocal')
   assert text_classification.read_split(config.data, 'train') == [
-      ('a fine film', 1), ('awful', 0)]
+      ('a fine film', None, 1), ('awful', None, 0)]
   (tmp_path / 'validation.tsv').write_text('no label here\n')
   with pytest.raises(ValueError, match='line 1'):
     text_classification.read_split(config.data, 'validation')
@@ -115,4 +115,5 @@ def test_glue_sst2_loads_under_mock_data():
   with tfds.testing.mock_data(num_examples=5):
     pairs = text_classification.read_split(config.data, 'train')
   assert len(pairs) == 5
-  assert all(isinstance(t, str) and label in (0, 1) for t, label in pairs)
+  assert all(isinstance(t, str) and b is None and label in (0, 1)
+             for t, b, label in pairs)

@@ -40,6 +40,56 @@ def normalize(sums: Sums) -> dict[str, float]:
   return result
 
 
+def matthews(predictions: np.ndarray, labels: np.ndarray) -> float:
+  """Matthews correlation (CoLA's metric), multiclass as Gorodkin 2004 and
+  scikit-learn define it; 0 where a class count leaves it undefined."""
+  predictions, labels = np.asarray(predictions), np.asarray(labels)
+  classes = np.union1d(predictions, labels)
+  predicted = np.array([(predictions == k).sum() for k in classes], float)
+  true = np.array([(labels == k).sum() for k in classes], float)
+  total, correct = float(len(labels)), float((predictions == labels).sum())
+  denominator = math.sqrt((total ** 2 - predicted @ predicted)
+                          * (total ** 2 - true @ true))
+  return (correct * total - predicted @ true) / denominator if denominator \
+      else 0.0
+
+
+def f1(predictions: np.ndarray, labels: np.ndarray) -> float:
+  """F1 of the positive class 1 (MRPC's and QQP's), 0 without positives."""
+  predictions, labels = np.asarray(predictions), np.asarray(labels)
+  tp = float(((predictions == 1) & (labels == 1)).sum())
+  wrong = float((predictions != labels).sum())
+  return 2 * tp / (2 * tp + wrong) if tp + wrong else 0.0
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+  """Ranks from 1, ties given their average rank (scipy's 'average')."""
+  order = np.argsort(x, kind='stable')
+  ranks = np.empty(len(x))
+  ranks[order] = np.arange(1, len(x) + 1)
+  values, inverse = np.unique(x, return_inverse=True)
+  sums = np.bincount(inverse, weights=ranks, minlength=len(values))
+  return (sums / np.bincount(inverse, minlength=len(values)))[inverse]
+
+
+def pearson(predictions: np.ndarray, labels: np.ndarray) -> float:
+  return float(np.corrcoef(np.asarray(predictions, float),
+                           np.asarray(labels, float))[0, 1])
+
+
+def spearman(predictions: np.ndarray, labels: np.ndarray) -> float:
+  """Pearson correlation of the ranks (STS-B's second metric)."""
+  return pearson(_ranks(np.asarray(predictions, float)),
+                 _ranks(np.asarray(labels, float)))
+
+
+# GLUE's metrics by name: (predictions, labels) -> score in [-1, 1].
+SCORES = {'accuracy': lambda p, y: float(np.mean(np.asarray(p) ==
+                                                 np.asarray(y))),
+          'matthews': matthews, 'f1': f1, 'pearson': pearson,
+          'spearman': spearman}
+
+
 def bleu(hypotheses: Sequence[str], references: Sequence[str],
          tokenize: str = '13a') -> tuple[float, str]:
   """Corpus BLEU of detokenised hypotheses against raw references.

@@ -252,6 +252,11 @@ class BertTokenizer(_Batches):
     """Without [MASK], which the masked-LM task adds back as the last id."""
     return len(self.order) - 1
 
+  @property
+  def sep_id(self) -> int:
+    """Our id of [SEP], which sentence pairs put after each sentence."""
+    return int(self._ours[self._wordpiece.token_to_id('[SEP]')])
+
   def encode(self, text: str, add_eos: bool = True) -> list[int]:
     ids = self._wordpiece.encode(text, add_special_tokens=False).ids
     ids = self._ours[np.asarray(ids, np.int64)].tolist() if ids else []

@@ -1,9 +1,19 @@
-"""Sentence classification with the BERT encoder (e.g. SST-2 sentiment).
+"""Sentence and sentence-pair classification and regression with the BERT
+encoder: SST-2 sentiment and every GLUE task.
 
-Sources: TFDS `glue/sst2`, local TSV files (`{split}.tsv`, lines of
-`text<TAB>label`), or an offline sentiment set generated from the grammar
+Sources: with `data.glue_task` empty, single sentences from TFDS
+`glue/sst2`, local TSV files (`{split}.tsv`, lines of `text<TAB>label`) or
+an offline sentiment set generated from the grammar
 (`data.offline_sentiment`: the label says whether the sentence's adjectives
-are mostly pleasant). Usually fine-tuned from a masked-language-model
+are mostly pleasant); with `data.glue_task` a GLUE task (`data.glue`: CoLA,
+SST-2, MRPC, QQP, STS-B, MNLI, QNLI, RTE, WNLI) from TFDS `glue/*` or the
+official TSV files, or an offline pair task ('entailment', 'paraphrase').
+A pair is read as BERT reads it, `[CLS] a [SEP] b [SEP]` with token types
+0 up to the first [SEP] and 1 after it ([CLS] is our EOS, and so is [SEP]
+unless the vocabulary has its own, as a converted BERT's does), the longer
+sentence cut first to fit `max_length`. STS-B (one output) is regression
+on its [0, 5] score. Evaluation reports the task's GLUE metrics (Matthews
+correlation, F1, Pearson and Spearman, MNLI's mismatched accuracy). Usually fine-tuned from a masked-language-model
 workdir (`config.train.init_from`), whose vocabulary it then copies; the
 experiment takes that workdir's model sizes into its config
 (`experiments/sst2.py`).
@@ -23,7 +33,9 @@ import numpy as np
 
 from transformer import configs
 from transformer import losses
+from transformer import metrics
 from transformer.data import batching
+from transformer.data import glue
 from transformer.data import offline_sentiment
 from transformer.data import text
 from transformer.data import tokenizers
@@ -35,6 +47,7 @@ from transformer.tasks import vocabularies
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'num_classes')
 # Vocabulary files of each tokenizer, as a masked-LM workdir keeps them.
 VOCABULARY_FILES = {'sentencepiece': 'spm.model', 'bert': 'bert_ids.json'}
+Row = tuple[str, 'str | None', float]
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -51,6 +64,10 @@ def default_config() -> ml_collections.ConfigDict:
       train_split='train', eval_split='validation',
       num_train=10_000, num_eval=500, seed=0,  # offline
       path='',  # tsv: folder of {split}.tsv
+      # A GLUE task (data.glue.TASKS: 'cola', 'mrpc', 'stsb', 'mnli', ...)
+      # or an offline pair task ('entailment', 'paraphrase'); '': single
+      # sentences as below. Sets num_classes.
+      glue_task='',
       tfds_name='glue/sst2', tfds_data_dir='', max_examples_per_split=0,
       num_classes=2,
       # 'sentencepiece' (trained here, or copied from train.init_from) or
@@ -95,30 +112,69 @@ def _read_tsv(path: str) -> list[tuple[str, int]]:
   return [(words, int(label)) for _, (words, label) in rows]
 
 
-def read_split(data: ml_collections.ConfigDict,
-               split: str) -> list[tuple[str, int]]:
-  """(text, label) pairs of one split."""
+def read_split(data: ml_collections.ConfigDict, split: str) -> list[Row]:
+  """(sentence a, sentence b or None, label) rows of one split."""
+  if data.glue_task:
+    if data.glue_task in glue.OFFLINE:
+      return glue.offline_pairs(
+          data.glue_task,
+          data.num_train if split == data.train_split else data.num_eval,
+          data.seed, split)
+    if data.source == 'tsv':
+      return glue.read_tsv(data.glue_task,
+                           glue.tsv_path(data.path, data.glue_task, split))
+    if data.source == 'tfds':
+      return glue.read_tfds(data.glue_task, split, data.tfds_data_dir or None,
+                            data.max_examples_per_split or None)
+    raise ValueError(f"config.data.source={data.source!r} for GLUE task "
+                     f"{data.glue_task!r}; choose 'tsv' or 'tfds' (or an "
+                     f"offline glue_task: {tuple(glue.OFFLINE)}).")
   if data.source == 'offline':
-    return offline_sentiment.examples(
+    rows = offline_sentiment.examples(
         data.num_train if split == data.train_split else data.num_eval,
         data.seed, split)
-  if data.source == 'tsv':
+  elif data.source == 'tsv':
     path = os.path.join(data.path, f'{split}.tsv')
     if not os.path.exists(path):
       raise FileNotFoundError(
           f'{path} not found: config.data.path must hold {split}.tsv with '
           f'lines "text<TAB>label" (GLUE names its validation split dev: '
           f'set config.data.eval_split=dev).')
-    return _read_tsv(path)
-  if data.source == 'tfds':
+    rows = _read_tsv(path)
+  elif data.source == 'tfds':
     from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
     rows = tfds_source.load_features(
         data.tfds_name, split, data.tfds_data_dir or None,
         ('sentence', 'label'),
         max_examples=data.max_examples_per_split or None)
-    return [(sentence, int(label)) for sentence, label in rows]
-  raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
-                   f"'tsv' or 'tfds'.")
+  else:
+    raise ValueError(f"config.data.source={data.source!r}; choose "
+                     f"'offline', 'tsv' or 'tfds'.")
+  return [(sentence, None, float(label)) for sentence, label in rows]
+
+
+def truncate_pair(a: list[int], b: list[int], limit: int
+                  ) -> tuple[list[int], list[int]]:
+  """Cuts the longer of the two (a on ties) one token at a time until both
+  fit in `limit` tokens together, as BERT's `_truncate_seq_pair`."""
+  a, b = list(a), list(b)
+  while len(a) + len(b) > limit:
+    (a if len(a) >= len(b) else b).pop()
+  return a, b
+
+
+def token_types(tokens: jax.Array, sep_id: int) -> jax.Array:
+  """0 up to and including the first [SEP] of `[CLS] a [SEP] b [SEP]`
+  rows, 1 after it (and 0 at padding). With [SEP] = [CLS] = EOS the first
+  separator is the second EOS."""
+  is_sep = tokens == sep_id
+  before = jnp.cumsum(is_sep, axis=-1) - is_sep  # separators before i
+  first = 2 if sep_id == tokenizers.EOS_ID else 1
+  return ((before >= first) & (tokens > 0)).astype(jnp.int32)
+
+
+# STS-B scores travel as integer targets: round(score * SCALE) + 1.
+REGRESSION_SCALE = 1000
 
 
 class TextClassificationTask(base.Task):
@@ -131,10 +187,16 @@ class TextClassificationTask(base.Task):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     self.max_length = config.data.max_length
+    self.glue = glue.spec(config.data.glue_task) if config.data.glue_task \
+        else None
+    self.num_classes = (self.glue.num_classes if self.glue
+                        else config.data.num_classes)
     self.tokenizer = self._tokenizer()
+    # [SEP]: the vocabulary's own (a converted BERT's), else EOS.
+    self.sep_id = getattr(self.tokenizer, 'sep_id', tokenizers.EOS_ID)
     self.model = encoder.Bert(encoder.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
-        num_classes=config.data.num_classes, max_length=self.max_length,
+        num_classes=self.num_classes, max_length=self.max_length,
         dtype=jnp.dtype(config.model.dtype),
         **configs.model_overrides(config.model, encoder.Config,
                                   MODEL_EXCLUDE)))
@@ -159,7 +221,8 @@ class TextClassificationTask(base.Task):
                         dirs_exist_ok=True)
       else:
         tokenizers.load_or_train(
-            path, lambda: [t for t, _ in self.pairs(data.train_split)],
+            path, lambda: [t for a, b, _ in self.rows(data.train_split)
+                           for t in (a, b) if t is not None],
             data.vocab_size)
 
     path = vocabularies.in_workdir(self.workdir,
@@ -181,25 +244,42 @@ class TextClassificationTask(base.Task):
     return loaded
 
   @functools.cache
-  def pairs(self, split: str) -> list[tuple[str, int]]:
-    pairs = read_split(self.config.data, split)
-    labels = {label for _, label in pairs}
-    if not labels <= set(range(self.config.data.num_classes)):
-      raise ValueError(f'Labels {sorted(labels)} of split {split!r} are '
-                       f'outside [0, config.data.num_classes='
-                       f'{self.config.data.num_classes}).')
-    return pairs
+  def rows(self, split: str) -> list[Row]:
+    rows = read_split(self.config.data, split)
+    if self.num_classes > 1:
+      labels = {label for *_, label in rows}
+      if not labels <= set(range(self.num_classes)):
+        raise ValueError(f'Labels {sorted(labels)} of split {split!r} are '
+                         f'outside [0, num_classes={self.num_classes}).')
+    return rows
 
   @functools.cache
   def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Token rows ([EOS] in the place of [CLS]) and label + 1 as the target
-    (so that 0 stays padding)."""
-    limit = self.max_length - 1
-    pairs = self.pairs(split)
-    ids = self.tokenizer.encode_batch([t for t, _ in pairs], add_eos=False)
-    return [(np.asarray([tokenizers.EOS_ID] + i[:limit], np.int32),
-             np.asarray([label + 1], np.int32))
-            for i, (_, label) in zip(ids, pairs)]
+    """Token rows ([EOS] in the place of [CLS]; pairs as `[CLS] a [SEP] b
+    [SEP]`) and the label + 1 as the target (so that 0 stays padding; a
+    regression score scaled by REGRESSION_SCALE)."""
+    rows = self.rows(split)
+    first = self.tokenizer.encode_batch([a for a, _, _ in rows],
+                                        add_eos=False)
+    if self.glue is not None and self.glue.pair:
+      second = self.tokenizer.encode_batch([b for _, b, _ in rows],
+                                           add_eos=False)
+      sep = [self.sep_id]
+      tokens = []
+      for a, b in zip(first, second):
+        a, b = truncate_pair(a, b, self.max_length - 3)
+        tokens.append([tokenizers.EOS_ID] + a + sep + b + sep)
+    else:
+      tokens = [[tokenizers.EOS_ID] + a[:self.max_length - 1] for a in first]
+    scale = REGRESSION_SCALE if self.num_classes == 1 else 1
+    return [(np.asarray(t, np.int32),
+             np.asarray([round(label * scale) + 1], np.int32))
+            for t, (_, _, label) in zip(tokens, rows)]
+
+  def _types(self, tokens: jax.Array) -> jax.Array | None:
+    if self.glue is None or not self.glue.pair:
+      return None
+    return token_types(tokens, self.sep_id)
 
   def init(self, rng: jax.Array) -> Any:
     return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),
@@ -226,17 +306,44 @@ class TextClassificationTask(base.Task):
   def loss(self, params: Any, batch: dict[str, jax.Array],
            rng: jax.Array | None, *, deterministic: bool):
     logits = self.model.apply(
-        {'params': params}, batch['inputs'], deterministic=deterministic,
-        method='classify', rngs=None if rng is None else {'dropout': rng})
-    labels = batch['targets'][:, 0] - 1  # -1 for filler rows
-    weights = (labels >= 0).astype(jnp.float32)
-    _, nll = losses.smoothed_cross_entropy(logits, jnp.maximum(labels, 0),
-                                           0.0)
+        {'params': params}, batch['inputs'],
+        token_types=self._types(batch['inputs']),
+        deterministic=deterministic, method='classify',
+        rngs=None if rng is None else {'dropout': rng})
+    targets = batch['targets'][:, 0] - 1  # -1 for filler rows
+    weights = (targets >= 0).astype(jnp.float32)
     count = weights.sum()
+    if self.num_classes == 1:  # STS-B: squared error on the score
+      error = (logits[:, 0] - targets / REGRESSION_SCALE) ** 2
+      sums = {'loss': ((error * weights).sum(), count)}
+      return losses.mean(sums), sums
+    _, nll = losses.smoothed_cross_entropy(logits, jnp.maximum(targets, 0),
+                                           0.0)
     sums = {'loss': ((nll * weights).sum(), count),
-            'accuracy': (((logits.argmax(-1) == labels) * weights).sum(),
+            'accuracy': (((logits.argmax(-1) == targets) * weights).sum(),
                          count)}
     return losses.mean(sums), sums
+
+  @functools.cached_property
+  def _predict(self):
+    def predict(params, tokens):
+      logits = self.model.apply({'params': params}, tokens,
+                                token_types=self._types(tokens),
+                                deterministic=True, method='classify')
+      return logits[:, 0] if self.num_classes == 1 else logits.argmax(-1)
+    return jax.jit(predict)
+
+  def predict(self, params: Any, split: str) -> np.ndarray:
+    """The model's label (or STS-B score) for every row of `split`."""
+    examples = self.examples(split)
+    predictions = np.zeros(len(examples), np.float64)
+    for batch in batching.padded_batches(
+        examples, batch_size=self.config.data.eval_rows,
+        row_multiple=self.batch_divisor, max_width=self.max_length):
+      kept = batch['index'] >= 0
+      predictions[batch['index'][kept]] = np.asarray(
+          self._predict(params, batch['inputs']))[kept]
+    return predictions
 
   def attention_views(self, params: Any, text_: str
                       ) -> list[base.AttentionView]:
@@ -244,8 +351,26 @@ class TextClassificationTask(base.Task):
     return base.encoder_views(self, params, text_)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
-    del params, label  # accuracy comes from the evaluation batches
-    return {}
+    """A GLUE or pair task's metrics (Matthews, F1, Pearson, Spearman, in
+    percent as GLUE reports them) on the evaluation split, and MNLI's
+    accuracy on the mismatched one; single sentences report the batches'
+    accuracy only."""
+    del label
+    if self.glue is None:
+      return {}
+    data = self.config.data
+    splits = {'': data.eval_split}
+    for name, tfds_split, tsv_split in self.glue.extra_eval:
+      splits[f'_{name}'] = tsv_split if data.source == 'tsv' else tfds_split
+    result = {}
+    for suffix, split in splits.items():
+      predictions = self.predict(params, split)
+      labels = np.asarray([label for *_, label in self.rows(split)])
+      for metric in self.glue.metrics:
+        if metric != 'accuracy' or suffix:
+          result[f'{metric}{suffix}'] = 100 * metrics.SCORES[metric](
+              predictions, labels)
+    return result
 
 
 TASK = TextClassificationTask

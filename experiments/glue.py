@@ -1,0 +1,59 @@
+r"""GLUE (Wang et al. 2018) with the BERT encoder: one task per run,
+fine-tuned from a masked-language-model workdir or from scratch.
+
+    python -m transformer.main --config=experiments/glue.py:task=entailment \
+        --workdir=workdirs/glue_entailment      # offline, no files needed
+    python -m transformer.main \
+        --config=experiments/glue.py:task=mrpc,source=tsv,path=glue_data/MRPC,init_from=workdirs/bert_base \
+        --workdir=workdirs/mrpc
+
+Arguments: task=cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli (GLUE, from
+source=tsv, the official files under path=DIR: train.tsv and dev.tsv, MNLI's
+dev_matched.tsv and dev_mismatched.tsv; or source=tfds, `glue/TASK`
+prepared with `tfds build`) or task=entailment|paraphrase (offline pairs
+generated from the grammar, the default source for them); init_from=WORKDIR
+(a bert_mlm run or a converted BERT: its sizes, context and vocabulary);
+runlocal. Evaluation reports the task's GLUE metrics.
+"""
+
+from transformer import configs
+from transformer import workdir
+from transformer.data import glue
+from transformer.tasks import text_classification
+
+
+def get_config(arg: str = ''):
+  args = configs.parse_args(arg, name='experiments/glue.py',
+                            known=('task', 'source', 'path', 'init_from',
+                                   'runlocal'))
+  task = args.get('task', 'entailment')
+  spec = glue.spec(task)
+  offline = task in glue.OFFLINE
+  source = args.get('source', 'offline' if offline else 'tsv')
+  config = text_classification.default_config()
+  tsv = source == 'tsv'
+  config.data.update(dict(
+      glue_task=task, source=source, path=args.get('path', ''),
+      train_split='train',
+      eval_split=spec.eval_split[1] if tsv else spec.eval_split[0],
+      max_length=128, tokens_per_batch=4_096))
+  config.train.init_from = args.get('init_from', '')
+  # BERT's fine-tuning recipe (Devlin et al.): a small learning rate with
+  # warmup, a few epochs; from scratch the sizes of experiments/sst2.py.
+  config.model.update(dict(size='tiny', num_layers=4, d_model=128,
+                           num_heads=4, dropout_rate=0.1))
+  config.optimizer.update(dict(learning_rate=1e-4, warmup_steps=100))
+  config.train.update(dict(num_steps=1_000, log_every=50, eval_every=250,
+                           checkpoint_every=250, keep_checkpoints=2))
+  if 'runlocal' in args:
+    config.data.update(dict(num_train=200, num_eval=16, vocab_size=200,
+                            max_length=48, tokens_per_batch=384,
+                            eval_rows=8))
+    config.model.update(dict(num_layers=1, d_model=32, dropout_rate=0.0))
+    config.optimizer.update(dict(warmup_steps=2, learning_rate=1e-3))
+    config.train.update(dict(num_steps=6, log_every=3, eval_every=6,
+                             checkpoint_every=6))
+  if 'init_from' in args:
+    text_classification.take_pretrained(
+        config, workdir.load_config(args['init_from']))
+  return config
