@@ -6,8 +6,12 @@ r"""BERT-style masked-language-model pretraining.
         --workdir=workdirs/bert_local        # local text
 
 A small post-LN encoder (4 layers, D=128) with SentencePiece tokens, 15% of
-tokens masked (80/10/10). Fine-tune the result for classification with
-`experiments/sst2.py:init_from=workdirs/bert_mlm`. `runlocal` for tests.
+tokens masked (80/10/10); `nsp` adds BERT's next-sentence prediction
+(rows cut into [CLS] A [SEP] B [SEP], B half the time from another row).
+Fine-tune the result for classification with
+`experiments/sst2.py:init_from=workdirs/bert_mlm` or
+`experiments/glue.py:task=...,init_from=workdirs/bert_mlm`. `runlocal` for
+tests.
 """
 
 from transformer import configs
@@ -16,11 +20,12 @@ from transformer.tasks import masked_language_modeling
 
 def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/bert_mlm.py',
-                            known=('path', 'per', 'runlocal'))
+                            known=('path', 'per', 'nsp', 'runlocal'))
   config = masked_language_modeling.default_config()
   config.data.update(dict(source='offline', num_train=20_000, num_eval=500,
                           tokenizer='sentencepiece', vocab_size=1_000,
                           max_length=128, tokens_per_batch=8_192))
+  config.data.next_sentence = 'nsp' in args
   if 'path' in args:
     config.data.update(dict(source='local', path=args['path'],
                             per=args.get('per', 'line')))

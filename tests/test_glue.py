@@ -15,6 +15,7 @@ from transformer import metrics
 from transformer import train
 from transformer.data import glue
 from transformer.data import tokenizers
+from transformer.models import encoder
 from transformer.tasks import text_classification
 
 sklearn_metrics = pytest.importorskip('sklearn.metrics')
@@ -48,11 +49,11 @@ def test_pairs_cut_the_longer_sentence_first_and_type_the_second():
   assert (a, b) == ([1, 2], [4, 5])
   eos = tokenizers.EOS_ID
   tokens = np.array([[eos, 7, 8, eos, 9, eos, 0, 0]])
-  np.testing.assert_array_equal(text_classification.token_types(tokens, eos),
+  np.testing.assert_array_equal(encoder.pair_token_types(tokens, eos, eos),
                                 [[0, 0, 0, 0, 1, 1, 0, 0]])
   sep = 5  # a vocabulary's own [SEP]
   tokens = np.array([[eos, 7, sep, 9, 9, sep, 0]])
-  np.testing.assert_array_equal(text_classification.token_types(tokens, sep),
+  np.testing.assert_array_equal(encoder.pair_token_types(tokens, sep, eos),
                                 [[0, 0, 0, 1, 1, 1, 0]])
 
 

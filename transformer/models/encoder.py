@@ -102,6 +102,76 @@ class Bert(nn.Module):
                     name='classifier')(pooled).astype(jnp.float32)
 
 
+  @nn.compact
+  def pretraining_logits(self, tokens: Array, *,
+                         token_types: Array | None = None,
+                         deterministic: bool) -> tuple[Array, Array]:
+    """BERT's two pretraining heads from one pass: the masked-LM logits
+    [B, T, V] and next-sentence logits [B, 2] (IsNext, NotNext order: 0 is
+    the true next segment) from the pooled [CLS] vector."""
+    states, pooled = self.encode(tokens, token_types=token_types,
+                                 deterministic=deterministic)
+    nsp = nn.Dense(2, dtype=self.config.dtype,
+                   param_dtype=self.config.param_dtype,
+                   name='next_sentence')(pooled).astype(jnp.float32)
+    return mlm_head(self, self.config, states), nsp
+
+
+def pair_token_types(tokens: Array, sep_id: int, cls_id: int) -> Array:
+  """Token types of `[CLS] a [SEP] b [SEP]` rows: 0 up to and including
+  the first [SEP], 1 after it, 0 at padding. Where [SEP] is [CLS] (our EOS
+  serves as both) the first separator is the second one in the row."""
+  is_sep = tokens == sep_id
+  before = jnp.cumsum(is_sep, axis=-1) - is_sep  # separators before i
+  first = 2 if sep_id == cls_id else 1
+  return ((before >= first) & (tokens > 0)).astype(jnp.int32)
+
+
+def next_sentence_pairs(tokens: Array, key: Array, *, sep_id: int
+                        ) -> tuple[Array, Array, Array]:
+  """BERT's next-sentence task from rows of running text, on the device.
+
+  Each row [CLS, t_1, ..., t_n] is cut at a random point into segment A
+  (t_1 up to the cut) and B (the rest); half the rows (drawn from `key`)
+  take B from the next row of the batch instead (NotNext: another
+  document's text, or another chunk), the others keep their own (IsNext: B
+  follows A). Rows become [CLS] A [SEP] B [SEP], B cut to keep the width.
+
+  Args:
+    tokens: [R, W] rows, 0 at padding, [CLS] first.
+    key: the step's key (a resumed run draws the same pairs).
+    sep_id: [SEP].
+
+  Returns:
+    (pairs [R, W], labels [R] 0 IsNext / 1 NotNext, valid [R]: rows of at
+    least 4 tokens, which can be cut; the others are left as they are and
+    carry no next-sentence loss).
+  """
+  rows, width = tokens.shape
+  cut_key, swap_key = jax.random.split(key)
+  lengths = (tokens > 0).sum(-1)
+  valid = lengths >= 4
+  # The cut s in [2, length - 1): both segments hold at least one token.
+  cut = jax.random.randint(cut_key, (rows,), 2, jnp.maximum(lengths - 1, 3))
+  not_next = jax.random.bernoulli(swap_key, 0.5, (rows,)) & valid
+  index = jnp.arange(rows)
+  source = jnp.where(not_next, (index + 1) % rows, index)
+  b_start = cut[source]
+  b_length = jnp.maximum(
+      jnp.minimum(lengths[source] - b_start, width - cut - 2), 0)
+  column = jnp.arange(width)[None, :]
+  in_b = (column > cut[:, None]) & (column <= (cut + b_length)[:, None])
+  b_tokens = jnp.take_along_axis(
+      tokens[source], jnp.clip(column - cut[:, None] - 1 + b_start[:, None],
+                               0, width - 1), axis=1)
+  pairs = jnp.where(column < cut[:, None], tokens, 0)
+  pairs = jnp.where(column == cut[:, None], sep_id, pairs)
+  pairs = jnp.where(in_b, b_tokens, pairs)
+  pairs = jnp.where(column == (cut + b_length + 1)[:, None], sep_id, pairs)
+  pairs = jnp.where(valid[:, None], pairs, tokens)
+  return pairs.astype(jnp.int32), not_next.astype(jnp.int32), valid
+
+
 def text_embeddings(c: Config) -> tuple[nn.Module, ...]:
   """BERT's input modules, for a module's setup: token, position and token
   type embeddings, their LayerNorm and dropout (see `embed_text`)."""

@@ -6,6 +6,14 @@ one id past the tokenizer's vocabulary is [MASK]. Masks are drawn on the
 device from the step's key (80% [MASK], 10% random, 10% unchanged), so a
 resumed run masks exactly as an uninterrupted one; evaluation uses one fixed
 masking. The metric is MLM accuracy on the masked positions.
+
+With `data.next_sentence` BERT's second objective is added: each row is cut
+into segments A and B, half the rows take B from another row, and the
+pooled [CLS] vector predicts whether B follows A (`encoder.
+next_sentence_pairs`, drawn on the device from the step's key as the masks
+are); rows read [CLS] A [SEP] B [SEP] with token types, as fine-tuning on
+sentence pairs does. The loss is the sum of the two means; 'nsp_accuracy'
+is reported beside MLM accuracy.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from transformer import configs
 from transformer import losses
 from transformer import ranges
 from transformer.data import batching
+from transformer.data import tokenizers
 from transformer.models import encoder
 from transformer.tasks import base
 from transformer.tasks import language_modeling
@@ -37,7 +46,9 @@ def default_config() -> ml_collections.ConfigDict:
   config.optimizer.update(dict(schedule='cosine', learning_rate=1e-3,
                                b2=0.999, eps=1e-6, weight_decay=0.01,
                                grad_clip_norm=1.0))
-  config.data.update(dict(max_length=128, mask_rate=0.15))
+  # next_sentence: BERT's next-sentence prediction beside masked LM.
+  config.data.update(dict(max_length=128, mask_rate=0.15,
+                          next_sentence=False))
   config.model = configs.model_section(
       encoder.Config, exclude=MODEL_EXCLUDE, size='tiny', dtype='float32')
   return config
@@ -66,8 +77,10 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
     return [(inputs, inputs) for inputs, _ in self.examples(split)]
 
   def init(self, rng: jax.Array) -> Any:
+    method = ('pretraining_logits' if self.config.data.next_sentence
+              else 'mlm_logits')
     return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),
-                           deterministic=True, method='mlm_logits')['params']
+                           deterministic=True, method=method)['params']
 
   def train_iter(self, start_step: int) -> Iterator[dict[str, np.ndarray]]:
     data = self.config.data
@@ -96,6 +109,9 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
       mask_key, dropout_key = jax.random.key(self.config.seed), None
     else:
       mask_key, dropout_key = jax.random.split(rng)
+    if self.config.data.next_sentence:
+      return self._pretraining_loss(params, batch['inputs'], mask_key,
+                                    dropout_key, deterministic)
     inputs, targets = encoder.mask_tokens(
         batch['inputs'], mask_key, vocab_size=self.tokenizer.vocab_size,
         mask_id=self.mask_id, rate=self.config.data.mask_rate)
@@ -105,6 +121,35 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
         rngs=None if dropout_key is None else {'dropout': dropout_key})
     sums = losses.token_sums(logits, targets, 0.0)
     sums['mlm_accuracy'] = sums.pop('accuracy')
+    return losses.mean(sums), sums
+
+  def _pretraining_loss(self, params, tokens, key, dropout_key,
+                        deterministic):
+    """Masked LM and next-sentence prediction on the same rows."""
+    pair_key, mask_key = jax.random.split(key)
+    sep = tokenizers.EOS_ID  # our [SEP], as [CLS]
+    pairs, labels, valid = encoder.next_sentence_pairs(tokens, pair_key,
+                                                       sep_id=sep)
+    inputs, targets = encoder.mask_tokens(
+        pairs, mask_key, vocab_size=self.tokenizer.vocab_size,
+        mask_id=self.mask_id, rate=self.config.data.mask_rate)
+    logits, nsp_logits = self.model.apply(
+        {'params': params}, inputs,
+        token_types=encoder.pair_token_types(pairs, sep, sep),
+        deterministic=deterministic, method='pretraining_logits',
+        rngs=None if dropout_key is None else {'dropout': dropout_key})
+    sums = losses.token_sums(logits, targets, 0.0)
+    sums['mlm_accuracy'] = sums.pop('accuracy')
+    _, nsp_nll = losses.smoothed_cross_entropy(nsp_logits, labels, 0.0)
+    weights = valid.astype(jnp.float32)
+    rows = weights.sum()
+    sums['nsp_loss'] = ((nsp_nll * weights).sum(), rows)
+    sums['nsp_accuracy'] = (
+        ((nsp_logits.argmax(-1) == labels) * weights).sum(), rows)
+    # 'loss' is the sum of the two means, kept as a (sum, count) pair over
+    # the masked tokens so that micro-batches weigh it as every loss.
+    total, count = sums['loss']
+    sums['loss'] = (total + count * losses.mean(sums, 'nsp_loss'), count)
     return losses.mean(sums), sums
 
   def attention_views(self, params: Any, text_: str

@@ -163,16 +163,6 @@ def truncate_pair(a: list[int], b: list[int], limit: int
   return a, b
 
 
-def token_types(tokens: jax.Array, sep_id: int) -> jax.Array:
-  """0 up to and including the first [SEP] of `[CLS] a [SEP] b [SEP]`
-  rows, 1 after it (and 0 at padding). With [SEP] = [CLS] = EOS the first
-  separator is the second EOS."""
-  is_sep = tokens == sep_id
-  before = jnp.cumsum(is_sep, axis=-1) - is_sep  # separators before i
-  first = 2 if sep_id == tokenizers.EOS_ID else 1
-  return ((before >= first) & (tokens > 0)).astype(jnp.int32)
-
-
 # STS-B scores travel as integer targets: round(score * SCALE) + 1.
 REGRESSION_SCALE = 1000
 
@@ -279,7 +269,7 @@ class TextClassificationTask(base.Task):
   def _types(self, tokens: jax.Array) -> jax.Array | None:
     if self.glue is None or not self.glue.pair:
       return None
-    return token_types(tokens, self.sep_id)
+    return encoder.pair_token_types(tokens, self.sep_id, tokenizers.EOS_ID)
 
   def init(self, rng: jax.Array) -> Any:
     return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),
