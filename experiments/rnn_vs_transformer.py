@@ -7,7 +7,8 @@ r"""RNN encoder-decoders with and without attention beside the Transformer.
 Arguments (comma-separated): model = rnn (no attention: the context is the
 encoder's final state, the bottleneck of the lectures) | rnn_attention
 (Bahdanau additive attention) | rnn_dot (Luong dot-product attention) |
-transformer; for a local corpus path=DIR,src=..,tgt=..[,eval=SPLIT] (default:
+transformer | convs2s (Gehring et al.'s convolutional encoder-decoder, 4
+gated convolution blocks of kernel 3 a side); for a local corpus path=DIR,src=..,tgt=..[,eval=SPLIT] (default:
 the offline grammar with 1 to 4 clauses per sentence, 5 to 53 words, so that
 the length effect can show); runlocal (seconds, for tests).
 
@@ -27,6 +28,7 @@ MODELS = {
     'rnn_attention': ('rnn', dict(attention='additive')),
     'rnn_dot': ('rnn', dict(attention='dot')),
     'transformer': ('transformer', {}),
+    'convs2s': ('convs2s', {}),
 }
 KEYS = ('model', 'path', 'src', 'tgt', 'eval', 'runlocal')
 
@@ -53,7 +55,9 @@ def get_config(arg: str = 'model=rnn_attention'):
         vocab_size=8_000, max_length=64))
   config.model.update(dict(family=family, size='mini', dropout_rate=0.1,
                            **fields))
-  if family == 'rnn':
+  if family in ('rnn', 'convs2s'):
+    # ConvS2S's paper used Nesterov SGD with weight normalisation; here it
+    # takes the RNNs' Adam, the same for both non-attention baselines.
     config.optimizer.update(dict(schedule='constant', learning_rate=1e-3,
                                  grad_clip_norm=1.0))
   else:

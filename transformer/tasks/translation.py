@@ -29,6 +29,7 @@ from transformer.data import files
 from transformer.data import packing
 from transformer.data import tokenizers
 from transformer.models import encoder_decoder
+from transformer.models import convs2s
 from transformer.models import rnn
 from transformer.tasks import base
 from transformer.tasks import vocabularies
@@ -37,7 +38,7 @@ Pairs = list[tuple[str, str]]
 # Model families: modules with `Config`, `config_for`, `build`,
 # `init_decoding` and `decoding_step`. A config may set any field of the
 # family's Config but these, which the task sets from the data.
-FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn}
+FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn, 'convs2s': convs2s}
 MODEL_EXCLUDE = ('vocab_size', 'max_length')
 
 
@@ -412,7 +413,7 @@ class TranslationTask(base.Task):
       return ['attention']
     for name, value, count in (
         ('layer', layer, self.model_config.num_layers),
-        ('head', head, self.model_config.num_heads)):
+        ('head', head, getattr(self.model_config, 'num_heads', 1))):
       if value is not None and not 0 <= value < count:
         raise ValueError(f'Alignment {name} {value}: the model has {count} '
                          f'decoder {name}s, numbered 0 to {count - 1}.')
