@@ -135,3 +135,16 @@ def test_input_pipeline_benchmark_reads_its_cache_in_a_fresh_process(
       'pairs', '400']]
   assert row, out
   assert not os.listdir(tmp_path)  # its own folder removed without --keep
+
+
+def test_table1_layers_reach_what_the_paper_says():
+  import complexity  # pylint: disable=g-import-not-at-top
+  results = complexity.measure(16, [32, 64], kernel=3, window=8, batch=1,
+                               repeats=1)
+  assert results['self-attention']['reach'][-1] == (32, 31)  # everything
+  assert results['recurrent']['reach'][-1] == (32, 0)  # the past, in order
+  assert results['convolution']['reach'][-1] == (1, 1)  # (k - 1) / 2 a side
+  assert results['restricted self-attention']['reach'][-1] == (8, 7)
+  # Layers for a path across n = 64: 1, 1 (through 63 steps), n / 1, n / r.
+  assert [r['path'][-1] for r in results.values()] == [1, 1, 63, 8]
+  assert all(t > 0 for r in results.values() for t in r['times'])
