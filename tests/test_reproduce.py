@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from ml_collections import config_flags
 import pytest
 
+from conftest import load_experiment
 from transformer import attention
 from transformer import metrics
 from transformer import train
@@ -297,3 +298,35 @@ def test_value_head_dim_resizes_only_values_and_output():
   assert shapes['value']['kernel'] == (8, 2, 5)
   assert shapes['out']['kernel'] == (2, 5, 8)
   assert layer.apply(variables, x, deterministic=True).shape == (1, 4, 8)
+
+
+GLUE_TABLE = os.path.join(REPO, 'experiments', 'paper', 'devlin2019_glue.py')
+
+
+def test_glue_table_rows_averages_and_missing_pretraining(tmp_path,
+                                                          monkeypatch):
+  from transformer.reproduce import tables  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  spec = specs.load_spec(GLUE_TABLE)
+  # Without the pretrained workdir every row says what to train first.
+  text = reproduce_rows.reproduce(GLUE_TABLE, str(tmp_path / 'glue'),
+                                  scale='reduced', rows=[], launch='collect')
+  assert text.count('not ready: workdirs/bert_mlm/config.json') == 8
+  # BERT-base's average over the 9 published numbers is its 79.6.
+  assert '| average |  |  | 79.6 |' in text
+  # With a pretrained workdir, rows set up with the encoder's sizes; ours
+  # average once every row finished.
+  pretrained = load_experiment('bert_mlm', 'nsp,runlocal')
+  train.train_and_evaluate(pretrained, str(tmp_path / 'workdirs/bert_mlm'))
+  setups = [specs.setup(spec, row, 'reduced') for row in spec.ROWS]
+  assert not any(s.problem for s in setups)
+  assert specs.settings(setups[4])['metric'] == 'matthews'
+  assert setups[0].model.num_classes == 3 and setups[5].model.num_classes == 1
+  assert specs.parameters(setups[0].model) > 0
+  finished = [outcomes.Outcome('finished', {
+      s.row.metric: 0.5, **({'eval/accuracy_mismatched': 0.41}
+                            if s.row.name == 'mnli' else {})})
+              for s in setups]
+  text = tables.write(spec, 'reduced', setups, finished,
+                      str(tmp_path / 'out'), extra='', about='')
+  assert '| average |  | 49.0 | 79.6 |' in text  # (8 x 50 + 41) / 9

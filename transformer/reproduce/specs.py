@@ -11,6 +11,13 @@ defines:
            values.
   COLUMNS  (Column, ...): what the table shows.
   NOTES    text printed under the table (assumptions, caveats).
+  AVERAGE  optional: column keys whose values (ours and the paper's, over
+           every row) are averaged into a last row, as a benchmark score
+           (GLUE's) is.
+
+Rows of translation experiments (Vaswani et al.) and of sentence
+classification (GLUE) are understood: their model, parameter count and
+settings come from the task the row's config names.
 
 `reproduce.rows` (the command `python -m transformer.tools.reproduce`)
 runs, prints or collects the rows of a spec.
@@ -26,7 +33,10 @@ from typing import Any
 import ml_collections
 
 from transformer import configs
+from transformer.data import glue
+from transformer.models import encoder
 from transformer.models import encoder_decoder
+from transformer.tasks import text_classification
 from transformer.tasks import translation
 
 
@@ -53,19 +63,23 @@ class Row:
   changes: dict[str, dict[str, Any]]
   paper: dict[str, Any] = dataclasses.field(default_factory=dict)
   configs: dict[str, str] = dataclasses.field(default_factory=dict)
+  # The scalar a 'row_metric' column shows (e.g. 'eval/matthews' for CoLA).
+  metric: str = ''
 
 
 @dataclasses.dataclass(frozen=True)
 class Column:
   """`source`: 'setting:NAME' (a hyperparameter of the row, see
   `settings`), 'metric:TAG' (a final evaluation scalar of the run, e.g.
-  'metric:eval/bleu'), 'params' (millions, from the config) or 'hours'
-  (training time). `paper`: also show the paper's value beside ours."""
+  'metric:eval/bleu'), 'row_metric' (the scalar `Row.metric` names),
+  'params' (millions, from the config) or 'hours' (training time). `paper`:
+  also show the paper's value beside ours."""
   key: str
   title: str
   source: str
   digits: int = 2
   paper: bool = False
+  scale: float = 1.0  # ours times this (e.g. 100: fractions as percent)
 
 
 def load_spec(path: str):
@@ -134,9 +148,12 @@ def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
   experiment = row.configs.get(scale, spec.SCALES[scale].config)
   overrides = {**spec.SCALES[scale].overrides, **row.changes[scale]}
   extra_flags = configs.parse_assignments(extra)
-  base = configs.load_experiment(experiment)
   shown = {**overrides, **{k: v for k, _, v in (
       item.partition('=') for item in filter(None, extra.split(',')))}}
+  try:
+    base = configs.load_experiment(experiment)
+  except FileNotFoundError as e:  # e.g. the workdir a row fine-tunes from
+    return RowSetup(row, experiment, shown, None, None, f'not ready: {e}')
   try:
     config = configs.override(base, overrides)
   except configs.UnknownField as e:
@@ -147,14 +164,29 @@ def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
   except configs.UnknownField as e:
     raise ValueError(f'--set={extra}: {e}') from e
   try:
-    return RowSetup(row, experiment, shown, config,
-                    translation.model_config(config, config.data.vocab_size))
+    return RowSetup(row, experiment, shown, config, model_config(config))
   except ValueError as e:  # e.g. d_model not divisible by num_heads
     return RowSetup(row, experiment, shown, config, None, f'invalid: {e}')
 
 
+def model_config(config: ml_collections.ConfigDict) -> Any:
+  """The model dataclass a row's config trains (vocabulary as configured:
+  a tokenizer trained on the data may come out a little smaller)."""
+  if config.task == 'text_classification':
+    spec = glue.spec(config.data.glue_task) if config.data.glue_task else None
+    return encoder.config_for(
+        config.model.size, vocab_size=config.data.vocab_size + 1,
+        max_length=config.data.max_length,
+        num_classes=spec.num_classes if spec else config.data.num_classes,
+        **configs.model_overrides(config.model, encoder.Config,
+                                  text_classification.MODEL_EXCLUDE))
+  return translation.model_config(config, config.data.vocab_size)
+
+
 def parameters(config_model) -> int:
   """Exact parameter count of a model dataclass, from shapes alone."""
+  if isinstance(config_model, encoder.Config):
+    return encoder.param_count(config_model, 'classify')
   return encoder_decoder.param_count(config_model)
 
 
@@ -163,6 +195,14 @@ def settings(row_setup: RowSetup) -> dict[str, Any]:
   m = row_setup.model
   if m is None:
     return {}
+  if isinstance(m, encoder.Config):
+    data, train = row_setup.config.data, row_setup.config.train
+    metric = (glue.spec(data.glue_task).metrics[0] if data.glue_task
+              else 'accuracy')
+    return dict(task=data.glue_task, metric=metric, source=data.source,
+                eval_split=data.eval_split, steps=train.num_steps,
+                init_from=train.init_from or 'scratch', N=m.num_layers,
+                d_model=m.d_model, h=m.num_heads)
   d_k = m.head_dim or m.d_model // m.num_heads
   train, evaluation = row_setup.config.train, row_setup.config.eval
   return dict(N=m.num_layers, d_model=m.d_model, d_ff=m.mlp_dim,

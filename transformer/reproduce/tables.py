@@ -23,10 +23,13 @@ def _ours(column: specs.Column, setup: specs.RowSetup,
     return None  # a part-way value would read as a result
   if kind == 'metric':
     return outcome.metrics.get(name)
+  if kind == 'row_metric':
+    return outcome.metrics.get(setup.row.metric)
   if kind == 'hours':
     return outcome.seconds / 3600
   raise ValueError(f'Column {column.key}: unknown source {column.source!r}; '
-                   f"use 'setting:NAME', 'metric:TAG', 'params' or 'hours'.")
+                   f"use 'setting:NAME', 'metric:TAG', 'row_metric', 'params' "
+                   f"or 'hours'.")
 
 
 def _text(value: Any, digits: int) -> str:
@@ -48,6 +51,29 @@ def _status(outcome: outcomes.Outcome) -> str:
   return f'{outcome.status}: {detail}' if detail else outcome.status
 
 
+def _average_row(spec, keys: Sequence[str], records: Sequence[dict],
+                 header: Sequence[str]) -> list[str]:
+  """The mean of columns `keys` over every row and column, ours and the
+  paper's apart (as GLUE's score averages its tasks' scores); blank where a
+  cell is missing."""
+  def mean(suffix: str) -> str:
+    values = [r.get(f'{key}{suffix}') for r in records for key in keys
+              if not (r.get(f'{key}_paper') in (None, '') and
+                      r.get(key) in (None, ''))]
+    if not values or any(v in (None, '') for v in values):
+      return ''
+    return f'{sum(float(v) for v in values) / len(values):.1f}'
+  cells = ['average'] + [''] * (len(header) - 1)
+  position = 1
+  for column in spec.COLUMNS:
+    if column.key == keys[0]:
+      cells[position] = mean('')
+      if column.paper:
+        cells[position + 1] = mean('_paper')
+    position += 2 if column.paper else 1
+  return cells
+
+
 def write(spec, scale: str, setups: Sequence[specs.RowSetup],
           results: Sequence[outcomes.Outcome], workdir: str, *,
           extra: str, about: str) -> str:
@@ -66,6 +92,8 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
         'params_exact': count}
     for column in spec.COLUMNS:
       ours = _ours(column, setup, outcome, count)
+      if isinstance(ours, (int, float)) and column.scale != 1:
+        ours *= column.scale
       cells.append(_text(ours, column.digits))
       record[column.key] = ours
       if column.paper:
@@ -74,14 +102,18 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
     cells.append(_status(outcome))
     table_rows.append(cells)
     csv_rows.append(record)
+  averaged = getattr(spec, 'AVERAGE', ())
+  if averaged:
+    table_rows.append(_average_row(spec, averaged, csv_rows, header))
   vocab = {s.model.vocab_size for s in setups if s.model is not None}
   lines = [f'### {spec.TITLE}', '',
            f'Scale: **{scale}**: {spec.SCALES[scale].about}' + (
                f' Every row also with `{extra}`.' if extra else ''), '',
-           about + ' Parameters are exact counts of each row\'s config '
-           f'(jax.eval_shape, no training) at vocabulary '
-           f'{", ".join(f"{v:,}" for v in sorted(vocab))}; "paper" columns '
-           'are the published values.', '',
+           about + (' Parameters are exact counts of each row\'s config '
+                    f'(jax.eval_shape, no training) at vocabulary '
+                    f'{", ".join(f"{v:,}" for v in sorted(vocab))};'
+                    if vocab else '') + ' "paper" columns are the '
+           'published values.', '',
            '| ' + ' | '.join(header) + ' |',
            '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(cells) + ' |' for cells in table_rows]

@@ -341,10 +341,10 @@ class TextClassificationTask(base.Task):
     return base.encoder_views(self, params, text_)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
-    """A GLUE or pair task's metrics (Matthews, F1, Pearson, Spearman, in
-    percent as GLUE reports them) on the evaluation split, and MNLI's
-    accuracy on the mismatched one; single sentences report the batches'
-    accuracy only."""
+    """A GLUE or pair task's metrics (Matthews, F1, Pearson, Spearman, as
+    fractions like the batches' accuracy) on the evaluation split, and
+    MNLI's accuracy on the mismatched one; single sentences report the
+    batches' accuracy only."""
     del label
     if self.glue is None:
       return {}
@@ -358,8 +358,8 @@ class TextClassificationTask(base.Task):
       labels = np.asarray([label for *_, label in self.rows(split)])
       for metric in self.glue.metrics:
         if metric != 'accuracy' or suffix:
-          result[f'{metric}{suffix}'] = 100 * metrics.SCORES[metric](
-              predictions, labels)
+          result[f'{metric}{suffix}'] = metrics.SCORES[metric](predictions,
+                                                              labels)
     return result
 
 
