@@ -133,7 +133,9 @@ def figure(workdir: str, output: str, *, text: str = '',
   if query:
     row = query_index(queries, query)
     maps, queries = maps[:, row:row + 1], [queries[row]]
-    lines = [f'{title}: {queries[0]!r} -> {keys[int(np.argmax(m[0]))]!r} '
+    # The key's position too: a word may occur more than once.
+    lines = [f'{title}: {queries[0]!r}@{row} -> '
+             f'{keys[int(np.argmax(m[0]))]!r}@{int(np.argmax(m[0]))} '
              f'({m[0].max():.2f})' for title, m in zip(titles, maps)]
   heading = f'{explorer.title()} · {chosen.name}'
   if chosen.image is None:
