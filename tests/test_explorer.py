@@ -113,6 +113,21 @@ def test_views_layers_and_the_model_view(written, page):
   w = cross.weights.reshape(layers * heads, *cross.weights.shape[2:])
   logs = np.log(np.where(w > 0, w, 1.0))
   np.testing.assert_allclose(shown, -(w * logs).sum(-1).mean(-1), atol=2e-3)
+  # Attention over another sequence has no distance; self-attention has.
+  assert page.eval_on_selector_all(
+      '#modelview figure', 'fs => fs.filter(f => f.dataset.distance).length'
+  ) == 0
+  page.select_option('#view', '0')  # encoder self-attention
+  encoder = written[1][0]
+  shown = page.eval_on_selector_all(
+      '#modelview figure', 'fs => fs.map(f => Number(f.dataset.distance))')
+  w = encoder.weights.reshape(-1, *encoder.weights.shape[2:])
+  gaps = np.abs(np.subtract.outer(np.arange(w.shape[1]),
+                                  np.arange(w.shape[2])))
+  kept = w.sum(-1) > 0
+  expected = [((m * gaps).sum(-1))[k].mean() for m, k in zip(w, kept)]
+  np.testing.assert_allclose(shown, expected, atol=2e-3)
+  page.select_option('#view', '2')
   # Clicking a map opens its layer and head.
   page.click(f'#modelview figure[data-layer="0"][data-head="{heads - 1}"]')
   assert page.input_value('#head') == str(heads - 1)

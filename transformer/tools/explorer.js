@@ -137,6 +137,24 @@ function entropy(weights) {
   return rows ? total / rows : 0;
 }
 
+// The mean distance, in positions, a head attends over (sum_s w_ts |t - s|,
+// averaged over the rows that attend to anything): for self-attention over
+// a sequence only (not over image patches or another sequence).
+function distance(weights) {
+  let total = 0, rows = 0;
+  weights.forEach((row, t) => {
+    if (row.reduce((a, b) => a + b, 0) <= 0) return;
+    total += row.reduce((sum, w, s) => sum + w * Math.abs(t - s), 0);
+    rows += 1;
+  });
+  return rows ? total / rows : 0;
+}
+
+function isSequenceSelfAttention(v) {
+  return v.image === undefined && v.queries.length === v.keys.length &&
+      v.queries.every((q, i) => q === v.keys[i]);
+}
+
 function drawModelView() {
   const v = view();
   const heads = v.weights[0].length;
@@ -155,6 +173,11 @@ function drawModelView() {
     const h_ = entropy(weights);
     figure.dataset.entropy = h_.toFixed(4);
     caption.textContent = `layer ${l} head ${h} · entropy ${h_.toFixed(2)}`;
+    if (isSequenceSelfAttention(v)) {
+      const d = distance(weights);
+      figure.dataset.distance = d.toFixed(4);
+      caption.textContent += ` · distance ${d.toFixed(1)}`;
+    }
     figure.append(canvas, caption);
     figure.addEventListener('click', () => {
       state.layer = l;
