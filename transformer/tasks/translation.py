@@ -111,11 +111,11 @@ def model_config(config: ml_collections.ConfigDict, vocab_size: int):
   family = model_family(config)
   overrides = configs.model_overrides(config.model, family.Config,
                                       MODEL_EXCLUDE)
-  ignored = sorted(
+  ignored = sorted({
       field for other in FAMILIES.values() if other is not family
       for field in configs.model_overrides(config.model, other.Config,
                                            MODEL_EXCLUDE)
-      if field not in overrides)
+      if field not in overrides})
   if ignored:
     raise ValueError(f'config.model fields {ignored} do not apply to the '
                      f'{config.model.family!r} family; remove them.')
