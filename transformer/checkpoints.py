@@ -68,6 +68,10 @@ class Manager(ocp.CheckpointManager):
     except WriteFailed:
       raise
     except Exception as e:  # pylint: disable=broad-except
+      # Threads orbax started for this step may still be writing into its
+      # temporary folder: let them end before the folder is removed.
+      with contextlib.suppress(Exception):
+        super().wait_until_finished()
       raise self._write_failed(step, e) from e
     self._pending = step
     return saved
