@@ -196,3 +196,27 @@ def test_a_workdir_with_checkpoints_but_no_vocabulary_is_refused(trained,
   os.remove(os.path.join(copy, 'vocab', 'spm.model'))
   with pytest.raises(FileNotFoundError, match='missing but .* checkpoints'):
     train.Trainer(config, copy)
+
+
+def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
+                                                              capfd):
+  # Bucketed batches (one example a row) come in several widths, each a
+  # compilation of the step that lands in that log window's ms/step.
+  config = load_experiment('rnn_vs_transformer', 'model=transformer,runlocal')
+  config.train.update(dict(num_steps=6, log_every=1, eval_every=6,
+                           checkpoint_every=6))
+  train.train_and_evaluate(config, str(tmp_path / 'run'))
+  lines = [line for line in capfd.readouterr().out.splitlines()
+           if line.startswith('step ')]
+  task = translation.TranslationTask(config, str(tmp_path / 'run'))
+  batches = task.train_iter(0)
+  seen, expected = set(), []
+  for _ in range(6):
+    batch = next(batches)
+    shape = tuple(sorted((k, v.shape) for k, v in batch.items()))
+    new = bool(seen) and shape not in seen
+    seen.add(shape)
+    expected.append(f'{len(seen)} so far' if new else None)
+  assert len(seen) > 1  # else this config no longer tests anything
+  for line, want in zip(lines, expected):
+    assert (want in line) if want else ('new batch shape' not in line), line

@@ -21,6 +21,7 @@ import flax
 import jax
 import jax.numpy as jnp
 import ml_collections
+import numpy as np
 import optax
 
 from transformer import checkpoints
@@ -221,6 +222,9 @@ class _TrainLog:
     self.start, self.num_steps, self.schedule = start, num_steps, schedule
     self.run_start = self.window_start = time.time()
     self.sums, self.steps = None, 0
+    # Each new batch shape (bucketed batches have several) is one more
+    # compilation of the step, inside the window's time: the log says so.
+    self.shapes, self.new_shapes = set(), 0
     self.progress = collections.defaultdict(float)
     if progress is not None:  # the counts of the checkpoint resumed
       self.progress.update(progress)
@@ -236,10 +240,14 @@ class _TrainLog:
             f'save): training time and token counts start again from here.',
             flush=True)
 
-  def add(self, sums: metrics.Sums) -> None:
+  def add(self, sums: metrics.Sums, batch: dict[str, np.ndarray]) -> None:
     """Adds on device: nothing waits for the step to finish."""
     self.sums = metrics.add(self.sums, sums)
     self.steps += 1
+    shape = tuple(sorted((k, np.shape(v)) for k, v in batch.items()))
+    if shape not in self.shapes:
+      self.shapes.add(shape)
+      self.new_shapes += len(self.shapes) > 1  # the first: first_step's
 
   def exclude(self, seconds: float) -> None:
     """Keeps time spent outside training (evaluation) out of throughput."""
@@ -279,8 +287,16 @@ class _TrainLog:
           f'{self.unit}/s {summary[rate]:,.0f}  '
           f'{summary["step_seconds"] * 1e3:,.0f} ms/step  elapsed '
           f'{_format_time(now - self.run_start)}  remaining '
-          f'{_format_time(eta)}', flush=True)
+          f'{_format_time(eta)}{self._compiles()}', flush=True)
     self.sums, self.steps, self.window_start = None, 0, now
+    self.new_shapes = 0
+
+  def _compiles(self) -> str:
+    if not self.new_shapes:
+      return ''
+    return (f'  (includes compiling the step for {self.new_shapes} new '
+            f'batch shape{"s" if self.new_shapes > 1 else ""}; '
+            f'{len(self.shapes)} so far)')
 
   def save(self, mngr, step: int, state: TrainState) -> None:
     """Starts writing checkpoint `step` with the counts so far."""
@@ -345,7 +361,7 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
       if step == start + 1:
         log.first_step(step, step_sums)
       monitor.check(step, step_health, host_batch, step_sums['loss'])
-      log.add(step_sums)
+      log.add(step_sums, host_batch)
       last = step == train_cfg.num_steps
       preempted = signals.stop_requested(mngr, step)
       if step % train_cfg.log_every == 0 or last or preempted:
