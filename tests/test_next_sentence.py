@@ -5,11 +5,13 @@ first [SEP], and pretraining with it trains and resumes like masked LM."""
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from conftest import load_experiment
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.models import encoder
+from transformer.tasks import masked_language_modeling
 
 EOS = 1
 
@@ -72,3 +74,19 @@ def test_pretraining_with_next_sentence_reports_both_objectives(tmp_path):
   np.testing.assert_allclose(loss, mean('nll') + mean('nsp_loss'),
                              rtol=1e-5)
   assert 'next_sentence' in restored.params
+
+
+def test_next_sentence_head_starts_near_chance(tmp_path):
+  # BERT's 0.02 initialisation of the pooler and the head: a next-sentence
+  # loss that starts at ln 2 with small gradients, rather than one whose
+  # noise swamps the masked-LM gradient early in pretraining.
+  config = load_experiment('bert_mlm', 'nsp,runlocal')
+  task = masked_language_modeling.MaskedLanguageModelingTask(
+      config, str(tmp_path))
+  params = task.init(jax.random.key(0))
+  for name in ('pooler', 'next_sentence'):
+    assert np.std(params[name]['kernel']) == pytest.approx(0.02, rel=0.2)
+  batch = next(task.train_iter(0))
+  _, sums = task.loss(params, batch, None, deterministic=True)
+  nsp = sums['nsp_loss'][0] / sums['nsp_loss'][1]
+  assert abs(float(nsp) - np.log(2)) < 0.02

@@ -42,6 +42,15 @@ SIZES = {
 }
 
 
+# BERT's initializer_range for the pooler and the next-sentence head. With
+# LeCun's scale the next-sentence gradient, noise while that task is
+# unlearnt, had 2 to 4 times the norm of the masked-LM one and drowned it:
+# `bert_mlm.py:nsp` stayed at the unigram loss (5.1) for 2,000 steps; now
+# its masked-LM loss falls with the run without next-sentence prediction
+# (4.95 against 4.79 at step 400).
+HEAD_INIT = nn.initializers.normal(stddev=0.02)
+
+
 @dataclasses.dataclass(frozen=True)
 class Config(layers.TransformerConfig):
   vocab_size: int = 30_522
@@ -70,7 +79,7 @@ class Bert(nn.Module):
     (self.embed, self.positions, self.token_types, self.embedding_norm,
      self.dropout) = text_embeddings(c)
     self.blocks = layers.SelfAttentionStack(c)
-    self.pooler = nn.Dense(c.d_model, dtype=c.dtype,
+    self.pooler = nn.Dense(c.d_model, kernel_init=HEAD_INIT, dtype=c.dtype,
                            param_dtype=c.param_dtype)
 
   def encode(self, tokens: Array, *, token_types: Array | None = None,
@@ -111,7 +120,7 @@ class Bert(nn.Module):
     the true next segment) from the pooled [CLS] vector."""
     states, pooled = self.encode(tokens, token_types=token_types,
                                  deterministic=deterministic)
-    nsp = nn.Dense(2, dtype=self.config.dtype,
+    nsp = nn.Dense(2, kernel_init=HEAD_INIT, dtype=self.config.dtype,
                    param_dtype=self.config.param_dtype,
                    name='next_sentence')(pooled).astype(jnp.float32)
     return mlm_head(self, self.config, states), nsp
