@@ -14,6 +14,11 @@ prepared with `tfds build`) or task=entailment|paraphrase (offline pairs
 generated from the grammar, the default source for them); init_from=WORKDIR
 (a bert_mlm run or a converted BERT: its sizes, context and vocabulary);
 runlocal. Evaluation reports the task's GLUE metrics.
+
+Measured (2-core CPU, 1,000 steps, 500 validation pairs; docs/results.md):
+task=entailment 99.8% accuracy from scratch and from 1,000 steps of
+experiments/bert_mlm.py (after 250 steps: 77.8% and 87.6%);
+task=paraphrase stays at chance either way (51.4% and 45.2%).
 """
 
 from transformer import configs
