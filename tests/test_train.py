@@ -218,5 +218,6 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
     seen.add(shape)
     expected.append(f'{len(seen)} so far' if new else None)
   assert len(seen) > 1  # else this config no longer tests anything
+  assert len(lines) == 6, lines  # one log line per step
   for line, want in zip(lines, expected):
     assert (want in line) if want else ('new batch shape' not in line), line
