@@ -48,3 +48,19 @@ def test_large_logits_stay_finite():
   logits = jnp.asarray([[1e4, -1e4, 0.0]], jnp.float32)
   loss, nll = losses.smoothed_cross_entropy(logits, jnp.asarray([1]), 0.1)
   assert np.isfinite(loss).all() and float(nll[0]) == pytest.approx(2e4)
+
+
+def test_accuracy_is_argmax_but_ties_count_wrong():
+  rng = np.random.default_rng(1)
+  logits = jnp.asarray(rng.normal(0, 1, (3, 7, V)), jnp.float32)
+  targets = jnp.asarray(rng.integers(0, V, (3, 7)))
+  targets = targets.at[0, :4].set(jnp.argmax(logits[0, :4], -1))  # some hits
+  correct, count = losses.token_sums(logits, targets, 0.0)['accuracy']
+  expected = (jnp.argmax(logits, -1) == targets) & (targets > 0)
+  assert 4 <= float(correct) == float(expected.sum())
+  assert float(count) == float((targets > 0).sum())
+  # Constant logits: argmax would say id 0 (padding never counts) or the
+  # lowest id; a tie is no prediction, so nothing is correct.
+  flat = jnp.zeros((2, V)).at[1, 3].set(1.0).at[1, 5].set(1.0)
+  correct, _ = losses.token_sums(flat, jnp.asarray([1, 3]), 0.0)['accuracy']
+  assert float(correct) == 0.0

