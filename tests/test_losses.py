@@ -59,8 +59,8 @@ def test_accuracy_is_argmax_but_ties_count_wrong():
   expected = (jnp.argmax(logits, -1) == targets) & (targets > 0)
   assert 4 <= float(correct) == float(expected.sum())
   assert float(count) == float((targets > 0).sum())
-  # Constant logits: argmax would say id 0 (padding never counts) or the
-  # lowest id; a tie is no prediction, so nothing is correct.
+  # Ties: argmax picks the lowest tied id (3 in the second row, the label);
+  # a tie is no prediction, so neither row is correct.
   flat = jnp.zeros((2, V)).at[1, 3].set(1.0).at[1, 5].set(1.0)
   correct, _ = losses.token_sums(flat, jnp.asarray([1, 3]), 0.0)['accuracy']
   assert float(correct) == 0.0
