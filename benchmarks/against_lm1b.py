@@ -42,6 +42,9 @@ _VOCAB = flags.DEFINE_integer('vocab', 50_304, 'Vocabulary size.')
 _ROWS = flags.DEFINE_integer('rows', 8, 'Rows per batch.')
 _LENGTH = flags.DEFINE_integer('length', 256, 'Tokens per row.')
 _REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed steps per side.')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'],
+                           'Computation dtype of both models (parameters '
+                           'stay float32).')
 
 
 def anchor_step(model, vocab):
@@ -85,7 +88,8 @@ def main(argv):
       vocab_size=vocab, output_vocab_size=vocab, logits_via_embedding=True,
       emb_dim=width, num_heads=_HEADS.value, num_layers=layers,
       qkv_dim=width, mlp_dim=_MLP.value, max_len=length, dropout_rate=0.0,
-      attention_dropout_rate=0.0, deterministic=False))
+      attention_dropout_rate=0.0, deterministic=False,
+      dtype=jnp.dtype(_DTYPE.value)))
   params = jax.jit(lambda r: nn.unbox(anchor_model.init(r, tokens[:1])[
       'params']))(jax.random.key(0))
   anchor_state = train_state.TrainState.create(
@@ -96,7 +100,8 @@ def main(argv):
   model = decoder.Decoder(decoder.Config(
       vocab_size=vocab, max_length=length, num_layers=layers,
       d_model=width, num_heads=_HEADS.value, d_ff=_MLP.value,
-      activation='relu', dropout_rate=0.0, attention_dropout_rate=0.0))
+      activation='relu', dropout_rate=0.0, attention_dropout_rate=0.0,
+      dtype=jnp.dtype(_DTYPE.value)))
   batch = {'inputs': tokens, 'targets': tokens,
            'inputs_segmentation': np.ones_like(tokens),
            'inputs_position': np.tile(np.arange(length, dtype=np.int32),
@@ -113,7 +118,7 @@ def main(argv):
 
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}; '
         f'{layers} layers, width {width}, vocab {vocab:,}, {rows} x '
-        f'{length} tokens, float32')
+        f'{length} tokens, {_DTYPE.value}')
   print(f'lm1b: {compiled_cost(anchor)}; ours: {compiled_cost(ours)}')
   times = {'lm1b': [], 'ours': []}
   for repeat in range(_REPEATS.value + 1):  # the first is a warm-up

@@ -56,6 +56,9 @@ _GPT_BATCHES = flags.DEFINE_list('gpt_batch_sizes', ['1', '16'],
 _PROMPT = flags.DEFINE_integer('prompt_length', 64, 'GPT prompt tokens.')
 _NEW = flags.DEFINE_integer('new_tokens', 64, 'GPT sampled tokens.')
 _REPEATS = flags.DEFINE_integer('repeats', 5, 'Timed calls (median).')
+_DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'],
+                           "Computation dtype of the models (flax's too); "
+                           'parameters stay float32.')
 
 NEVER = -1  # an EOS id no search can emit
 
@@ -88,7 +91,8 @@ def flax_search(wmt_folder: str, config, max_length: int):
       emb_dim=config.d_model, num_heads=config.num_heads,
       num_layers=config.num_layers, qkv_dim=config.d_model,
       mlp_dim=config.d_ff, max_len=max(_SOURCE.value, max_length + 1),
-      dropout_rate=0.0, attention_dropout_rate=0.0, deterministic=True)
+      dropout_rate=0.0, attention_dropout_rate=0.0, deterministic=True,
+      dtype=jnp.dtype(_DTYPE.value))
   decode_config = wmt_config.replace(decode=True)
   model, decode_model = (wmt_models.Transformer(c)
                          for c in (wmt_config, decode_config))
@@ -134,7 +138,7 @@ def mt_rows(repeats: int) -> None:
   batch, length = _BATCH.value, _MAX_LENGTH.value
   config = encoder_decoder.config_for(
       _SIZE.value, vocab_size=_VOCAB.value, dropout_rate=0.0,
-      max_length=max(_SOURCE.value, length))
+      max_length=max(_SOURCE.value, length), dtype=jnp.dtype(_DTYPE.value))
   model = encoder_decoder.build(config, decode=True)
   inputs = jnp.asarray(np.random.default_rng(0).integers(
       3, config.vocab_size, (batch, _SOURCE.value)), jnp.int32)
@@ -143,7 +147,7 @@ def mt_rows(repeats: int) -> None:
           jax.random.key(0))
   print(f'\nMT Transformer {_SIZE.value}, vocab {config.vocab_size:,}: '
         f'{batch} sentences of {_SOURCE.value} tokens -> {length} tokens, '
-        f'alpha {_ALPHA.value}, float32')
+        f'alpha {_ALPHA.value}, {_DTYPE.value}')
   header = (f'{"search":>24} {"sentences/s":>12} {"tokens/s":>10} '
             f'{"ms per call":>12} {"first token ms":>15} '
             f'{"flax / ours":>12}')
@@ -173,13 +177,14 @@ def gpt_rows(repeats: int) -> None:
   if not sizes:
     return
   print(f'\nGPT sampling (temperature 1, top-k 40): prompt {_PROMPT.value} '
-        f'tokens, {_NEW.value} new tokens, float32')
+        f'tokens, {_NEW.value} new tokens, {_DTYPE.value}')
   header = (f'{"size":>24} {"batch":>6} {"tokens/s":>10} '
             f'{"ms per token":>13} {"first token ms":>15}')
   print(header)
   print('-' * len(header))
   for size in sizes:
-    config = decoder.config_for(size, dropout_rate=0.0)
+    config = decoder.config_for(size, dropout_rate=0.0,
+                                dtype=jnp.dtype(_DTYPE.value))
     params = timing.random_decoder_params(config)
     for batch in (int(b) for b in _GPT_BATCHES.value):
       first, per_token = timing.gpt_generation_seconds(

@@ -60,6 +60,12 @@ _DTYPE = flags.DEFINE_string('dtype', None, 'Computation dtype; default '
                              'float32 on CPU, bfloat16 on GPU.')
 _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'ViT input side.')
+_ATTENTION = flags.DEFINE_enum('attention', 'auto', ['einsum', 'xla', 'cudnn',
+                                                     'auto'],
+                               'Attention kernel (attention.IMPLEMENTATIONS); '
+                               "'auto' takes cuDNN on a GPU where it can.")
+_REMAT = flags.DEFINE_string('remat', 'none', 'Remat policy of every block '
+                             '(layers.REMAT_POLICIES).')
 
 
 def vit_loss(model, params, batch, rng, *, deterministic):
@@ -78,8 +84,11 @@ def count(tree) -> int:
 def setup(size: str, rows: int, length: int, dtype):
   """(loss function, batch, init, tokens per row, FLOPs per step given the
   parameters) of a size."""
+  options = dict(dtype=dtype, attention_implementation=_ATTENTION.value,
+                 remat=_REMAT.value)
   if '/' in size:
-    config = vit.config_for(size, image_size=_IMAGE_SIZE.value, dtype=dtype)
+    config = vit.config_for(size, image_size=_IMAGE_SIZE.value,
+                            **options)
     model = vit.VisionTransformer(config)
     rng = np.random.default_rng(0)
     batch = {'images': rng.uniform(-1, 1, (rows, config.image_size,
@@ -95,7 +104,7 @@ def setup(size: str, rows: int, length: int, dtype):
             config.num_tokens, step_flops)
   if size in decoder.SIZES:
     config = decoder.config_for(size, max_length=max(
-        length, decoder.SIZES[size].get('max_length', 0)), dtype=dtype)
+        length, decoder.SIZES[size].get('max_length', 0)), **options)
     model = decoder.Decoder(config)
     loss_fn = functools.partial(language_modeling.lm_loss, model,
                                 label_smoothing=0.0)
@@ -108,7 +117,7 @@ def setup(size: str, rows: int, length: int, dtype):
         num_layers=config.num_layers, d_model=config.d_model)
     return loss_fn, batch, init, length, step_flops
   config = encoder_decoder.config_for(size, vocab_size=_VOCAB.value,
-                                      max_length=length, dtype=dtype)
+                                      max_length=length, **options)
   model = encoder_decoder.Transformer(config)
   loss_fn = functools.partial(translation.translation_loss, model,
                               label_smoothing=0.1)
@@ -145,7 +154,8 @@ def main(argv):
   sheet = ('n/a (not in benchmarks/devices.py)' if datasheet is None
            else f'{datasheet / 1e12:.1f} TFLOP/s')
   print(f'device: {kind}, jax {jax.__version__}, '
-        f'{dtype.name}, {rows} rows x {length} tokens per side (ViT: {rows} '
+        f'{dtype.name}, attention {_ATTENTION.value}, remat {_REMAT.value}, '
+        f'{rows} rows x {length} tokens per side (ViT: {rows} '
         f'images of {_IMAGE_SIZE.value}); datasheet peak {sheet}; square '
         f'matmul measured {matmul / 1e12:.3f} TFLOP/s')
   header = (f'{"size":>12} {"params":>14} {"step ms":>9} {"tokens/s":>10} '
@@ -157,29 +167,39 @@ def main(argv):
   tx, _ = optimizers.build(ml_collections.ConfigDict(optimizer),
                             num_steps=100_000)
   for size in _SIZES.value:
-    loss_fn, batch, init, tokens, step_flops = setup(size, rows, length,
-                                                     dtype)
-    params = jax.jit(lambda r: nn.unbox(init(r)['params']))(
-        jax.random.key(0))
-    state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                             opt_state=tx.init(params))
-    step = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn,
-                                     tx=tx, seed=0))
-    compiled = step.lower(state, batch).compile()
-    cost = compiled.cost_analysis()
-    cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-    xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
-    seconds = timing.median_seconds(compiled, state, batch,
-                                    repeats=_STEPS.value)
-    achieved = step_flops(params) / seconds
-    images = f'{rows / seconds:>9,.1f}' if '/' in size else f'{"":>9}'
-    print(f'{size:>12} {count(params):>14,} '
+    try:
+      print(measure(size, rows, length, dtype, tx, datasheet, matmul),
+            flush=True)
+    except jax.errors.JaxRuntimeError as e:
+      if 'RESOURCE_EXHAUSTED' not in str(e):
+        raise
+      # One size too large for the device must not hide the others' rows.
+      print(f'{size:>12} out of device memory at {rows} rows x {length} '
+            f'(try --remat=full or fewer --rows)', flush=True)
+
+
+def measure(size, rows, length, dtype, tx, datasheet, matmul) -> str:
+  """One table row: the median step time of `size` and what follows."""
+  loss_fn, batch, init, tokens, step_flops = setup(size, rows, length, dtype)
+  params = jax.jit(lambda r: nn.unbox(init(r)['params']))(jax.random.key(0))
+  state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                           opt_state=tx.init(params))
+  step = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn, tx=tx,
+                                   seed=0))
+  compiled = step.lower(state, batch).compile()
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
+  seconds = timing.median_seconds(compiled, state, batch,
+                                  repeats=_STEPS.value)
+  achieved = step_flops(params) / seconds
+  images = f'{rows / seconds:>9,.1f}' if '/' in size else f'{"":>9}'
+  return (f'{size:>12} {count(params):>14,} '
           f'{seconds * 1e3:>9.1f} {rows * tokens / seconds:>10,.0f} '
           f'{images} {achieved / 1e12:>14.3f} '
           f'{xla_flops / seconds / 1e12:>12.3f} '
           f'{timing.percent(achieved, datasheet):>14} '
           f'{timing.percent(achieved, matmul):>11}')
-
 
 if __name__ == '__main__':
   app.run(main)

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The GPU rows of the README's benchmark tables and the GPU-only tests, in
+# one run from the repository root:
+#
+#   FLAX=/path/to/google-flax bash benchmarks/on_gpu.sh [OUT_DIR]
+#
+# FLAX (optional) is a google/flax checkout whose examples/lm1b and
+# examples/wmt are the anchors of against_lm1b.py and decoding.py. Every step
+# has its own time limit and the run a deadline (BUDGET seconds, default
+# 540), so one slow step never hides the rows of the others; each benchmark
+# prints its rows as they come. Logs: OUT_DIR/tests.log, OUT_DIR/bench.log.
+set -u
+mkdir -p "${1:-gpu_out}"
+out=$(cd "${1:-gpu_out}" && pwd)
+budget=${BUDGET:-540}
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+export PYTHONUNBUFFERED=1
+
+step() {  # step NAME LIMIT_S LOG COMMAND...
+  local name=$1 limit=$2 log=$3 left=$((budget - SECONDS))
+  shift 3
+  if (( left < 20 )); then
+    echo "== $name: not run, the deadline is reached" | tee -a "$log"
+    return
+  fi
+  (( limit < left )) || limit=$left
+  echo "== $name (limit ${limit} s, at ${SECONDS} s): $*" | tee -a "$log"
+  timeout "$limit" "$@" 2>&1 | grep -v "Unable to initialize backend" \
+    | tee -a "$log"
+  echo "== $name: exit ${PIPESTATUS[0]} at ${SECONDS} s" | tee -a "$log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm \
+  --format=csv | tee "$out/bench.log"
+python3 -c 'import jax, flax; print("jax", jax.__version__, "flax",
+  flax.__version__, jax.devices())' | tee -a "$out/bench.log"
+
+# Many test processes share the GPU: none may take 75% of its memory.
+XLA_PYTHON_CLIENT_PREALLOCATE=false step attention-tests 120 \
+  "$out/tests.log" python3 -m pytest -p no:cacheprovider -q -n 4 -rs \
+  tests/test_attention.py
+
+cd benchmarks
+export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
+log=$out/bench.log
+step gpt-1b 220 "$log" python3 train_throughput.py --rows=8 --length=2048 \
+  --sizes=gpt2-large,gpt2-xl
+step mt 100 "$log" python3 train_throughput.py --rows=96 --length=256 \
+  --sizes=base,big
+step vit 70 "$log" python3 train_throughput.py --rows=256 --sizes=B/16
+step generation 80 "$log" python3 generation.py --sizes=gpt2-xl \
+  --batch_sizes=1 --prompt_length=512 --new_tokens=128
+if [[ -n ${FLAX:-} ]]; then
+  step lm1b 60 "$log" python3 against_lm1b.py \
+    --lm1b="$FLAX/examples/lm1b" --dtype=bfloat16
+  step decoding 80 "$log" python3 decoding.py --wmt="$FLAX/examples/wmt" \
+    --dtype=bfloat16 --gpt_sizes=gpt2 --gpt_batch_sizes=1,16
+fi
