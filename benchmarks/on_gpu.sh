@@ -56,3 +56,6 @@ if [[ -n ${FLAX:-} ]]; then
   step decoding 80 "$log" python3 decoding.py --wmt="$FLAX/examples/wmt" \
     --dtype=bfloat16 --gpt_sizes=gpt2 --gpt_batch_sizes=1,16
 fi
+# The MT step again with XLA's attention in place of cuDNN's, for comparison.
+step mt-xla-attention 60 "$log" python3 train_throughput.py --rows=96 \
+  --length=256 --sizes=base --attention=xla
