@@ -68,7 +68,8 @@ def main(argv):
   datasheet = devices.bandwidth(kind)
   # Cheap (milliseconds a run), so more repeats than the generation runs.
   measured = timing.matvec_bytes_per_second(2**30 if gpu else 2**28, dtype,
-                                            max(10, _REPEATS.value))
+                                            max(10, _REPEATS.value),
+                                            chain=10 if gpu else 1)
   sheet = ('n/a (not in benchmarks/devices.py)' if datasheet is None
            else f'{datasheet / 1e9:,.0f} GB/s')
   print(f'device: {kind}, jax {jax.__version__}, '

@@ -149,8 +149,8 @@ def main(argv):
   dtype = jnp.dtype(_DTYPE.value or ('bfloat16' if gpu else 'float32'))
   kind = jax.devices()[0].device_kind
   datasheet = devices.peak_flops(kind, dtype)
-  matmul = timing.matmul_flops_per_second(4096 if gpu else 2048, dtype,
-                                          _STEPS.value)
+  matmul = timing.matmul_flops_per_second(8192 if gpu else 2048, dtype,
+                                          _STEPS.value, chain=10 if gpu else 1)
   sheet = ('n/a (not in benchmarks/devices.py)' if datasheet is None
            else f'{datasheet / 1e12:.1f} TFLOP/s')
   print(f'device: {kind}, jax {jax.__version__}, '

@@ -161,22 +161,38 @@ def test_bf16_within_bf16_tolerance_of_float32():
                                rtol=4e-2)
 
 
+_SEGMENTS = jnp.asarray([[1, 1, 1, 2, 2, 2], [1, 1, 2, 2, 2, 2]])
+# (queries, mask, key lengths, causal): the ways masks reach the kernel.
+_KERNEL_MASKING = {
+    'lengths+causal': (6, None, [6, 0], True),
+    'segments+lengths+causal': (
+        6, masks.segment_mask(_SEGMENTS, _SEGMENTS), [5, 0], True),
+    'padding mask [B,1,1,S]': (6, masks.padding_mask(jnp.asarray([4, 0]), 6),
+                               None, False),
+    'lengths, fewer queries than keys': (3, None, [2, 6], False),
+    'causal, fewer queries than keys': (4, None, None, True),
+}
+
+
 @pytest.mark.parametrize('groups', [1, 2])
-def test_jax_kernel_matches_the_einsum_path(groups):
+@pytest.mark.parametrize('masking', list(_KERNEL_MASKING))
+def test_jax_kernel_matches_the_einsum_path(groups, masking, monkeypatch):
   """On a CPU 'xla' takes the einsum path; jax's kernel, which GPUs and
-  TPUs use for 'xla', is checked against it here, fully masked rows
-  included."""
-  q = normal(0, 2, 6, 4, 8)
+  TPUs use for 'xla', is checked against it here (the backend reported as
+  an accelerator's), with key lengths and causality passed to the kernel
+  as arguments, fully masked rows included."""
+  t, mask, lengths, causal = _KERNEL_MASKING[masking]
+  q = normal(0, 2, t, 4, 8)
   k, v = (normal(i, 2, 6, 4 // groups, 8) for i in (1, 2))
-  mask = masks.combine_masks(masks.padding_mask(jnp.asarray([6, 0]), 6),
-                             masks.causal_mask(6))
-  fused = attention._zero_fully_masked_rows(  # pylint: disable=protected-access
-      attention._fused_attention(q, k, v, mask, 8 ** -0.5, 'xla'),  # pylint: disable=protected-access
-      mask, (2, 4, 6, 6))
-  reference = attention.dot_product_attention(q, k, v, mask=mask,
-                                              implementation='einsum')
+  f = lambda impl: attention.dot_product_attention(
+      q, k, v, mask=mask, causal=causal, implementation=impl,
+      key_lengths=None if lengths is None else jnp.asarray(lengths))
+  reference = f('einsum')
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
+  fused = f('xla')
   np.testing.assert_allclose(fused, reference, atol=1e-5)
-  assert not np.asarray(fused[1]).any()  # a sequence with no keys
+  if lengths is not None and 0 in lengths:
+    assert not np.asarray(fused[1]).any()  # a sequence with no keys
 
 
 @pytest.mark.skipif(jax.default_backend() != 'gpu', reason='needs a GPU')

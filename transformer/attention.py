@@ -283,17 +283,36 @@ def _cudnn_may_run(query: Array, key: Array, value: Array) -> bool:
           and head_dim % 8 == 0 and head_dim <= 128)
 
 
-def _fused_attention(query, key, value, mask, scale, implementation):
-  """`jax.nn.dot_product_attention` on [..., T, N, H] inputs."""
-  batch = query.shape[:-3]
+def _fused_attention(query, key, value, mask, key_lengths, causal, scale,
+                     implementation):
+  """`jax.nn.dot_product_attention` on [..., T, N, H] inputs.
+
+  Padding reaches the kernel as key lengths and causality as `is_causal`,
+  so cuDNN skips masked blocks rather than adding a [B, N, T, S] bias; a
+  mask of any other kind (segments, arbitrary) travels as a mask, broadcast
+  to full [T, S] (cuDNN takes no other shape), with the key lengths folded
+  into it so that the kernel sees one kind of padding.
+  """
+  batch, t, s = query.shape[:-3], query.shape[-3], key.shape[-3]
+  if causal and t != s:  # is_causal aligns differently: keep our mask's
+    mask, causal = masks.combine_masks(mask, masks.causal_mask(t, s)), False
+  if mask is not None and key_lengths is not None:
+    mask = masks.combine_masks(mask, masks.padding_mask(key_lengths, s))
+    key_lengths = None
   flat = lambda x: x.reshape(-1, *x.shape[len(batch):])
-  if mask is not None and mask.ndim > 3 and len(batch) != 1:
-    # The kernel takes one batch axis: flatten the mask's batch axes too.
-    mask = jnp.broadcast_to(mask, (*batch, *mask.shape[-3:]))
-    mask = mask.reshape(-1, *mask.shape[-3:])
+  if mask is not None:
+    mask = jnp.broadcast_to(mask, (*mask.shape[:-2], t, s))
+    if mask.ndim > 3 and len(batch) != 1:
+      # The kernel takes one batch axis: flatten the mask's batch axes too.
+      mask = flat(jnp.broadcast_to(mask, (*batch, *mask.shape[-3:])))
+  if key_lengths is not None:
+    key_lengths = jnp.broadcast_to(key_lengths, batch).reshape(-1).astype(
+        jnp.int32)
   key, value = key.astype(query.dtype), value.astype(query.dtype)
   call = functools.partial(jax.nn.dot_product_attention, flat(query),
-                           flat(key), flat(value), mask=mask, scale=scale)
+                           flat(key), flat(value), mask=mask, scale=scale,
+                           is_causal=causal,
+                           key_value_seq_lengths=key_lengths)
   if implementation == 'cudnn' and jax.default_backend() != 'gpu':
     raise ValueError(
         f"implementation='cudnn' needs a GPU, but JAX runs on "
@@ -353,10 +372,12 @@ def dot_product_attention(
   s = key.shape[-3]
   weights_shape = (*batch, n, t, s)
   masks.check(mask, weights_shape, '[..., N, T, S]')
-  if key_lengths is not None:
-    mask = masks.combine_masks(mask, masks.padding_mask(key_lengths, s))
+  combined = mask  # what every query may see, for the paths below that
+  if key_lengths is not None:  # take one mask
+    combined = masks.combine_masks(combined,
+                                   masks.padding_mask(key_lengths, s))
   if causal:
-    mask = masks.combine_masks(mask, masks.causal_mask(t, s))
+    combined = masks.combine_masks(combined, masks.causal_mask(t, s))
   scale = 1.0 / math.sqrt(h) if scale is None else scale
   dropout = dropout_rng is not None and dropout_rate > 0.0
   # On a CPU jax's XLA kernel costs more than the einsum path (its grouped
@@ -365,13 +386,13 @@ def dot_product_attention(
   on_cpu = implementation != 'cudnn' and jax.default_backend() == 'cpu'
   if (implementation == 'einsum' or return_weights or dropout or on_cpu
       or value.shape[-1] != h):
-    out, weights = _einsum_attention(query, key, value, mask, scale,
+    out, weights = _einsum_attention(query, key, value, combined, scale,
                                      dropout_rate, dropout_rng)
     return (out, weights) if return_weights else out
   # The kernels average all values for a fully masked row; zero it instead.
   return _zero_fully_masked_rows(
-      _fused_attention(query, key, value, mask, scale, implementation),
-      mask, weights_shape)
+      _fused_attention(query, key, value, mask, key_lengths, causal, scale,
+                       implementation), combined, weights_shape)
 
 
 # ----------------------------------------------------------------------------
