@@ -54,6 +54,9 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
 log=$out/bench.log
 step gpt-1b 150 "$log" python3 train_throughput.py --rows=8 --length=2048 \
   --sizes=gpt2-large
+# Where the GPT step's time goes, kernel by kernel.
+step gpt-profile 120 "$log" python3 profile_step.py --size=gpt2-large \
+  --rows=8 --length=2048 --trace_dir="$out/trace_gpt"
 step mt 110 "$log" python3 train_throughput.py --rows=96 --length=256 \
   --sizes=base
 step vit 60 "$log" python3 train_throughput.py --rows=256 --sizes=B/16

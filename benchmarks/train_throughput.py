@@ -141,12 +141,32 @@ def synthetic_batch(rows: int, length: int, vocab: int) -> dict:
           'inputs_position': positions, 'targets_position': positions}
 
 
+def shape_flags() -> tuple[int, int, jnp.dtype]:
+  """(rows, length, dtype) from the flags, with the device's defaults."""
+  gpu = jax.default_backend() == 'gpu'
+  return (_ROWS.value or (96 if gpu else 4), _LENGTH.value,
+          jnp.dtype(_DTYPE.value or ('bfloat16' if gpu else 'float32')))
+
+
+def compiled_step(size: str, rows: int, length: int, dtype):
+  """(the compiled train step, its state and batch, parameters, tokens per
+  row, FLOPs per step) of a size, with the default experiment's optimizer."""
+  optimizer = ml_collections.ConfigDict(configs.default_config().optimizer)
+  tx, _ = optimizers.build(optimizer, num_steps=100_000)
+  loss_fn, batch, init, tokens, step_flops = setup(size, rows, length, dtype)
+  params = jax.jit(lambda r: nn.unbox(init(r)['params']))(jax.random.key(0))
+  state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
+                           opt_state=tx.init(params))
+  step = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn, tx=tx,
+                                   seed=0))
+  return (step.lower(state, batch).compile(), state, batch, params, tokens,
+          step_flops(params))
+
+
 def main(argv):
   del argv
   gpu = jax.default_backend() == 'gpu'
-  rows = _ROWS.value or (96 if gpu else 4)
-  length = _LENGTH.value
-  dtype = jnp.dtype(_DTYPE.value or ('bfloat16' if gpu else 'float32'))
+  rows, length, dtype = shape_flags()
   kind = jax.devices()[0].device_kind
   datasheet = devices.peak_flops(kind, dtype)
   matmul = timing.matmul_flops_per_second(8192 if gpu else 2048, dtype,
@@ -163,12 +183,9 @@ def main(argv):
             f'{"MFU datasheet":>14} {"MFU matmul":>11}')
   print(header)
   print('-' * len(header))
-  optimizer = configs.default_config().optimizer
-  tx, _ = optimizers.build(ml_collections.ConfigDict(optimizer),
-                            num_steps=100_000)
   for size in _SIZES.value:
     try:
-      print(measure(size, rows, length, dtype, tx, datasheet, matmul),
+      print(measure(size, rows, length, dtype, datasheet, matmul),
             flush=True)
     except jax.errors.JaxRuntimeError as e:
       if 'RESOURCE_EXHAUSTED' not in str(e):
@@ -178,21 +195,16 @@ def main(argv):
             f'(try --remat=full or fewer --rows)', flush=True)
 
 
-def measure(size, rows, length, dtype, tx, datasheet, matmul) -> str:
+def measure(size, rows, length, dtype, datasheet, matmul) -> str:
   """One table row: the median step time of `size` and what follows."""
-  loss_fn, batch, init, tokens, step_flops = setup(size, rows, length, dtype)
-  params = jax.jit(lambda r: nn.unbox(init(r)['params']))(jax.random.key(0))
-  state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
-                           opt_state=tx.init(params))
-  step = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn, tx=tx,
-                                   seed=0))
-  compiled = step.lower(state, batch).compile()
+  compiled, state, batch, params, tokens, step_flops = compiled_step(
+      size, rows, length, dtype)
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
   seconds = timing.median_seconds(compiled, state, batch,
                                   repeats=_STEPS.value)
-  achieved = step_flops(params) / seconds
+  achieved = step_flops / seconds
   images = f'{rows / seconds:>9,.1f}' if '/' in size else f'{"":>9}'
   return (f'{size:>12} {count(params):>14,} '
           f'{seconds * 1e3:>9.1f} {rows * tokens / seconds:>10,.0f} '

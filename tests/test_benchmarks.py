@@ -125,6 +125,22 @@ def test_decoding_benchmark_prints_every_search():
     assert row in out, out
 
 
+def test_profile_names_op_families_and_ranks_the_step_ops(tmp_path):
+  import profile_step  # pylint: disable=g-import-not-at-top
+  assert profile_step.kind('loop_add_fusion.3') == 'loop_add_fusion'
+  assert profile_step.kind('multiply_add_fusion_12') == 'multiply_add_fusion'
+  assert profile_step.kind('sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_'
+                           'tilesize128x256x64_warpgroupsize2x1x1') == (
+                               'sm90_xmma_gemm')
+  out = run_benchmark('profile_step.py', '--size=mini', '--rows=2',
+                      '--length=16', '--profiled_steps=1', '--top=40',
+                      f'--trace_dir={tmp_path}')
+  rows = out.split('\n\n')[-1].splitlines()[1:]  # the single ops
+  times = [float(row.split()[0]) for row in rows]
+  assert len(times) >= 3 and times == sorted(times, reverse=True), out
+  assert len({row.split()[-1] for row in rows}) == len(rows), out  # distinct
+
+
 def test_input_pipeline_benchmark_reads_its_cache_in_a_fresh_process(
     tmp_path):
   out = run_benchmark(
