@@ -17,7 +17,6 @@ Prints XLA's FLOP and byte counts of each compiled step and the median of
 
 import functools
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -28,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import timing
 from transformer import train
 from transformer.models import decoder
 from transformer.tasks import language_modeling
@@ -65,13 +65,6 @@ def anchor_step(model, vocab):
     accuracy = ((logits.argmax(-1) == inputs) * weights).sum()
     return state.apply_gradients(grads=grads), (loss, accuracy)
   return step
-
-
-def compiled_cost(compiled) -> str:
-  cost = compiled.cost_analysis()
-  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
-  return (f'XLA {cost.get("flops", float("nan")) / 1e9:,.0f} GFLOP, '
-          f'{cost.get("bytes accessed", float("nan")) / 1e9:,.2f} GB')
 
 
 def main(argv):
@@ -119,22 +112,14 @@ def main(argv):
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}; '
         f'{layers} layers, width {width}, vocab {vocab:,}, {rows} x '
         f'{length} tokens, {_DTYPE.value}')
-  print(f'lm1b: {compiled_cost(anchor)}; ours: {compiled_cost(ours)}')
-  times = {'lm1b': [], 'ours': []}
-  for repeat in range(_REPEATS.value + 1):  # the first is a warm-up
-    start = time.perf_counter()
-    anchor_state, out = anchor(anchor_state, tokens)
-    jax.block_until_ready(out)
-    middle = time.perf_counter()
-    state, sums, _ = ours(state, batch)
-    jax.block_until_ready(sums)
-    if repeat:
-      times['lm1b'].append(middle - start)
-      times['ours'].append(time.perf_counter() - middle)
-  anchor_ms, ours_ms = (1e3 * np.median(times[k]) for k in ('lm1b', 'ours'))
+  print(f'lm1b: {timing.compiled_cost(anchor)}; ours: '
+        f'{timing.compiled_cost(ours)}')
+  seconds = timing.interleaved_steps(
+      {'lm1b': (anchor, anchor_state, tokens), 'ours': (ours, state, batch)},
+      _REPEATS.value)
+  anchor_ms, ours_ms = 1e3 * seconds['lm1b'], 1e3 * seconds['ours']
   print(f'step ms (median of {_REPEATS.value}): lm1b {anchor_ms:,.0f}, ours '
         f'{ours_ms:,.0f}; lm1b / ours {anchor_ms / ours_ms:.2f}x')
-
 
 if __name__ == '__main__':
   app.run(main)

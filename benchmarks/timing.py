@@ -24,6 +24,33 @@ def median_seconds(fn, *args, repeats: int) -> float:
   return float(np.median(times))
 
 
+def compiled_cost(compiled) -> str:
+  """XLA's FLOP and byte counts of a compiled program, for a table."""
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost
+  return (f'XLA {cost.get("flops", float("nan")) / 1e9:,.0f} GFLOP, '
+          f'{cost.get("bytes accessed", float("nan")) / 1e9:,.2f} GB')
+
+
+def interleaved_steps(steps: dict, repeats: int) -> dict[str, float]:
+  """Median seconds of train steps timed in turn, each round running every
+  step once, so that the machine's drift reaches all of them alike.
+
+  `steps` maps a name to (step, state, batch); a step returns its new
+  state first (and may donate the old one), then what it reports.
+  """
+  states = {name: state for name, (_, state, _) in steps.items()}
+  times = {name: [] for name in steps}
+  for repeat in range(repeats + 1):  # the first round is a warm-up
+    for name, (step, _, batch) in steps.items():
+      start = time.perf_counter()
+      states[name], *reported = step(states[name], batch)
+      jax.block_until_ready(reported)
+      if repeat:
+        times[name].append(time.perf_counter() - start)
+  return {name: float(np.median(t)) for name, t in times.items()}
+
+
 def matmul_flops_per_second(n: int, dtype, repeats: int,
                             chain: int = 1) -> float:
   """FLOP/s of n x n matmuls: the reference for utilisation figures.
