@@ -5,7 +5,8 @@
 #   FLAX=/path/to/google-flax bash benchmarks/on_gpu.sh [OUT_DIR]
 #
 # FLAX (optional) is a google/flax checkout whose examples/lm1b and
-# examples/wmt are the anchors of against_lm1b.py and decoding.py. Every step
+# examples/wmt are the anchors of against_lm1b.py, against_wmt.py and
+# decoding.py. Every step
 # has its own time limit and the run a deadline (BUDGET seconds, default
 # 540), so one slow step never hides the rows of the others; each benchmark
 # prints its rows as they come. Logs: OUT_DIR/tests.log, OUT_DIR/bench.log.
@@ -67,6 +68,8 @@ if [[ -n ${FLAX:-} ]]; then
     --dtype=bfloat16 --gpt_sizes=
   step lm1b 120 "$log" python3 against_lm1b.py \
     --lm1b="$FLAX/examples/lm1b" --dtype=bfloat16
+  step wmt-step 120 "$log" python3 against_wmt.py \
+    --wmt="$FLAX/examples/wmt" --rows=96 --length=256 --dtype=bfloat16
 fi
 # The MT step again with XLA's attention in place of cuDNN's, for comparison.
 step mt-xla-attention 110 "$log" python3 train_throughput.py --rows=96 \
