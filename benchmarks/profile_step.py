@@ -12,8 +12,8 @@ back with `jax.profiler.ProfileData`: the device's kernels on a GPU
 (cuBLAS, cuDNN and XLA's fusions by name), XLA's ops on a CPU (which
 appear only with the flag above). Prints the time of each kind of op per
 step (`kind`), then the single ops that took longest, so that a step's
-time is read off the device rather than guessed. The trace stays in --trace_dir for
-TensorBoard's or Perfetto's viewer.
+time is read off the device rather than guessed. The trace stays in
+--trace_dir for TensorBoard's or Perfetto's viewer.
 """
 
 import collections
@@ -80,9 +80,9 @@ def main(argv):
     raise SystemExit(f'No device ops in the trace at {trace_dir}; on a CPU '
                      'set XLA_FLAGS=--xla_cpu_enable_xprof_traceme.')
   print(f'{_SIZE.value}, {rows} x {length}, {dtype.name}, attention '
-        f'{train_throughput._ATTENTION.value} on '  # pylint: disable=protected-access
-        f'{jax.devices()[0].device_kind}: {sum(ops.values()) * 1e3:,.1f} ms '
-        f'of ops per step, summed over streams and threads ({_PROFILED.value} steps traced, {trace_dir})')
+        f'{flags.FLAGS.attention} on {jax.devices()[0].device_kind}: '
+        f'{sum(ops.values()) * 1e3:,.1f} ms of ops per step, summed over '
+        f'streams and threads ({_PROFILED.value} steps traced, {trace_dir})')
   for title, counter in (('kind of op', totals), ('op', ops)):
     print(f'\n{"ms per step":>12} {"share":>6}  {title}')
     for name, seconds in counter.most_common(_TOP.value):

@@ -3,8 +3,11 @@ of finished rows, failed and inexpressible rows in the table, the printed
 launch commands, and the parameter column of Vaswani et al.'s Table 3."""
 
 import csv
+import json
 import os
 import shlex
+import shutil
+import statistics
 import subprocess
 import sys
 
@@ -192,6 +195,59 @@ def test_print_mode_gives_one_launch_command_per_unfinished_row(
                                     '--nodes=1', 'launch/slurm_gpu.sbatch']
 
 
+def test_seeds_train_each_row_again_and_report_mean_and_spread(
+    ran, spec_path, tmp_path):
+  """A second seed of the finished base row: reported as missing until it
+  has run, then the mean and standard deviation of the two runs' own final
+  evaluations, with each seed's value in the CSV."""
+  shutil.copytree(os.path.join(ran[0], 'base'), tmp_path / 'base')
+  workdir = str(tmp_path)
+  text = reproduce_rows.reproduce(spec_path, workdir, scale='paper',
+                                  rows=['base'], launch='collect', seeds=2)
+  single = metrics.read_scalars(os.path.join(workdir, 'base'))
+  *_, seeds, status = _cells(text, 'base')
+  assert (seeds, status) == ('1/2', 'not run: 1 of 2 seeds finished')
+  assert float(_cells(text, 'base')[2]) == pytest.approx(
+      single['eval/perplexity'][4], abs=5e-3)  # one value, no spread yet
+  text = reproduce_rows.reproduce(spec_path, workdir, scale='paper',
+                                  rows=['base'], launch='local', seeds=2)
+  second = metrics.read_scalars(os.path.join(workdir, 'base.seed1'))
+  with open(os.path.join(workdir, 'base.seed1', 'config.json')) as f:
+    assert json.load(f)['seed'] == 1
+  ppl = [single['eval/perplexity'][4], second['eval/perplexity'][4]]
+  assert ppl[0] != ppl[1]  # another seed, another run
+  cells = _cells(text, 'base')
+  assert cells[-2:] == ['2/2', 'finished']
+  mean, spread = (float(x) for x in cells[2].split(' ± '))
+  assert mean == pytest.approx(statistics.fmean(ppl), abs=5e-3)
+  assert spread == pytest.approx(statistics.stdev(ppl), abs=5e-3)
+  assert '2 runs per row' in text
+  with open(os.path.join(workdir, 'table.csv')) as f:
+    record = next(csv.DictReader(f))
+  assert [float(v) for v in record['ppl_per_seed'].split(';')] == (
+      pytest.approx(ppl))
+
+
+def test_seeds_print_one_launch_command_per_seed(spec_path, tmp_path,
+                                                 monkeypatch):
+  monkeypatch.chdir(REPO)
+  lines = reproduce_rows.reproduce(
+      spec_path, str(tmp_path), scale='paper', rows=['h2'], launch='print',
+      launcher='slurm_gpu', seeds=3).splitlines()
+  names = [shlex.split(line)[1] for line in lines]
+  assert names == ['--job-name=tiny-table-h2',
+                   '--job-name=tiny-table-h2-seed1',
+                   '--job-name=tiny-table-h2-seed2']
+  for seed, line in enumerate(lines):
+    words = shlex.split(line)
+    assert _parsed(words).seed == seed
+    assert words[-1] == f'--workdir={tmp_path}/h2' + (
+        f'.seed{seed}' if seed else '')
+  with pytest.raises(ValueError, match='at least one run'):
+    reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                             rows=['h2'], launch='print', seeds=-1)
+
+
 def test_command_line_prints_slurm_lines(spec_path, tmp_path):
   result = subprocess.run(
       [sys.executable, '-m', 'transformer.tools.reproduce',
@@ -327,6 +383,6 @@ def test_glue_table_rows_averages_and_missing_pretraining(tmp_path,
       s.row.metric: 0.5, **({'eval/accuracy_mismatched': 0.41}
                             if s.row.name == 'mnli' else {})})
               for s in setups]
-  text = tables.write(spec, 'reduced', setups, finished,
+  text = tables.write(spec, 'reduced', setups, [[o] for o in finished],
                       str(tmp_path / 'out'), extra='', about='')
   assert '| average |  | 49.0 | 79.6 |' in text  # (8 x 50 + 41) / 9

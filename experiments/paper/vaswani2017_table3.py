@@ -24,7 +24,9 @@ Scales:
            val, the 1,014-pair development split), the 'small' base of
            N=3, d_model=256, d_ff=512, h=8 (d_k=d_v=32), dropout and label
            smoothing 0.1, 8,000 SentencePiece tokens, 3,000 steps of 4,096
-           tokens (mt_local's measured schedule), max_length 64.
+           tokens (mt_local's measured schedule), max_length 64; two
+           seeds per row (ROW and ROW.seed1), the table giving their mean
+           +- standard deviation.
 
 Reduced rows apply each paper row's change relative to the base:
   (A) h = 1, 4, 16, 32 with d_k = d_v = 256 / h (as the paper, D / h).
@@ -83,7 +85,9 @@ SCALES = {
               'BLEU on val (1,014 pairs), beam 4, alpha 0.6, no checkpoint '
               'averaging. Not the paper\'s numbers: compare the trends.',
         overrides={'data.max_length': 64, 'train.num_steps': 3_000,
-                   'eval.average_checkpoints': 1}),
+                   'eval.average_checkpoints': 1},
+        # Rows differ by tenths of BLEU: two seeds give the spread.
+        seeds=2),
 }
 
 COLUMNS = (

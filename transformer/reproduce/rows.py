@@ -23,7 +23,8 @@ def launch_command(setup: specs.RowSetup, rowdir: str, *,
                    launcher: str, launcher_args: str, prefix: str) -> str:
   """The shell command that trains one row with a launch/ script."""
   extra = shlex.split(launcher_args)
-  name = f'{prefix}-{setup.row.name}'.lower().replace('_', '-')
+  name = f'{prefix}-{os.path.basename(rowdir)}'.lower()
+  name = name.replace('_', '-').replace('.', '-')
   run = [*setup.flags(), f'--workdir={rowdir}']
   if launcher == 'slurm_gpu':
     words = ['sbatch', f'--job-name={name}', *extra,
@@ -93,7 +94,8 @@ def _unrunnable(problem: str) -> outcomes.Outcome:
 
 def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
               launch: str, extra: str = '', launcher: str = 'slurm_gpu',
-              launcher_args: str = '', command: str = '') -> str:
+              launcher_args: str = '', command: str = '',
+              seeds: int | None = None) -> str:
   """Runs (launch='local'), prints the launch commands of (launch='print')
   or only collects (launch='collect') the selected rows of the spec file
   `table`; returns the table text (written to WORKDIR/table.md and .csv),
@@ -109,11 +111,16 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
     launcher, launcher_args: the launch/ script of launch='print' (one of
       LAUNCHERS) and words for it.
     command: the command line, for the table's header.
+    seeds: runs per row (`specs.seed_runs`); None: the scale's.
   """
   if launch not in LAUNCHES or launcher not in LAUNCHERS:  # as the flags
     raise ValueError(f'launch={launch!r}, launcher={launcher!r}; choose '
                      f'from {LAUNCHES} and {LAUNCHERS}.')
   spec = specs.load_spec(table)
+  if scale in spec.SCALES:
+    seeds = seeds or spec.SCALES[scale].seeds
+  if seeds is not None and seeds < 1:
+    raise ValueError(f'--seeds={seeds}: a row needs at least one run.')
   selected = specs.select_rows(spec, rows)
   setups = [specs.setup(spec, row, scale, extra) for row in selected]
   # A bucket (gs://...) can take the cluster's runs but is read here only
@@ -129,25 +136,28 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
   prefix = os.path.splitext(os.path.basename(table))[0]
   lines = []  # launch='print': the commands, and why a row has none
   for setup in setups:
-    rowdir = os.path.join(workdir, setup.row.name)
-    if setup.problem:
-      lines.append(f'# {setup.row.name}: {setup.problem}')
-    elif (not remote and outcomes.outcome(rowdir, setup.config).status
-          == 'finished'):
-      lines.append(f'# {setup.row.name}: finished, not run again (results '
-                   f'in {rowdir})')
-    elif launch == 'print':
-      lines.append(launch_command(setup, rowdir, launcher=launcher,
-                                  launcher_args=launcher_args, prefix=prefix))
-    elif launch == 'local':
-      train_row(setup, rowdir)
-    if launch != 'print' and lines:
-      print(lines.pop(), flush=True)
+    for name, run in specs.seed_runs(setup, seeds):
+      rowdir = os.path.join(workdir, name)
+      if run.problem:
+        lines.append(f'# {name}: {run.problem}')
+      elif (not remote and outcomes.outcome(rowdir, run.config).status
+            == 'finished'):
+        lines.append(f'# {name}: finished, not run again (results in '
+                     f'{rowdir})')
+      elif launch == 'print':
+        lines.append(launch_command(run, rowdir, launcher=launcher,
+                                    launcher_args=launcher_args,
+                                    prefix=prefix))
+      elif launch == 'local':
+        train_row(run, rowdir)
+      if launch != 'print' and lines:
+        print(lines.pop(), flush=True)
   if launch == 'print':
     return '\n'.join(lines)
-  results = [outcomes.outcome(os.path.join(workdir, s.row.name), s.config)
-             if not s.problem else _unrunnable(s.problem) for s in setups]
+  results = [[outcomes.outcome(os.path.join(workdir, name), run.config)
+              for name, run in specs.seed_runs(s, seeds)]
+             if not s.problem else [_unrunnable(s.problem)] for s in setups]
   about = (f'Produced by `{command or "transformer.tools.reproduce"}` on '
            f'{_hardware()}, {datetime.date.today().isoformat()}.')
   return tables.write(spec, scale, setups, results, workdir, extra=extra,
-                      about=about)
+                      about=about, seeds=seeds)

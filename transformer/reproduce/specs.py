@@ -44,10 +44,12 @@ from transformer.tasks import translation
 class Scale:
   """A base experiment (`file.py[:arg]`, as --config takes it) and the
   overrides every row gets at this scale; `about` says what the scale is,
-  for the table's header."""
+  for the table's header; `seeds`: runs per row (seeds config.seed,
+  config.seed + 1, ...), whose mean and spread the table gives."""
   config: str
   about: str
   overrides: dict[str, Any] = dataclasses.field(default_factory=dict)
+  seeds: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,6 +169,22 @@ def setup(spec, row: Row, scale: str, extra: str = '') -> RowSetup:
     return RowSetup(row, experiment, shown, config, model_config(config))
   except ValueError as e:  # e.g. d_model not divisible by num_heads
     return RowSetup(row, experiment, shown, config, None, f'invalid: {e}')
+
+
+def seed_runs(row_setup: RowSetup, seeds: int) -> list[tuple[str, RowSetup]]:
+  """(workdir name, setup) of each of a row's `seeds` runs: the first with
+  the row's own config (named as the row, so runs made before seeds keep
+  counting), the others with config.seed + 1, + 2, ... (named ROW.seedS,
+  their launch commands setting --config.seed)."""
+  runs = [(row_setup.row.name, row_setup)]
+  if row_setup.problem or row_setup.config is None:
+    return runs
+  for offset in range(1, seeds):
+    seed = row_setup.config.seed + offset
+    runs.append((f'{row_setup.row.name}.seed{seed}', dataclasses.replace(
+        row_setup, config=configs.override(row_setup.config, {'seed': seed}),
+        overrides={**row_setup.overrides, 'seed': seed})))
+  return runs
 
 
 def model_config(config: ml_collections.ConfigDict) -> Any:

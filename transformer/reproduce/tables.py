@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import os
+import statistics
 from typing import Any, Sequence
 
 from transformer.reproduce import outcomes
@@ -44,6 +45,28 @@ def _text(value: Any, digits: int) -> str:
   return str(value)
 
 
+def _over_seeds(values: Sequence[Any]) -> tuple[Any, float | None]:
+  """(mean, sample standard deviation) of the seeds' values that exist;
+  the deviation is None for fewer than two, the mean None for none."""
+  present = [v for v in values if v is not None]
+  if len(present) < 2:
+    return (present[0] if present else None), None
+  return statistics.fmean(present), statistics.stdev(present)
+
+
+def _row_outcome(runs: Sequence[outcomes.Outcome]) -> outcomes.Outcome:
+  """One status for a row's runs: finished when every seed is, else the
+  first unfinished seed's status, with how many finished."""
+  waiting = [o for o in runs if o.status != 'finished']
+  if len(runs) == 1 or not waiting:
+    return runs[0] if len(runs) == 1 else outcomes.Outcome('finished')
+  done = len(runs) - len(waiting)
+  detail = f'{done} of {len(runs)} seeds finished'
+  if waiting[0].detail:
+    detail += f'; {waiting[0].detail}'
+  return outcomes.Outcome(waiting[0].status, detail=detail)
+
+
 def _status(outcome: outcomes.Outcome) -> str:
   detail = outcome.detail.replace('|', '/')
   if len(detail) > 120:
@@ -75,30 +98,46 @@ def _average_row(spec, keys: Sequence[str], records: Sequence[dict],
 
 
 def write(spec, scale: str, setups: Sequence[specs.RowSetup],
-          results: Sequence[outcomes.Outcome], workdir: str, *,
-          extra: str, about: str) -> str:
-  """Writes WORKDIR/table.md and WORKDIR/table.csv; returns the markdown."""
+          results: Sequence[Sequence[outcomes.Outcome]], workdir: str, *,
+          extra: str, about: str, seeds: int = 1) -> str:
+  """Writes WORKDIR/table.md and WORKDIR/table.csv; returns the markdown.
+  `results` holds each row's runs, one per seed; with several, a result
+  cell is the mean over the finished seeds +- their standard deviation,
+  and the CSV keeps each seed's value."""
   params = [specs.parameters(s.model) if s.model is not None else None
             for s in setups]
   header = ['row']
   for column in spec.COLUMNS:
     header += [column.title] + (['paper'] if column.paper else [])
-  header.append('status')
+  header += ['seeds'] * (seeds > 1) + ['status']
   table_rows, csv_rows = [], []
-  for setup, outcome, count in zip(setups, results, params):
+  for setup, runs, count in zip(setups, results, params):
+    outcome = _row_outcome(runs)
     cells, record = [setup.row.label], {
         'row': setup.row.name, 'label': setup.row.label,
         'status': outcome.status, 'detail': outcome.detail,
         'params_exact': count}
     for column in spec.COLUMNS:
-      ours = _ours(column, setup, outcome, count)
-      if isinstance(ours, (int, float)) and column.scale != 1:
-        ours *= column.scale
-      cells.append(_text(ours, column.digits))
+      values = [_ours(column, setup, run, count) for run in runs]
+      values = [v * column.scale if isinstance(v, (int, float))
+                and column.scale != 1 else v for v in values]
+      ours, spread = _over_seeds(values)
+      cells.append(_text(ours, column.digits) + (
+          f' ± {_text(spread, column.digits)}' if spread is not None
+          else ''))
       record[column.key] = ours
+      if len(runs) > 1 and column.source.split(':')[0] in (
+          'metric', 'row_metric', 'hours'):
+        record[f'{column.key}_std'] = spread
+        record[f'{column.key}_per_seed'] = ';'.join(
+            '' if v is None else f'{v:g}' for v in values)
       if column.paper:
         cells.append(_text(setup.row.paper.get(column.key), 0))
         record[f'{column.key}_paper'] = setup.row.paper.get(column.key)
+    if seeds > 1:
+      finished = sum(run.status == 'finished' for run in runs)
+      cells.append(f'{finished}/{len(runs)}')
+      record['seeds_finished'] = finished
     cells.append(_status(outcome))
     table_rows.append(cells)
     csv_rows.append(record)
@@ -113,7 +152,10 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
                     f'(jax.eval_shape, no training) at vocabulary '
                     f'{", ".join(f"{v:,}" for v in sorted(vocab))};'
                     if vocab else '') + ' "paper" columns are the '
-           'published values.', '',
+           'published values.' + (
+               f' {seeds} runs per row (seeds config.seed, +1, ...): a '
+               'result is their mean ± standard deviation over the '
+               'finished ones.' if seeds > 1 else ''), '',
            '| ' + ' | '.join(header) + ' |',
            '|' + '---|' * len(header)]
   lines += ['| ' + ' | '.join(cells) + ' |' for cells in table_rows]

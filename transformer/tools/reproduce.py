@@ -4,17 +4,21 @@ commands, or collect their results, and write our values beside the paper's.
     python -m transformer.tools.reproduce \
         --table=experiments/paper/vaswani2017_table3.py \
         --workdir=workdirs/table3_reduced --scale=reduced [--rows=base,A] \
-        [--launch=local|print|collect] [--set=train.num_steps=1000]
+        [--launch=local|print|collect] [--set=train.num_steps=1000] \
+        [--seeds=2]
 
 Each row trains into WORKDIR/ROW (rows selected by --rows, by group or
-name). --launch=local trains the rows one after another in this process;
-a finished row is not trained or evaluated again (its results are read
-from its workdir), a failed one is recorded as failed and the next row
-starts; on SIGTERM the running row checkpoints and the command exits with
-status 75 (rerun it to resume). --launch=print prints one launch/ command
+name), and with --seeds=S (or a scale's own number of seeds) S - 1 more
+runs with the next seeds into WORKDIR/ROW.seedN; the table then gives each
+result as the mean over seeds +- their standard deviation. --launch=local
+trains the rows one after another in this process; a finished row is not
+trained or evaluated again (its results are read from its workdir), a
+failed one is recorded as failed and the next row starts; on SIGTERM the
+running row checkpoints and the command exits with status 75 (rerun it to
+resume). --launch=print prints one launch/ command
 per unfinished row (`sbatch ... launch/slurm_gpu.sbatch`, or with
 --launcher=tpu_vm|local the other scripts; --launcher_args adds their
-options) and trains nothing; once the cluster has run them
+options; one per seed) and trains nothing; once the cluster has run them
 into the same workdirs, --launch=collect (which runs nothing) writes the
 table. Every mode ends by writing WORKDIR/table.md and WORKDIR/table.csv;
 the parameter column is computed from each row's config (jax.eval_shape),
@@ -47,6 +51,9 @@ def define_flags() -> None:
   flags.DEFINE_string('set', '', 'Overrides for every row, e.g. '
                       'train.num_steps=1000,eval.beam_size=1; stated in the '
                       'table.')
+  flags.DEFINE_integer('seeds', None, 'Runs per row, with seeds '
+                       'config.seed, +1, ...; the table gives their mean and '
+                       'standard deviation. Default: the scale\'s.')
   flags.DEFINE_enum('launcher', 'slurm_gpu', rows.LAUNCHERS,
                     'The launch/ script of --launch=print.')
   flags.DEFINE_string(
@@ -61,7 +68,7 @@ def main(argv):
   text = rows.reproduce(
       args.table, args.workdir, scale=args.scale, rows=args.rows,
       launch=args.launch, extra=args.set, launcher=args.launcher,
-      launcher_args=args.launcher_args,
+      launcher_args=args.launcher_args, seeds=args.seeds,
       command='python -m transformer.tools.reproduce ' +
       shlex.join(sys.argv[1:]))
   print(text)
