@@ -110,6 +110,11 @@ def gpt_generation_seconds(config, params, *, batch: int, prompt_length: int,
       language_modeling.generate_tokens, model, max_new_tokens=n,
       eos_id=-1, **sampling)), *args, repeats=repeats)
                  for n in (1, new_tokens))
+  if full <= first:  # a per-token time below the timer's noise
+    raise ValueError(
+        f'{new_tokens} new tokens took no longer than one ({full * 1e3:.2f} '
+        f'against {first * 1e3:.2f} ms): too few to time this model; raise '
+        f'--new_tokens or --repeats.')
   return first, (full - first) / (new_tokens - 1)
 
 
