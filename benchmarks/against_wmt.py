@@ -9,8 +9,9 @@ The anchor's model is imported from the given checkout (its code is never
 copied here; its train.py needs TensorFlow, so its loss is restated below:
 label-smoothed cross-entropy less the smoothed targets' entropy, and the
 argmax accuracy, as its `train_step` computes them). Both sides: shared
-and tied embeddings, residual dropout `--dropout`, no attention dropout,
-label smoothing 0.1, Adam (b2 0.98, eps 1e-9), unpacked rows of random
+and tied embeddings, residual dropout `--dropout`, attention dropout
+`--attention_dropout` (none by default, as the paper), label smoothing
+0.1, Adam (b2 0.98, eps 1e-9), unpacked rows of random
 tokens. Ours is the real `train.train_step` (with its non-finite check) of
 `encoder_decoder.Transformer` and `translation.translation_loss`. Prints
 XLA's FLOP and byte counts of each compiled step and the median of
@@ -41,6 +42,9 @@ _VOCAB = flags.DEFINE_integer('vocab', 32_000, 'Shared vocabulary size.')
 _ROWS = flags.DEFINE_integer('rows', 16, 'Rows per batch.')
 _LENGTH = flags.DEFINE_integer('length', 64, 'Tokens per row and side.')
 _DROPOUT = flags.DEFINE_float('dropout', 0.1, 'Residual dropout rate.')
+_ATTENTION_DROPOUT = flags.DEFINE_float(
+    'attention_dropout', 0.0, 'Attention dropout rate of both (the paper '
+    "has none; flax wmt's default is 0.1).")
 _REPEATS = flags.DEFINE_integer('repeats', 7, 'Timed steps per side.')
 _DTYPE = flags.DEFINE_enum('dtype', 'float32', ['float32', 'bfloat16'],
                            'Computation dtype of both models (parameters '
@@ -86,15 +90,17 @@ def main(argv):
   tx = optax.adam(1e-4, b1=0.9, b2=0.98, eps=1e-9)
   config = encoder_decoder.config_for(
       _SIZE.value, vocab_size=vocab, max_length=length,
-      dropout_rate=_DROPOUT.value, attention_dropout_rate=0.0, dtype=dtype)
+      dropout_rate=_DROPOUT.value,
+      attention_dropout_rate=_ATTENTION_DROPOUT.value, dtype=dtype)
 
   anchor_model = wmt.Transformer(wmt.TransformerConfig(
       vocab_size=vocab, output_vocab_size=vocab, share_embeddings=True,
       logits_via_embedding=True, emb_dim=config.d_model,
       num_heads=config.num_heads, num_layers=config.num_layers,
       qkv_dim=config.d_model, mlp_dim=config.d_ff, max_len=length,
-      dropout_rate=_DROPOUT.value, attention_dropout_rate=0.0,
-      deterministic=False, dtype=dtype))
+      dropout_rate=_DROPOUT.value,
+      attention_dropout_rate=_ATTENTION_DROPOUT.value, deterministic=False,
+      dtype=dtype))
   params = jax.jit(lambda r: nn.unbox(anchor_model.init(
       r, inputs[:1], targets[:1])['params']))(jax.random.key(0))
   anchor_state = train_state.TrainState.create(
@@ -122,7 +128,8 @@ def main(argv):
 
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}; '
         f'Transformer {_SIZE.value}, vocab {vocab:,}, {rows} x {length} '
-        f'tokens per side, dropout {_DROPOUT.value}, {_DTYPE.value}')
+        f'tokens per side, dropout {_DROPOUT.value}, attention dropout '
+        f'{_ATTENTION_DROPOUT.value}, {_DTYPE.value}')
   print(f'flax wmt: {timing.compiled_cost(anchor)}; ours: '
         f'{timing.compiled_cost(ours)}')
   seconds = timing.interleaved_steps(
