@@ -218,6 +218,7 @@ def test_seeds_train_each_row_again_and_report_mean_and_spread(
   assert ppl[0] != ppl[1]  # another seed, another run
   cells = _cells(text, 'base')
   assert cells[-2:] == ['2/2', 'finished']
+  assert cells[1] == '4'  # a setting: the same for every seed, no spread
   mean, spread = (float(x) for x in cells[2].split(' ± '))
   assert mean == pytest.approx(statistics.fmean(ppl), abs=5e-3)
   assert spread == pytest.approx(statistics.stdev(ppl), abs=5e-3)

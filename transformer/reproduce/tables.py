@@ -45,6 +45,10 @@ def _text(value: Any, digits: int) -> str:
   return str(value)
 
 
+# The column sources whose values come from a run (`_ours`).
+_RESULTS = ('metric', 'row_metric', 'hours')
+
+
 def _over_seeds(values: Sequence[Any]) -> tuple[Any, float | None]:
   """(mean, sample standard deviation) of the seeds' values that exist;
   the deviation is None for fewer than two, the mean None for none."""
@@ -118,7 +122,10 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
         'status': outcome.status, 'detail': outcome.detail,
         'params_exact': count}
     for column in spec.COLUMNS:
-      values = [_ours(column, setup, run, count) for run in runs]
+      # Results differ from seed to seed; settings and parameters do not.
+      result = column.source.split(':')[0] in _RESULTS
+      values = [_ours(column, setup, run, count)
+                for run in (runs if result else runs[:1])]
       values = [v * column.scale if isinstance(v, (int, float))
                 and column.scale != 1 else v for v in values]
       ours, spread = _over_seeds(values)
@@ -126,8 +133,7 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
           f' ± {_text(spread, column.digits)}' if spread is not None
           else ''))
       record[column.key] = ours
-      if len(runs) > 1 and column.source.split(':')[0] in (
-          'metric', 'row_metric', 'hours'):
+      if result and len(runs) > 1:
         record[f'{column.key}_std'] = spread
         record[f'{column.key}_per_seed'] = ';'.join(
             '' if v is None else f'{v:g}' for v in values)
