@@ -41,6 +41,7 @@ import optax
 import devices
 import flops
 import timing
+from transformer import attention
 from transformer import configs
 from transformer import optimizers
 from transformer import train
@@ -60,10 +61,10 @@ _DTYPE = flags.DEFINE_string('dtype', None, 'Computation dtype; default '
                              'float32 on CPU, bfloat16 on GPU.')
 _STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'ViT input side.')
-_ATTENTION = flags.DEFINE_enum('attention', 'auto', ['einsum', 'xla', 'cudnn',
-                                                     'auto'],
-                               'Attention kernel (attention.IMPLEMENTATIONS); '
-                               "'auto' takes cuDNN on a GPU where it can.")
+_ATTENTION = flags.DEFINE_enum('attention', 'auto',
+                               list(attention.IMPLEMENTATIONS),
+                               "Attention kernel; 'auto' takes cuDNN on a GPU "
+                               'where it can.')
 _REMAT = flags.DEFINE_string('remat', 'none', 'Remat policy of every block '
                              '(layers.REMAT_POLICIES).')
 
