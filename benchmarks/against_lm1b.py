@@ -121,5 +121,6 @@ def main(argv):
   print(f'step ms (median of {_REPEATS.value}): lm1b {anchor_ms:,.0f}, ours '
         f'{ours_ms:,.0f}; lm1b / ours {anchor_ms / ours_ms:.2f}x')
 
+
 if __name__ == '__main__':
   app.run(main)

@@ -46,10 +46,10 @@ XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=$tests_xla step gpu-tests 120 \
   "$out/tests.log" python3 -m pytest -p no:cacheprovider -q -n 8 -rs \
   tests/test_attention.py tests/test_layers.py tests/test_decoding.py
 
-# Times seen on an H200 (2026-11-26), most of each compiling: gpt2-large
-# about 100 s, Transformer-base 100 s, B/16 40 s, generation with
-# gpt2-large 80 s; gpt2-xl and Transformer-big did not finish in 220 and
-# 60 s beside them.
+# Seen on an H200 (2026-11-26), most of each step compiling: gpt2-large
+# then gpt2-xl together did not finish in 220 s (gpt2-large's row did),
+# Transformer-base then -big not in 100 s (base's row did), B/16 took 40 s,
+# generation with gpt2-large about 80 s.
 cd benchmarks
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
 log=$out/bench.log
