@@ -120,8 +120,8 @@ def test_decoding_benchmark_prints_every_search():
   out = run_benchmark(
       'decoding.py', '--size=tiny', '--vocab=64', '--batch=2',
       '--source_length=4', '--max_length=3', '--gpt_sizes=tiny',
-      '--gpt_batch_sizes=1', '--prompt_length=4', '--new_tokens=3',
-      '--repeats=1')
+      '--gpt_batch_sizes=1', '--prompt_length=4', '--new_tokens=256',
+      '--repeats=5')  # enough tokens that their time stands above the noise
   for row in ('greedy', 'beam 4', 'tiny      1'):
     assert row in out, out
 
