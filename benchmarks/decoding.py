@@ -67,7 +67,8 @@ def our_search(model, beam_size: int, max_length: int):
   """The translation task's search (`TranslationTask._search`'s body)."""
 
   def search(params, inputs):
-    state = encoder_decoder.init_decoding(model, params, inputs, max_length)
+    state = encoder_decoder.init_decoding(model, params, inputs, max_length,
+                                          beam_size)
     step_fn = functools.partial(encoder_decoder.decoding_step, model, params)
     if beam_size == 1:
       return decoding.greedy_search(

@@ -1,6 +1,8 @@
 """Captioning: attention over the grid, decoding equals teacher forcing, the
 doubly stochastic penalty, end-to-end runs of both models, the figure."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -8,6 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import load_experiment
+from transformer import decoding
 from transformer import metrics
 from transformer import train
 from transformer.models import captioning
@@ -59,6 +62,28 @@ def test_step_by_step_decoding_equals_teacher_forcing(model_name, encoder):
     steps.append(logits)
     previous = CAPTIONS[:, t:t + 1]
   np.testing.assert_allclose(jnp.stack(steps, 1), forced, atol=2e-5)
+
+
+def test_beam_search_over_slots_equals_reordering_the_cache():
+  """The Transformer captioner's caches tracking beams (`beam_size` > 1, the
+  keys and values never copied) give what reordering them gives."""
+  config = tiny('transformer', 'cnn')
+  model, params = initialised(config)
+  decoder = captioning.build(config, decode=True)
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def search(tracked_beams):
+    state = captioning.init_decoding(decoder, params, IMAGES, tracked_beams)
+    return decoding.beam_search(
+        functools.partial(captioning.decoding_step, decoder, params), state,
+        batch_size=2, beam_size=3, max_length=config.max_length, eos_id=1)
+
+  (tracked, tracked_scores), (moved, moved_scores) = search(3), search(1)
+  assert jax.tree.leaves(captioning.init_decoding(decoder, params, IMAGES,
+                                                  3)['slots'])
+  np.testing.assert_array_equal(tracked, moved)
+  np.testing.assert_allclose(tracked_scores, moved_scores, rtol=1e-5)
+  assert len({tuple(s) for s in np.asarray(moved)[0]}) == 3  # three beams
 
 
 def test_attention_depends_on_the_image():

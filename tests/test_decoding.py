@@ -346,11 +346,13 @@ def test_transformer_beam_scores_equal_full_forward_rescoring(transformer):
 
 
 
+@pytest.mark.parametrize('track_beams', [False, True])
 def test_beams_share_the_cross_attention_cache_without_changing_results(
-    transformer):
+    transformer, track_beams):
   """The family's decoding state keeps the encoder side `PerExample` (one
-  row per example, never tiled or reordered); beam search over it gives
-  what tiling everything gives."""
+  row per example, never tiled or reordered), and with `beam_size` the
+  self-attention keys/values in their slots (`PerSlot`, never reordered);
+  beam search over it gives what tiling and reordering everything gives."""
   beam, alpha = 3, 0.6
   model, inputs, params = (transformer[k] for k in ('model', 'inputs',
                                                      'params'))
@@ -363,7 +365,8 @@ def test_beams_share_the_cross_attention_cache_without_changing_results(
 
   @jax.jit
   def run():
-    state = encoder_decoder.init_decoding(decoder, params, inputs, MAX_LEN)
+    state = encoder_decoder.init_decoding(decoder, params, inputs, MAX_LEN,
+                                          beam if track_beams else 1)
     return decoding.beam_search(
         step_fn, state, batch_size=len(inputs), beam_size=beam,
         max_length=MAX_LEN, eos_id=transformer['eos_id'], alpha=alpha)
@@ -374,6 +377,10 @@ def test_beams_share_the_cross_attention_cache_without_changing_results(
   shared, per_step = shapes(seen[-1]['shared']), shapes(seen[-1]['cache'])
   assert {x[0] for x in shared} == {len(inputs)}
   assert {x[0] for x in per_step} == {len(inputs) * beam}
+  in_slots = shapes(seen[-1]['slots'])  # the layers' keys and values
+  layers = transformer['model'].config.num_layers
+  assert len(in_slots) == (2 * layers if track_beams else 0), in_slots
+  assert {x[0] for x in in_slots} <= {len(inputs) * beam}
   expected_seqs, expected_scores = transformer_search(
       transformer, decoding.beam_search, beam_size=beam, alpha=alpha)
   np.testing.assert_array_equal(seqs, expected_seqs)

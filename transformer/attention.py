@@ -47,6 +47,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from transformer import beam_slots
 from transformer import masks
 from transformer import positional
 
@@ -459,6 +460,10 @@ class MultiHeadAttention(nn.Module):
     being `decoding.PerExample`): each group of G reads its example's keys,
     and a mask must not depend on the query (e.g. source padding [B, 1, 1,
     S]).
+  - Beam search: a self-attention cache given a beam-slot map by
+    `track_beams` keeps every row's keys and values where they were written
+    and attends through the map (`transformer.beam_slots`), so that
+    reordering the beams never copies the cache.
 
   With `rotary=True` self-attention rotates queries and keys by their
   positions (`rotary_embedding`) before the keys enter the cache; positions
@@ -573,11 +578,21 @@ class MultiHeadAttention(nn.Module):
     if not deterministic and self.dropout_rate > 0.0:
       dropout_rng = self.make_rng('dropout')
     capture = self.is_mutable_collection('intermediates')
-    result = dot_product_attention(
-        query, key, value, mask=mask, causal=causal,
-        implementation=self.implementation, dropout_rate=self.dropout_rate,
-        dropout_rng=dropout_rng, return_weights=return_weights or capture)
-    out, weights = result if (return_weights or capture) else (result, None)
+    if self.decode and self.has_variable('cache', 'beam_slots'):
+      if dropout_rng is not None:
+        raise ValueError('A KV cache that tracks beams is for decoding: '
+                         'call it with deterministic=True.')
+      out, weights = beam_slots.attention(
+          query, key, value, self.get_variable('cache', 'beam_slots'), mask,
+          scale=1.0 / math.sqrt(head_dim))
+    else:
+      result = dot_product_attention(
+          query, key, value, mask=mask, causal=causal,
+          implementation=self.implementation,
+          dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
+          return_weights=return_weights or capture)
+      out, weights = result if (return_weights or capture) else (result,
+                                                                  None)
     out = _unfold_rows(out, groups, -3)
     if weights is not None:
       weights = _unfold_rows(weights, groups, -2)
@@ -622,6 +637,9 @@ class MultiHeadAttention(nn.Module):
           variable.value, _to_cache(x, name, variable.value.dtype), start,
           axis=_CACHE_AXES[name][1])
     index.value = start + t
+    if self.has_variable('cache', 'beam_slots'):  # see `track_beams`
+      self.put_variable('cache', 'beam_slots', beam_slots.record(
+          self.get_variable('cache', 'beam_slots'), start, t))
     if causal:
       visible = masks.causal_mask(t, capacity, offset=start)
     else:  # every position written so far, e.g. a bidirectional prefix
@@ -716,20 +734,40 @@ def _from_cache(x: Array, name: str) -> Array:
 
 
 _CROSS_CACHE = ('cross_key', 'cross_value')
+_SELF_CACHE = ('cached_key', 'cached_value')
 
 
-def split_cross_cache(cache: dict[str, Any]) -> tuple[dict, dict]:
-  """A model's 'cache' collection -> (what changes every step: the
-  self-attention caches and indices, what never does: the cross-attention
-  keys and values, which the beams of an example share)."""
+def track_beams(cache: dict[str, Any], beam_size: int) -> dict[str, Any]:
+  """A model's 'cache' collection with a beam-slot map (`beam_slots`) in
+  every self-attention layer, whose keys and values beam search then never
+  copies (`split_cache` sets them apart); for a cache of one row per
+  example, before beam search tiles it."""
   flat = traverse_util.flatten_dict(cache)
-  parts = ({k: v for k, v in flat.items() if (k[-1] in _CROSS_CACHE) == cross}
-           for cross in (False, True))
+  for path, value in list(flat.items()):
+    if path[-1] == 'cached_value':
+      flat[(*path[:-1], 'beam_slots')] = beam_slots.initial(
+          value.shape[0], beam_size, _capacity(value))
+  return traverse_util.unflatten_dict(flat)
+
+
+def split_cache(cache: dict[str, Any]) -> tuple[dict, dict, dict]:
+  """A model's 'cache' collection -> the parts beam search treats apart:
+  (what it reorders with the beams: cache indices, beam-slot maps and the
+  keys/values of layers without a map; what stays in its slot: the
+  keys/values of self-attention layers with a map; what an example's beams
+  share: the cross-attention keys/values, projected once)."""
+  flat = traverse_util.flatten_dict(cache)
+  tracked = {path[:-1] for path in flat if path[-1] == 'beam_slots'}
+  parts = ({}, {}, {})
+  for path, value in flat.items():
+    part = (2 if path[-1] in _CROSS_CACHE else
+            1 if path[-1] in _SELF_CACHE and path[:-1] in tracked else 0)
+    parts[part][path] = value
   return tuple(traverse_util.unflatten_dict(part) for part in parts)
 
 
 def merge_caches(*caches: dict[str, Any]) -> dict[str, Any]:
-  """The 'cache' collection whose parts `split_cross_cache` returned."""
+  """The 'cache' collection whose parts `split_cache` returned."""
   flat = {}
   for cache in caches:
     flat.update(traverse_util.flatten_dict(cache))

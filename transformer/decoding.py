@@ -18,7 +18,10 @@ beam search neither tiles nor reorders it, so it keeps B rows while the
 other leaves have B * beam_size, and a step function reading it groups its
 rows by example (row b * beam_size + k belongs to example b). Copying it
 into every beam and gathering it again at every step would only move
-identical rows.
+identical rows. What is wrapped in `PerSlot` is tiled but never reordered:
+its rows are slots that keep what the beam in them wrote, and the step
+function finds each beam's history through a map it keeps in the reordered
+part of the state (`transformer.beam_slots`: the KV cache, never copied).
 
 Output conventions follow the Transformer's: the first input token is
 `start_id` (0), EOS is kept in the output and every position after it is 0
@@ -63,12 +66,23 @@ class PerExample:
   tree: Any
 
 
-def _per_row(fn: Callable[[Array], Array], cache: Any) -> Any:
+@functools.partial(jax.tree_util.register_dataclass, data_fields=['tree'],
+                   meta_fields=[])
+@dataclasses.dataclass
+class PerSlot:
+  """Decoding state with one row per beam slot: tiled, never reordered."""
+  tree: Any
+
+
+def _per_row(fn: Callable[[Array], Array], cache: Any, *,
+             reordering: bool = False) -> Any:
   """fn over the cache leaves that have a row axis (ndim >= 1), leaving
-  scalars and whatever is `PerExample` as it is."""
+  scalars and whatever is `PerExample` as it is, and `PerSlot` when
+  `reordering`."""
+  kept = (PerExample, PerSlot) if reordering else PerExample
   return jax.tree.map(
-      lambda x: x if isinstance(x, PerExample) or not jnp.ndim(x) else fn(x),
-      cache, is_leaf=lambda x: isinstance(x, PerExample))
+      lambda x: x if isinstance(x, kept) or not jnp.ndim(x) else fn(x),
+      cache, is_leaf=lambda x: isinstance(x, kept))
 
 
 def length_penalty(length, alpha):
@@ -172,7 +186,8 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
     step_fn: the decoder step (module docstring), called with
       N = B * beam_size rows; row b * beam_size + k is beam k of example b.
     cache: its initial cache for B rows; tiled here to B * beam_size, but
-      for what is `PerExample`.
+      for what is `PerExample`, and reordered with the beams, but for what
+      is `PerExample` or `PerSlot`.
     batch_size: B.
     beam_size: K.
     max_length: L, the longest output.
@@ -230,7 +245,7 @@ def _beam_step(state, *, step_fn: StepFn, beam_size: int, max_length: int,
   live_logp, keep = jax.lax.top_k(jnp.where(ends, -jnp.inf, cand_logp), k)
   live_seqs = _gather(cand_seqs, keep)
   rows = (jnp.arange(b)[:, None] * k + _gather(beam, keep)).reshape(-1)
-  cache = _per_row(lambda x: x[rows], cache)
+  cache = _per_row(lambda x: x[rows], cache, reordering=True)
 
   # EOS counts only within the top K (so beam 1 is greedy); at the last
   # position everything ends, truncated or not.

@@ -241,9 +241,11 @@ def build(config: Config, *, decode: bool = False) -> nn.Module:
   return TransformerCaptioner(config.replace(decode=decode))
 
 
-def init_decoding(model: nn.Module, params: Any, images: Array
-                  ) -> dict[str, Any]:
-  """The decoding state for images [B, S, S, C]."""
+def init_decoding(model: nn.Module, params: Any, images: Array,
+                  beam_size: int = 1) -> dict[str, Any]:
+  """The decoding state for images [B, S, S, C]; a Transformer's KV caches
+  track the beams of a search of `beam_size` > 1 (the LSTM's state is
+  small: beam search reorders it)."""
   if isinstance(model, ShowAttendTell):
     memory, carry = model.apply({'params': params}, images,
                                 deterministic=True, method='encode')
@@ -257,9 +259,10 @@ def init_decoding(model: nn.Module, params: Any, images: Array
       {'params': params}, encoded,
       jnp.zeros((images.shape[0], model.config.max_length), jnp.int32),
       deterministic=True, method='decode', mutable=['cache'])
-  steps, shared = attention.split_cross_cache(cache['cache'])
-  return {'cache': steps, 'shared': decoding.PerExample(
-      {'cache': shared, 'encoded': encoded})}
+  cache = cache['cache']
+  if beam_size > 1:
+    cache = attention.track_beams(cache, beam_size)
+  return encoder_decoder.decoding_state(cache, encoded=encoded)
 
 
 def decoding_step(model: nn.Module, params: Any, tokens: Array,
@@ -268,14 +271,12 @@ def decoding_step(model: nn.Module, params: Any, tokens: Array,
   if isinstance(model, ShowAttendTell):
     return model.apply({'params': params}, tokens, state,
                        method='decode_step')
-  shared = state['shared'].tree
   logits, cache = model.apply(
-      {'params': params,
-       'cache': attention.merge_caches(state['cache'], shared['cache'])},
-      shared['encoded'], tokens, deterministic=True, method='decode',
-      mutable=['cache'])
-  steps, _ = attention.split_cross_cache(cache['cache'])
-  return logits[:, -1], {'cache': steps, 'shared': state['shared']}
+      {'params': params, 'cache': encoder_decoder.decoding_cache(state)},
+      state['shared'].tree['encoded'], tokens, deterministic=True,
+      method='decode', mutable=['cache'])
+  return logits[:, -1], encoder_decoder.decoding_state(
+      cache['cache'], encoded=state['shared'].tree['encoded'])
 
 
 def word_attention(model: nn.Module, params: Any, images: Array,

@@ -262,11 +262,12 @@ def build(config: Config, *, decode: bool = False) -> ConvS2S:
 
 
 def init_decoding(model: ConvS2S, params: Any, inputs: Array,
-                  max_length: int) -> dict[str, Any]:
+                  max_length: int, beam_size: int = 1) -> dict[str, Any]:
   """Decoding state for inputs [B, S]: empty windows (the zeros a causal
   convolution sees before the start) and the encoder's outputs, shared by
   each example's beams."""
   del max_length  # a convolution's state does not grow
+  del beam_size  # its windows are small: beam search reorders them
   c = model.config
   memory = model.apply({'params': params}, inputs, deterministic=True,
                        method='encode')

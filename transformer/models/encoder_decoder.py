@@ -176,14 +176,16 @@ def build(config: Config, *, decode: bool = False) -> Transformer:
 
 
 def init_decoding(model: Transformer, params: Any, inputs: Array,
-                  max_length: int) -> dict[str, Any]:
+                  max_length: int, beam_size: int = 1) -> dict[str, Any]:
   """Decoding state for inputs [B, S] and outputs of up to max_length.
 
   `model` has `config.decode=True`. The cache-creating call runs the decoder
   once over a dummy target of max_length (the KV cache capacity) with the
   real encoder outputs, whose projected keys and values every layer's
   cross-attention stores. Those and the source tokens (for the padding
-  mask) are `decoding.PerExample`: beams share them.
+  mask) are `decoding.PerExample`: beams share them. For a beam search of
+  `beam_size` > 1 the self-attention caches track the beams
+  (`attention.track_beams`) and stay in their slots (`decoding.PerSlot`).
   """
   params = layers.unstack_layers(params)
   encoded = model.apply({'params': params}, inputs, deterministic=True,
@@ -192,9 +194,24 @@ def init_decoding(model: Transformer, params: Any, inputs: Array,
       {'params': params}, encoded, inputs,
       jnp.zeros((inputs.shape[0], max_length), jnp.int32),
       deterministic=True, method='decode', mutable=['cache'])
-  steps, shared = attention.split_cross_cache(cache['cache'])
-  return {'cache': steps,
-          'shared': decoding.PerExample({'cache': shared, 'inputs': inputs})}
+  cache = cache['cache']
+  if beam_size > 1:
+    cache = attention.track_beams(cache, beam_size)
+  return decoding_state(cache, inputs=inputs)
+
+
+def decoding_state(cache: dict[str, Any], **shared: Array) -> dict[str, Any]:
+  """A decoder's 'cache' collection as beam search's state: the parts of
+  `attention.split_cache`, those that beams share with `shared`."""
+  steps, in_place, cross = attention.split_cache(cache)
+  return {'cache': steps, 'slots': decoding.PerSlot(in_place),
+          'shared': decoding.PerExample({'cache': cross, **shared})}
+
+
+def decoding_cache(state: dict[str, Any]) -> dict[str, Any]:
+  """The 'cache' collection held by a `decoding_state`."""
+  return attention.merge_caches(state['cache'], state['slots'].tree,
+                                state['shared'].tree['cache'])
 
 
 def decoding_step(model: Transformer, params: Any, tokens: Array,
@@ -207,11 +224,11 @@ def decoding_step(model: Transformer, params: Any, tokens: Array,
                            model.config.d_model), model.config.dtype)
   logits, cache = model.apply(
       {'params': layers.unstack_layers(params),
-       'cache': attention.merge_caches(state['cache'], shared['cache'])},
+       'cache': decoding_cache(state)},
       placeholder, shared['inputs'], tokens, deterministic=True,
       method='decode', mutable=['cache'])
-  steps, _ = attention.split_cross_cache(cache['cache'])
-  return logits[:, -1], {'cache': steps, 'shared': state['shared']}
+  return logits[:, -1], decoding_state(cache['cache'],
+                                       inputs=shared['inputs'])
 
 
 def param_count(config: Config) -> int:

@@ -234,10 +234,11 @@ def build(config: Config, *, decode: bool = False) -> Seq2Seq:
 
 
 def init_decoding(model: Seq2Seq, params: Any, inputs: Array,
-                  max_length: int) -> dict[str, Any]:
+                  max_length: int, beam_size: int = 1) -> dict[str, Any]:
   """Decoding state for inputs [B, S]: s_0 and the encoder memory, which
   beams share (`decoding.PerExample`)."""
   del max_length  # an RNN state has no capacity
+  del beam_size  # nor history: beam search reorders the state itself
   memory, carry = model.apply({'params': params}, inputs, deterministic=True,
                               method='encode')
   return {'carry': carry, 'memory': decoding.PerExample(memory)}

@@ -218,7 +218,8 @@ class CaptioningTask(base.Task):
   @functools.partial(jax.jit, static_argnums=(0,),
                      static_argnames=('beam_size',))
   def _search(self, params, images, *, beam_size: int, length_penalty: float):
-    state = captioning.init_decoding(self.decoder, params, _pixels(images))
+    state = captioning.init_decoding(self.decoder, params, _pixels(images),
+                                     beam_size)
     step_fn = functools.partial(captioning.decoding_step, self.decoder,
                                 params)
     batch, length = images.shape[0], self.config.data.max_length

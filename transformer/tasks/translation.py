@@ -36,7 +36,8 @@ from transformer.tasks import vocabularies
 
 Pairs = list[tuple[str, str]]
 # Model families: modules with `Config`, `config_for`, `build`,
-# `init_decoding` and `decoding_step`. A config may set any field of the
+# `init_decoding` (whose state may be prepared for a beam size) and
+# `decoding_step`. A config may set any field of the
 # family's Config but these, which the task sets from the data.
 FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn, 'convs2s': convs2s}
 MODEL_EXCLUDE = ('vocab_size', 'max_length')
@@ -296,7 +297,7 @@ class TranslationTask(base.Task):
     state (the Transformer's KV cache, the RNN's state): [B, max_length]."""
     batch = inputs.shape[0]
     state = self.family.init_decoding(self.decoder, params, inputs,
-                                      max_length)
+                                      max_length, beam_size)
     step_fn = functools.partial(self.family.decoding_step, self.decoder,
                                 params)
     if beam_size == 1:

@@ -1,0 +1,83 @@
+"""Attention over beam slots equals attention over each beam's history
+gathered explicitly, and the map follows the beams as beam search moves
+them."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from transformer import attention
+from transformer import beam_slots
+
+EXAMPLES, BEAMS, LENGTH = 2, 3, 7
+
+
+def random_map(rng):
+  """[B * K, K, S] with one slot per position, chosen at random."""
+  chosen = rng.integers(0, BEAMS, (EXAMPLES * BEAMS, LENGTH))
+  return jnp.asarray(chosen[:, None, :] == np.arange(BEAMS)[None, :, None])
+
+
+def histories(x, slots):
+  """x [B * K, S, ...] -> each beam's history, read from its map's slots."""
+  chosen = np.argmax(np.asarray(slots), axis=1)  # [B * K, S]
+  example = np.arange(EXAMPLES * BEAMS)[:, None] // BEAMS
+  return x[example * BEAMS + chosen, np.arange(LENGTH)[None, :]]
+
+
+@pytest.mark.parametrize('heads, kv_heads, queries, masked', [
+    (4, 4, 1, False), (4, 2, 1, True), (6, 1, 2, True)])
+def test_slots_give_attention_over_the_gathered_history(heads, kv_heads,
+                                                        queries, masked):
+  rng = np.random.default_rng(0)
+  rows = EXAMPLES * BEAMS
+  normal = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+  query = normal(rows, queries, heads, 8)
+  key, value = normal(rows, LENGTH, kv_heads, 8), normal(rows, LENGTH,
+                                                         kv_heads, 5)
+  slots = random_map(rng)
+  mask = None
+  if masked:  # padding of some histories and one query that sees nothing
+    mask = jnp.asarray(rng.random((rows, 1, queries, LENGTH)) < 0.7)
+    mask = mask.at[1, :, 0].set(False)
+  out, weights = beam_slots.attention(query, key, value, slots, mask,
+                                      scale=0.3)
+  expected, expected_weights = attention.dot_product_attention(
+      query, histories(key, slots), histories(value, slots), mask=mask,
+      scale=0.3, implementation='einsum', return_weights=True)
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+  np.testing.assert_allclose(weights, expected_weights, rtol=1e-5,
+                             atol=1e-6)
+  if masked:
+    assert not np.asarray(out[1, 0]).any()
+
+
+def test_record_marks_each_rows_own_slot_where_it_wrote():
+  slots = beam_slots.initial(EXAMPLES * BEAMS, BEAMS, LENGTH)
+  slots = beam_slots.record(slots, jnp.int32(2), 2)
+  chosen = np.argmax(np.asarray(slots), axis=1)
+  own = np.arange(EXAMPLES * BEAMS) % BEAMS
+  np.testing.assert_array_equal(chosen[:, 2:4], np.stack([own, own], 1))
+  assert not chosen[:, :2].any() and not chosen[:, 4:].any()  # slot 0
+  assert (np.asarray(slots).sum(axis=1) == 1).all()
+
+
+def test_reordered_map_reads_what_reordering_the_cache_reads():
+  """Beam search moves rows of the map only; the keys stay where they were
+  written. Both ways give every beam the same history."""
+  rng = np.random.default_rng(1)
+  rows = EXAMPLES * BEAMS
+  cache = jnp.zeros((rows, LENGTH))  # the classic cache, moved each step
+  written = jnp.zeros((rows, LENGTH))  # slots, never moved
+  slots = beam_slots.initial(rows, BEAMS, LENGTH)
+  for step in range(LENGTH):
+    new = jnp.asarray(rng.standard_normal(rows), jnp.float32)
+    cache = cache.at[:, step].set(new)
+    written = written.at[:, step].set(new)
+    slots = beam_slots.record(slots, jnp.int32(step), 1)
+    parents = (np.arange(rows) // BEAMS * BEAMS
+               + rng.integers(0, BEAMS, rows))
+    cache, slots = cache[parents], slots[parents]
+    np.testing.assert_array_equal(
+        histories(written, slots)[:, :step + 1], cache[:, :step + 1])
