@@ -81,3 +81,10 @@ def test_reordered_map_reads_what_reordering_the_cache_reads():
     cache, slots = cache[parents], slots[parents]
     np.testing.assert_array_equal(
         histories(written, slots)[:, :step + 1], cache[:, :step + 1])
+
+
+def test_rows_that_are_not_whole_examples_are_refused():
+  slots = beam_slots.initial(4, 3, LENGTH)
+  x = jnp.zeros((4, LENGTH, 2, 8))
+  with pytest.raises(ValueError, match='not a multiple of 3'):
+    beam_slots.attention(jnp.zeros((4, 1, 2, 8)), x, x, slots, None, 1.0)

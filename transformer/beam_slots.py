@@ -65,6 +65,11 @@ def attention(query: Array, key: Array, value: Array, slots: Array,
   """
   rows, t, n, h = query.shape
   beams, s, kv_heads = slots.shape[1], key.shape[1], key.shape[2]
+  if rows % beams:
+    raise ValueError(
+        f'A KV cache tracking beams of {beams} has {rows} rows, not a '
+        f'multiple of {beams}: decode it with beam_search(beam_size='
+        f'{beams}), or build the decoding state with beam_size=1.')
   b, g = rows // beams, n // kv_heads
   # Keys [rows, nk, h, s] and values [rows, nk, s, h]: the layouts the KV
   # cache stores (attention._CACHE_AXES), whose moves cancel these under
