@@ -587,8 +587,9 @@ def full_forward_sampling(gpt, eos_id, *, rng=None, greedy=False, **kwargs):
       token = np.asarray(logits).argmax(-1)
     else:
       key = jax.random.fold_in(rng, i - PROMPT.shape[1])
-      token = jax.random.categorical(
-          key, decoding.filter_logits(logits, **kwargs))
+      # Padding (id 0) is never a candidate, so not among the top k.
+      token = decoding.sample_tokens(key, logits.at[:, 0].set(-jnp.inf),
+                                     **kwargs)
     tokens[:, i] = np.where(done, 0, token)
     done |= tokens[:, i] == eos_id
   return tokens[:, PROMPT.shape[1]:]
