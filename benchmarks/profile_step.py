@@ -51,7 +51,16 @@ def device_events(trace_dir: str) -> list[tuple[str, float]]:
     lines = [l for p in profile.planes if p.name == '/host:CPU'
              for l in p.lines if re.match(r'tf_|XLA|xla', l.name)]
   return [(e.name, e.duration_ns * 1e-9) for l in lines for e in l.events
-          if '::' not in e.name]  # not the CPU runtime's own spans
+          if not _runtime_span(e.name)]
+
+
+def _runtime_span(name: str) -> bool:
+  """Spans of XLA's CPU runtime that are not ops of their own: its
+  internal spans ('::'), the ends of asynchronously run ops ('end: op'),
+  and loops and conditionals, whose body ops are listed themselves."""
+  return ('::' in name or name.startswith('end: ')
+          or re.fullmatch(r'(while|cond|conditional|call)(\.\d+)?', name)
+          is not None)
 
 
 def kind(name: str) -> str:
