@@ -223,33 +223,41 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
     assert (want in line) if want else ('new batch shape' not in line), line
 
 
-@pytest.mark.parametrize('case', ['finite', 'loss', 'update'])
+@pytest.mark.parametrize('case', ['finite', 'gradients', 'loss', 'update',
+                                  'finite_bf16', 'update_bf16'])
 def test_a_nonfinite_step_changes_neither_parameters_nor_optimizer(case):
-  """train_step skips a step whose loss or gradients are not finite, and one
-  whose update is not finite though its gradients are (here an optimizer
-  that scales by infinity): parameters and Adam's moments stay as they
-  were, the step counter advances, and the step counts as skipped."""
+  """train_step skips a step whose gradients are not finite, one whose loss
+  is not though its gradients are, and one whose update is not though
+  loss and gradients are (an optimizer scaling by infinity): parameters
+  and Adam's moments stay as they were, the step counter advances, and
+  the step counts as skipped; bfloat16 parameters too."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
 
   def loss_fn(params, batch, rng, deterministic):
     del rng, deterministic
-    loss = jnp.sum((params['w'] - batch['x']) ** 2) * batch['scale']
+    w = params['w'].astype(jnp.float32)
+    loss = (jnp.sum((w - batch['x']) ** 2) * batch['scale']
+            + jax.lax.stop_gradient(batch['offset']))
     return loss, {'loss': (loss, 1.0)}
 
+  dtype = jnp.bfloat16 if case.endswith('bf16') else jnp.float32
   tx = optax.chain(optax.adam(0.1), optax.scale(
-      jnp.inf if case == 'update' else 1.0))
-  params = {'w': jnp.arange(3.0)}
+      jnp.inf if case.startswith('update') else 1.0))
+  params = {'w': jnp.arange(3.0, dtype=dtype)}
   state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                            opt_state=tx.init(params))
-  batch = {'x': jnp.ones(3), 'scale': jnp.inf if case == 'loss' else 1.0}
+  batch = {'x': jnp.ones(3),
+           'scale': jnp.inf if case == 'gradients' else 1.0,
+           'offset': jnp.inf if case == 'loss' else 0.0}
   new, sums, health = jax.jit(
       lambda s, b: train.train_step(s, b, loss_fn=loss_fn, tx=tx, seed=0))(
           state, batch)
   assert int(new.step) == 1
-  skipped = case != 'finite'
+  skipped = not case.startswith('finite')
   assert bool(health['finite']) is not skipped
   assert float(sums['skipped'][0]) == float(skipped)
+  assert new.params['w'].dtype == dtype
   for before, after in zip(jax.tree.leaves((state.params, state.opt_state)),
                            jax.tree.leaves((new.params, new.opt_state))):
     if skipped:

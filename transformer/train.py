@@ -100,34 +100,27 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
   grads, sums = _gradients(state.params, batch, rng, loss_fn=loss_fn,
                            microbatches=microbatches)
+  updates, opt_state = tx.update(grads, state.opt_state, state.params)
+  params = optax.apply_updates(state.params, updates)
   # One pass over each gradient gives both the norm and the finiteness.
   squares = jax.tree.map(lambda g: jnp.sum(jnp.square(g.astype(jnp.float32))),
                          grads)
   grad_norm = jnp.sqrt(sum(jax.tree.leaves(squares)))
-
-  # Skipping by `cond` rather than `where(finite, new, old)`: a where reads
-  # old and new parameters and optimizer state again (2.2 of a GPT-2 small
-  # step's 40.8 GB on a CPU); a skipped step does no update at all.
-  def update(_):
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    update_norm = optax.tree.norm(updates)
-    return jax.lax.cond(
-        jnp.isfinite(update_norm),
-        lambda: (optax.apply_updates(state.params, updates), opt_state,
-                 update_norm),
-        lambda: (state.params, state.opt_state, update_norm))
-
-  params, opt_state, update_norm = jax.lax.cond(
-      jnp.isfinite(sums['loss'][0]) & jnp.isfinite(grad_norm), update,
-      lambda _: (state.params, state.opt_state, jnp.float32(jnp.nan)), None)
-  step_health = faults.health(sums['loss'][0], squares, update_norm,
-                              grad_norm)
+  step_health = faults.health(sums['loss'][0], squares,
+                              optax.tree.norm(updates), grad_norm)
   finite = step_health['finite']
+  # A `where`, not `lax.cond`: a cond saved 2.2 of 40.8 GB on a CPU (0.6%
+  # of the step, within noise), but a conditional may make a GPU step wait
+  # on the host for its predicate (docs/benchmarks.md).
+  keep = lambda new, old: jax.tree.map(
+      lambda n, o: jnp.where(finite, n, o), new, old)
   sums = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
                       {**sums, 'grad_norm': (grad_norm, 1.0)})
   sums['skipped'] = (1.0 - finite.astype(jnp.float32), 1.0)
-  return state.replace(step=state.step + 1, params=params,
-                       opt_state=opt_state), sums, step_health
+  return state.replace(step=state.step + 1,
+                       params=keep(params, state.params),
+                       opt_state=keep(opt_state, state.opt_state)
+                       ), sums, step_health
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *,
