@@ -27,7 +27,8 @@ def histories(x, slots):
 
 
 @pytest.mark.parametrize('heads, kv_heads, queries, masked', [
-    (4, 4, 1, False), (4, 2, 1, True), (6, 1, 2, True)])
+    (4, 4, 1, 'none'), (4, 2, 1, 'rows'), (6, 1, 2, 'rows'),
+    (4, 4, 1, 'shared')])
 def test_slots_give_attention_over_the_gathered_history(heads, kv_heads,
                                                         queries, masked):
   rng = np.random.default_rng(0)
@@ -38,9 +39,11 @@ def test_slots_give_attention_over_the_gathered_history(heads, kv_heads,
                                                          kv_heads, 5)
   slots = random_map(rng)
   mask = None
-  if masked:  # padding of some histories and one query that sees nothing
+  if masked == 'rows':  # padding of some histories, a query seeing nothing
     mask = jnp.asarray(rng.random((rows, 1, queries, LENGTH)) < 0.7)
     mask = mask.at[1, :, 0].set(False)
+  elif masked == 'shared':  # what decoding passes: positions written so far
+    mask = (jnp.arange(LENGTH) < 5)[None, None, None, :]
   out, weights = beam_slots.attention(query, key, value, slots, mask,
                                       scale=0.3)
   expected, expected_weights = attention.dot_product_attention(
@@ -49,8 +52,32 @@ def test_slots_give_attention_over_the_gathered_history(heads, kv_heads,
   np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
   np.testing.assert_allclose(weights, expected_weights, rtol=1e-5,
                              atol=1e-6)
-  if masked:
+  if masked == 'rows':
     assert not np.asarray(out[1, 0]).any()
+  if masked == 'shared':
+    assert not np.asarray(weights[..., 5:]).any()
+
+
+def test_bfloat16_slots_stay_as_close_to_float32_as_ordinary_attention():
+  """In bfloat16 the slot path returns bfloat16 and is about as far from
+  the float32 result as the ordinary einsum path on gathered histories."""
+  rng = np.random.default_rng(2)
+  rows = EXAMPLES * BEAMS
+  normal = lambda *shape: jnp.asarray(rng.standard_normal(shape), jnp.float32)
+  query, key, value = (normal(rows, 1, 4, 8), normal(rows, LENGTH, 4, 8),
+                       normal(rows, LENGTH, 4, 8))
+  slots = random_map(rng)
+  exact, _ = beam_slots.attention(query, key, value, slots, None, scale=0.3)
+  half = lambda x: x.astype(jnp.bfloat16)
+  out, _ = beam_slots.attention(half(query), half(key), half(value), slots,
+                                None, scale=0.3)
+  assert out.dtype == jnp.bfloat16
+  reference = attention.dot_product_attention(
+      half(query), half(histories(key, slots)), half(histories(value, slots)),
+      scale=0.3, implementation='einsum')
+  error = np.abs(np.asarray(out, np.float32) - exact).max()
+  reference_error = np.abs(np.asarray(reference, np.float32) - exact).max()
+  assert error <= 1.5 * reference_error + 1e-3, (error, reference_error)
 
 
 def test_record_marks_each_rows_own_slot_where_it_wrote():

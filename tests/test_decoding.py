@@ -388,6 +388,30 @@ def test_beams_share_the_cross_attention_cache_without_changing_results(
 
 
 
+def test_state_kept_in_slots_for_another_beam_size_is_refused(transformer):
+  """Slots group rows by the beam size they were built for: beam search of
+  another size, greedy search and sampling of a state built for beams would
+  read other examples' history (or do K times the work)."""
+  model, inputs, params = (transformer[k] for k in ('model', 'inputs',
+                                                     'params'))
+  decoder = encoder_decoder.build(model.config, decode=True)
+  state = encoder_decoder.init_decoding(decoder, params, inputs, MAX_LEN, 3)
+  assert state['slots'].beam_size == 3
+  step_fn = functools.partial(encoder_decoder.decoding_step, decoder, params)
+  search = functools.partial(decoding.beam_search, step_fn, state,
+                             batch_size=len(inputs), max_length=MAX_LEN,
+                             eos_id=transformer['eos_id'])
+  with pytest.raises(ValueError, match='for a beam search of 3, not 2'):
+    search(beam_size=2)
+  with pytest.raises(ValueError, match='for a beam search of 3, not 1'):
+    decoding.greedy_search(step_fn, state, batch_size=len(inputs),
+                           max_length=MAX_LEN, eos_id=transformer['eos_id'])
+  with pytest.raises(ValueError, match='beam_size=1'):
+    decoding.sample(step_fn, state, rng=jax.random.key(0),
+                    batch_size=len(inputs), max_new_tokens=3, eos_id=1,
+                    prompt_last=jnp.zeros((len(inputs),), jnp.int32))
+
+
 # ----------------------------------------------------------------------------
 # Sampling
 # ----------------------------------------------------------------------------

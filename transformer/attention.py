@@ -759,6 +759,13 @@ def track_beams(cache: dict[str, Any], beam_size: int) -> dict[str, Any]:
   return traverse_util.unflatten_dict(flat)
 
 
+def tracked_beams(cache: dict[str, Any]) -> int:
+  """The beam size a 'cache' collection's beam-slot maps are for; 1 when it
+  has none (`track_beams`)."""
+  return max((x.shape[1] for path, x in traverse_util.flatten_dict(
+      cache).items() if path[-1] == 'beam_slots'), default=1)
+
+
 def split_cache(cache: dict[str, Any]) -> tuple[dict, dict, dict]:
   """A model's 'cache' collection -> the parts beam search treats apart:
   (what it reorders with the beams: cache indices, beam-slot maps and the

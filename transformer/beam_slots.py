@@ -100,10 +100,11 @@ def attention(query: Array, key: Array, value: Array, slots: Array,
   # slots (contracting slots and positions in one product would transpose
   # the value cache).
   per_slot = jnp.where(own, weights[:, None], 0.0).astype(value.dtype)
+  # Slots summed in float32: in bf16 each would round before the sum.
   out = jnp.einsum('rnqs,rnsh->rnqh', per_slot.reshape(rows, kv_heads, -1, s),
-                   values)
+                   values, preferred_element_type=jnp.float32)
   out = out.reshape(b, beams, kv_heads, beams, g, t, -1).sum(axis=1)
-  out = jnp.transpose(out, (0, 2, 4, 1, 3, 5))  # [b, k, t, nk, g, h]
+  out = jnp.transpose(out, (0, 2, 4, 1, 3, 5)).astype(value.dtype)  # b k t nk g h
   weights = jnp.swapaxes(weights, 1, 2)  # [b, k, nk, g, t, s]
   return (out.reshape(rows, t, n, value.shape[-1]),
           weights.reshape(rows, n, t, s))

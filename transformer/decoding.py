@@ -67,11 +67,26 @@ class PerExample:
 
 
 @functools.partial(jax.tree_util.register_dataclass, data_fields=['tree'],
-                   meta_fields=[])
+                   meta_fields=['beam_size'])
 @dataclasses.dataclass
 class PerSlot:
-  """Decoding state with one row per beam slot: tiled, never reordered."""
+  """Decoding state with one row per beam slot: tiled, never reordered;
+  kept for a beam search of `beam_size` (1: nothing is kept in slots)."""
   tree: Any
+  beam_size: int = 1
+
+
+def _check_slots(cache: Any, beam_size: int) -> None:
+  """Refuses state whose slots were laid out for another beam size: its
+  rows would be grouped into the wrong examples."""
+  for part in jax.tree.leaves(cache, is_leaf=lambda x: isinstance(
+      x, PerSlot)):
+    if isinstance(part, PerSlot) and part.beam_size not in (1, beam_size):
+      raise ValueError(
+          f'The decoding state keeps its history in slots for a beam '
+          f'search of {part.beam_size}, not {beam_size}: build it with '
+          f'beam_size={beam_size} (e.g. init_decoding(..., beam_size='
+          f'{beam_size})).')
 
 
 def _per_row(fn: Callable[[Array], Array], cache: Any, *,
@@ -132,6 +147,7 @@ def greedy_search(step_fn: StepFn, cache: Any, *, batch_size: int,
     log_probs: [B] float32, summed log-probabilities of the emitted tokens
       (EOS included).
   """
+  _check_slots(cache, 1)
   limits = _limits(max_lengths, batch_size, max_length)
 
   def cond(state):
@@ -201,6 +217,7 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
     scores: [B, K] float32, their length-penalised log-probabilities.
   """
   b, k = batch_size, beam_size
+  _check_slots(cache, k)
   force_from = _limits(max_lengths, b, max_length)[:, None] - 1  # [B, 1]
   cache = _per_row(lambda x: jnp.repeat(x, k, axis=0), cache)
   # Sequences keep the start token in column 0: column i is step i's input.
@@ -376,6 +393,7 @@ def sample(step_fn: StepFn, state: Any, *, rng: Array, batch_size: int,
     tokens: [B, L] int32, 0 after EOS.
     lengths: [B] int32, tokens generated per row, EOS included.
   """
+  _check_slots(state, 1)
   if first_logits is None:
     if prompt_last is None:
       raise ValueError('Pass first_logits or prompt_last.')

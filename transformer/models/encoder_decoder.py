@@ -204,7 +204,8 @@ def decoding_state(cache: dict[str, Any], **shared: Array) -> dict[str, Any]:
   """A decoder's 'cache' collection as beam search's state: the parts of
   `attention.split_cache`, those that beams share with `shared`."""
   steps, in_place, cross = attention.split_cache(cache)
-  return {'cache': steps, 'slots': decoding.PerSlot(in_place),
+  return {'cache': steps,
+          'slots': decoding.PerSlot(in_place, attention.tracked_beams(steps)),
           'shared': decoding.PerExample({'cache': cross, **shared})}
 
 
