@@ -104,7 +104,8 @@ def attention(query: Array, key: Array, value: Array, slots: Array,
   out = jnp.einsum('rnqs,rnsh->rnqh', per_slot.reshape(rows, kv_heads, -1, s),
                    values, preferred_element_type=jnp.float32)
   out = out.reshape(b, beams, kv_heads, beams, g, t, -1).sum(axis=1)
-  out = jnp.transpose(out, (0, 2, 4, 1, 3, 5)).astype(value.dtype)  # b k t nk g h
+  out = jnp.transpose(out, (0, 2, 4, 1, 3, 5))  # [b, k, t, nk, g, h]
+  out = out.astype(value.dtype)
   weights = jnp.swapaxes(weights, 1, 2)  # [b, k, nk, g, t, s]
   return (out.reshape(rows, t, n, value.shape[-1]),
           weights.reshape(rows, n, t, s))

@@ -311,8 +311,8 @@ def sample_tokens(rng: Array, logits: Array, *,
   """[N] token ids drawn from `filter_logits(logits, ...)`'s distribution.
 
   With `top_k`, the draw is among the k kept tokens only: no random numbers
-  for the rest of the vocabulary, which on a CPU cost more than choosing
-  (GPT-2's 50,257 logits: 5 ms per token at batch 1, 15 at batch 16).
+  for the rest of the vocabulary, which cost more than choosing on a CPU
+  (docs/benchmarks.md, decoding).
   """
   logits = logits.astype(jnp.float32) / temperature
   kept = _ranked(logits, top_k, top_p)
@@ -369,8 +369,9 @@ def sample(step_fn: StepFn, state: Any, *, rng: Array, batch_size: int,
 
   Tokens are drawn by `sample_tokens` (the distribution of
   `filter_logits(logits, temperature, top_k, top_p)`) with the key
-  `jax.random.fold_in(rng, i)` at step i, so a seed reproduces its samples; `greedy` takes the argmax instead (what top_k=1 samples).
-  A row stops after EOS (kept; 0 after it); the loop stops when all rows
+  `jax.random.fold_in(rng, i)` at step i, so a seed reproduces its
+  samples; `greedy` takes the argmax instead (what top_k=1 samples). A row
+  stops after EOS (kept; 0 after it); the loop stops when all rows
   have stopped or after `max_new_tokens`, having called `step_fn` once per
   token but the last (a KV cache needs room for prompt + max_new_tokens - 1
   positions). Runs under `jax.jit` with `batch_size`, `max_new_tokens`,
