@@ -239,8 +239,9 @@ def _einsum_attention(query, key, value, mask, scale, dropout_rate,
   """The reference: E = Q K^T * scale, A = softmax(E), Y = A V."""
   *batch, t, n, h = query.shape
   s, k = key.shape[-3], key.shape[-2]
-  if k == n:  # no groups: a size-1 group axis made XLA's CPU backend
-    # transpose queries and gradients (0.36 s of a GPT-2 small step)
+  if k == n:  # no groups: with a size-1 group axis XLA's CPU backend
+    # transposed queries and gradients (GPT-2 small step: 0.36 s of
+    # transposes and reshapes, 0.16 s without it; docs/benchmarks.md)
     logits = jnp.einsum('...tnh,...snh->...nts', query, key,
                         preferred_element_type=jnp.float32) * scale
   else:
