@@ -6,7 +6,9 @@
         python benchmarks/profile_step.py --size=base --rows=4  # on a CPU
 
 Builds the same jitted `train.train_step` as `train_throughput.py` (same
-flags for rows, length, dtype, attention and remat), runs
+flags for rows, length, dtype, attention, remat, scan and packing), prints
+its row of that benchmark's table (median step time, MFU against the
+datasheet), runs
 `--profiled_steps` steps under `jax.profiler.trace` and reads the trace
 back with `jax.profiler.ProfileData`: the device's kernels on a GPU
 (cuBLAS, cuDNN and XLA's fusions by name), XLA's ops on a CPU (which
@@ -26,6 +28,7 @@ from absl import app
 from absl import flags
 import jax
 
+import devices
 import train_throughput  # its flags (rows, length, dtype, ...) are ours too
 
 _SIZE = flags.DEFINE_string('size', 'base', 'One named size (see '
@@ -74,9 +77,13 @@ def kind(name: str) -> str:
 def main(argv):
   del argv
   rows, length, dtype = train_throughput.shape_flags()
-  step, state, batch, *_ = train_throughput.compiled_step(_SIZE.value, rows,
-                                                          length, dtype)
-  jax.block_until_ready(step(state, batch))  # warm
+  compiled = train_throughput.compiled_step(_SIZE.value, rows, length, dtype)
+  step, state, batch, *_ = compiled
+  # The step's wall time and MFU first (datasheet peak; no matmul timed).
+  print(train_throughput.describe(rows, length, dtype))
+  train_throughput.print_header()
+  print(train_throughput.row(_SIZE.value, rows, compiled, devices.peak_flops(
+      jax.devices()[0].device_kind, dtype), None), flush=True)
   trace_dir = _TRACE_DIR.value or tempfile.mkdtemp(prefix='profile_step_')
   with jax.profiler.trace(trace_dir):
     for _ in range(_PROFILED.value):

@@ -67,6 +67,13 @@ _ATTENTION = flags.DEFINE_enum('attention', 'auto',
                                'where it can.')
 _REMAT = flags.DEFINE_string('remat', 'none', 'Remat policy of every block '
                              '(layers.REMAT_POLICIES).')
+_SCAN = flags.DEFINE_bool('scan_layers', False, 'Scan over the blocks '
+                          '(compiles one block, not every one: a 36-layer '
+                          'GPT compiles in a fraction of the time).')
+_PACKING = flags.DEFINE_enum(
+    'packing', 'packed', ['packed', 'unpacked'],
+    'Translation rows: four examples per row with segment ids, or one '
+    'full-length example per row (no segment ids: padding masks only).')
 
 
 def vit_loss(model, params, batch, rng, *, deterministic):
@@ -86,7 +93,11 @@ def setup(size: str, rows: int, length: int, dtype):
   """(loss function, batch, init, tokens per row, FLOPs per step given the
   parameters) of a size."""
   options = dict(dtype=dtype, attention_implementation=_ATTENTION.value,
-                 remat=_REMAT.value)
+                 remat=_REMAT.value, scan_layers=_SCAN.value)
+  if _PACKING.value == 'unpacked' and ('/' in size or size in decoder.SIZES):
+    mt = [s for s in encoder_decoder.SIZES if s not in decoder.SIZES]
+    raise app.UsageError(f'--packing=unpacked is for translation sizes '
+                         f'({", ".join(mt)}); {size!r} is not one.')
   if '/' in size:
     config = vit.config_for(size, image_size=_IMAGE_SIZE.value,
                             **options)
@@ -123,6 +134,8 @@ def setup(size: str, rows: int, length: int, dtype):
   loss_fn = functools.partial(translation.translation_loss, model,
                               label_smoothing=0.1)
   batch = synthetic_batch(rows, length, _VOCAB.value)
+  if _PACKING.value == 'unpacked':
+    batch = {k: batch[k] for k in ('inputs', 'targets')}
   init = lambda r: model.init(r, batch['inputs'][:1], batch['targets'][:1],
                               deterministic=True)
   step_flops = lambda params: flops.translation_flops(
@@ -164,6 +177,23 @@ def compiled_step(size: str, rows: int, length: int, dtype):
           step_flops(params))
 
 
+def describe(rows: int, length: int, dtype) -> str:
+  """The device and the flags a table's rows were measured with."""
+  return (f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}, '
+          f'{dtype.name}, attention {_ATTENTION.value}, remat '
+          f'{_REMAT.value}, scan_layers {_SCAN.value}, {_PACKING.value} '
+          f'rows, {rows} rows x {length} tokens per side (ViT: {rows} '
+          f'images of {_IMAGE_SIZE.value})')
+
+
+def print_header():
+  header = (f'{"size":>12} {"params":>14} {"step ms":>9} {"tokens/s":>10} '
+            f'{"images/s":>9} {"model TFLOP/s":>14} {"XLA TFLOP/s":>12} '
+            f'{"MFU datasheet":>14} {"MFU matmul":>11}')
+  print(header)
+  print('-' * len(header))
+
+
 def main(argv):
   del argv
   gpu = jax.default_backend() == 'gpu'
@@ -174,16 +204,9 @@ def main(argv):
                                           _STEPS.value, chain=10 if gpu else 1)
   sheet = ('n/a (not in benchmarks/devices.py)' if datasheet is None
            else f'{datasheet / 1e12:.1f} TFLOP/s')
-  print(f'device: {kind}, jax {jax.__version__}, '
-        f'{dtype.name}, attention {_ATTENTION.value}, remat {_REMAT.value}, '
-        f'{rows} rows x {length} tokens per side (ViT: {rows} '
-        f'images of {_IMAGE_SIZE.value}); datasheet peak {sheet}; square '
+  print(f'{describe(rows, length, dtype)}; datasheet peak {sheet}; square '
         f'matmul measured {matmul / 1e12:.3f} TFLOP/s')
-  header = (f'{"size":>12} {"params":>14} {"step ms":>9} {"tokens/s":>10} '
-            f'{"images/s":>9} {"model TFLOP/s":>14} {"XLA TFLOP/s":>12} '
-            f'{"MFU datasheet":>14} {"MFU matmul":>11}')
-  print(header)
-  print('-' * len(header))
+  print_header()
   for size in _SIZES.value:
     try:
       print(measure(size, rows, length, dtype, datasheet, matmul),
@@ -198,8 +221,13 @@ def main(argv):
 
 def measure(size, rows, length, dtype, datasheet, matmul) -> str:
   """One table row: the median step time of `size` and what follows."""
-  compiled, state, batch, params, tokens, step_flops = compiled_step(
-      size, rows, length, dtype)
+  return row(size, rows, compiled_step(size, rows, length, dtype), datasheet,
+             matmul)
+
+
+def row(size, rows, compiled_step_result, datasheet, matmul) -> str:
+  """The table row of a `compiled_step` result, its steps timed."""
+  compiled, state, batch, params, tokens, step_flops = compiled_step_result
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
