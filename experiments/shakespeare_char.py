@@ -30,7 +30,10 @@ def get_config(arg: str = ''):
       source='local', per='file', train_fraction=0.9,
       path=args.get('path', '../shared/data/tinyshakespeare/input.txt'),
       tokenizer='char', max_length=256, tokens_per_batch=64 * 256,
-      eval_rows=64))
+      eval_rows=64,
+      # The text is one document: read it in other windows every epoch
+      # (nanoGPT draws its windows at random offsets).
+      shift_chunks=True))
   config.model.update(dict(size='shakespeare'))
   config.optimizer.update(dict(warmup_steps=100,
                                end_learning_rate_ratio=0.1))

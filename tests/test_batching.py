@@ -8,6 +8,7 @@ import pytest
 
 from transformer.data import batching
 from transformer.data import packing
+from transformer.data import text
 
 EOS = 1
 
@@ -263,6 +264,34 @@ def test_resume_equals_advancing():
   # Random access agrees as well, backwards included.
   assert_same_batches([batches.batch_at(2), batches.batch_at(0)],
                       [reference[2], reference[0]])
+
+
+def test_recut_epochs_pack_their_own_examples_and_resume():
+  # One long document of distinct ids (3, 4, ...), cut elsewhere each epoch.
+  max_length = 16
+  stream = np.arange(3, 3 + 400)
+  examples = text.lm_examples([stream.tolist()], max_length)
+  recut = lambda epoch, source, target: text.shifted_lm_chunks(
+      source, target, max_length=max_length, seed=7, epoch=epoch)
+  args = dict(examples=examples, max_length=max_length,
+              tokens_per_batch=4 * max_length, seed=3, recut=recut)
+  batches = packing.PackedTrainBatches(**args)
+  steps = int(3 * batches.batches_per_epoch) + 2
+  reference = [next(batches) for _ in range(steps)]
+  rows = [unpack({k: v[r:r + 1] for k, v in b.items()})
+          for b in reference for r in range(batches.rows_per_batch)]
+  first_rows = [batches._first_row[e] for e in range(4)]
+  chunks = [[source.tolist() for row in rows[first_rows[e]:first_rows[e + 1]]
+             for source, _ in row] for e in range(3)]
+  for epoch in chunks:  # every input predicted once an epoch
+    assert sorted(t for chunk in epoch for t in chunk) == sorted(
+        [EOS] + stream.tolist())
+  # The windows differ from epoch to epoch (not just their order).
+  assert sorted(map(tuple, chunks[0])) != sorted(map(tuple, chunks[1]))
+  for start in (1, int(batches.batches_per_epoch) + 1, steps - 2):
+    resumed = packing.PackedTrainBatches(start_step=start, **args)
+    assert_same_batches([next(resumed) for _ in range(steps - start)],
+                        reference[start:])
 
 
 @pytest.mark.parametrize('n, lengths, max_length, rows, padding', [

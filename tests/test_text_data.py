@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from transformer.data import batching
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import tfds_source
@@ -175,6 +176,49 @@ def test_lm_examples_chunks_are_maximal_and_consecutive():
       [EOS, 5], [6, 7], [8, 9]]
   assert [a_out.tolist(), b_out.tolist(), c_out.tolist()] == [
       [5, 6], [7, 8], [9, EOS]]
+
+
+def test_shifted_chunks_cut_long_documents_elsewhere_each_epoch():
+  max_length = 8
+  documents = random_documents(3, num=40, max_len=60)
+  source, target = batching.sides(text.lm_examples(documents, max_length),
+                                  max_length)
+  # Document starts: where each document's inputs begin in the stream.
+  sizes = np.array([len(d) + 1 for d in documents])
+  document_starts = set((np.cumsum(sizes) - sizes).tolist())
+  bounds = {}
+  for epoch in range(3):
+    new_source, new_target = text.shifted_lm_chunks(
+        source, target, max_length=max_length, seed=0, epoch=epoch)
+    # The same tokens, in the same order, every token still predicted once.
+    assert new_source.tokens is source.tokens
+    assert new_target.tokens is target.tokens
+    np.testing.assert_array_equal(new_source.lengths, new_target.lengths)
+    assert new_source.lengths.sum() == source.lengths.sum()
+    assert 1 <= new_source.lengths.min() and (
+        new_source.lengths.max() <= max_length)
+    starts = set(new_source.starts.tolist())
+    assert document_starts <= starts  # no chunk runs into the next document
+    # Documents that fit in one chunk stay whole.
+    for start, size in zip(np.cumsum(sizes) - sizes, sizes):
+      if size <= max_length:
+        assert not set(range(start + 1, start + size)) & starts
+    bounds[epoch] = starts
+  assert bounds[0] != bounds[1] != bounds[2]
+  again, _ = text.shifted_lm_chunks(source, target, max_length=max_length,
+                                    seed=0, epoch=1)
+  assert set(again.starts.tolist()) == bounds[1]  # a function of the epoch
+  other, _ = text.shifted_lm_chunks(source, target, max_length=max_length,
+                                    seed=1, epoch=1)
+  assert set(other.starts.tolist()) != bounds[1]
+
+
+def test_shifted_chunks_refuse_chunks_that_do_not_start_a_document():
+  source, target = batching.sides(text.lm_examples([[5] * 20], 8), 8)
+  rest = [batching.Side.from_arrays(side.tokens[8:], side.lengths[1:])
+          for side in (source, target)]
+  with pytest.raises(ValueError, match='not lm_examples chunks'):
+    text.shifted_lm_chunks(*rest, max_length=8, seed=0, epoch=0)
 
 
 def test_lm_examples_reject_documents_with_eos_or_padding():

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import array
 import bisect
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
 from transformer.data.batching import as_sides
 from transformer.data.batching import check_host
+from transformer.data.batching import check_lengths
 from transformer.data.batching import Example
 from transformer.data.batching import Side
 from transformer.data.batching import sides
@@ -144,7 +145,11 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
   tokens (from a memory-mapped `token_cache`, only those pages).
 
   `examples` may also be the (source, target) `Side`s of the examples,
-  e.g. a `token_cache`'s.
+  e.g. a `token_cache`'s. With `recut(epoch, source, target)`, epoch e
+  packs the Sides it returns instead: the same tokens cut into other
+  examples (e.g. `text.shifted_lm_chunks`, so that a long text is not read
+  in the same windows every epoch); it must be a function of its
+  arguments, as resuming recomputes it.
 
   Attributes:
     rows_per_batch: max(1, tokens_per_batch // max_length), rounded down to
@@ -162,11 +167,14 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
   def __init__(self, examples: Sequence[Example] | tuple[Side, Side], *,
                max_length: int, tokens_per_batch: int, seed: int,
                start_step: int = 0, row_multiple: int = 1,
-               host: tuple[int, int] = (0, 1)):
+               host: tuple[int, int] = (0, 1),
+               recut: Callable[[int, Side, Side], tuple[Side, Side]]
+               | None = None):
     if row_multiple < 1 or tokens_per_batch < 1:
       raise ValueError(f'tokens_per_batch={tokens_per_batch} and '
                        f'row_multiple={row_multiple} must be positive.')
     self._source, self._target = as_sides(examples, max_length)
+    self._recut = recut
     if not len(self._source.lengths):
       raise ValueError('No training examples to batch.')
     self.max_length = max_length
@@ -178,7 +186,7 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     self._host = host
     self.examples_per_epoch = len(self._source.lengths)
 
-    self._plans = {}  # epoch -> (order, row starts), for the epochs in use
+    self._plans = {}  # epoch -> (order, row starts, sides), epochs in use
     self._first_row = [0]  # epoch e: rows [_first_row[e], _first_row[e + 1])
     self._count_rows(0, 1)
     self.rows_per_epoch = self._first_row[1]
@@ -187,18 +195,24 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     self.padding_fraction = 1 - tokens / (
         2 * self.rows_per_epoch * max_length)
 
-  def _make_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
-    """The shuffled example order of an epoch and the offsets of its rows."""
+  def _make_plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray,
+                                            tuple[Side, Side]]:
+    """The shuffled example order of an epoch, the offsets of its rows, and
+    the (source, target) sides it packs."""
+    sides = (self._source, self._target)
+    if self._recut is not None:
+      sides = self._recut(epoch, *sides)
+      check_lengths(*sides, self.max_length)
+    count = len(sides[0].lengths)
     # Shuffling int32 ids in place draws the same permutation as
     # `permutation(n)` (int64) in half the memory.
-    order = np.arange(self.examples_per_epoch,
-                      dtype=np.int32 if self.examples_per_epoch < 1 << 31
-                      else np.int64)
+    order = np.arange(count, dtype=np.int32 if count < 1 << 31 else np.int64)
     np.random.default_rng([self.seed, epoch]).shuffle(order)
-    return order, _greedy_rows(self._source.lengths, self._target.lengths,
-                               self.max_length, order)
+    return order, _greedy_rows(sides[0].lengths, sides[1].lengths,
+                               self.max_length, order), sides
 
-  def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+  def _plan(self, epoch: int) -> tuple[np.ndarray, np.ndarray,
+                                       tuple[Side, Side]]:
     if epoch not in self._plans:
       self._plans[epoch] = self._make_plan(epoch)
     return self._plans[epoch]
@@ -226,18 +240,18 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     first_epoch = bisect.bisect_right(self._first_row, begin) - 1
     for stale in [e for e in self._plans if e < first_epoch]:
       del self._plans[stale]
-    ids, row_starts = [], [np.zeros(1, np.int64)]
+    parts = []  # the rows of each epoch the batch spans, packed
     epoch = first_epoch
     while self._first_row[epoch] < end:
-      order, starts = self._plan(epoch)
+      order, starts, sides = self._plan(epoch)
       lo = max(begin, self._first_row[epoch]) - self._first_row[epoch]
       hi = min(end, self._first_row[epoch + 1]) - self._first_row[epoch]
-      ids.append(order[starts[lo]:starts[hi]])
-      row_starts.append(starts[lo + 1:hi + 1] - starts[lo]
-                        + row_starts[-1][-1])
+      parts.append(_pack_rows(*sides, order[starts[lo]:starts[hi]],
+                              starts[lo:hi + 1] - starts[lo],
+                              self.max_length))
       epoch += 1
-    batch = _pack_rows(self._source, self._target, np.concatenate(ids),
-                       np.concatenate(row_starts), self.max_length)
+    batch = {k: np.concatenate([part[k] for part in parts])
+             for k in parts[0]}
     return HostRows(batch, self.rows_per_batch) if count > 1 else batch
 
   def __next__(self) -> dict[str, np.ndarray]:

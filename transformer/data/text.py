@@ -24,6 +24,7 @@ import random
 from absl import logging
 import numpy as np
 
+from transformer.data import batching
 from transformer.data import files
 from transformer.data import offline_mt
 from transformer.data import tokenizers
@@ -227,6 +228,42 @@ def lm_examples(documents_ids: Sequence[Sequence[int]],
   index = np.arange(chunks.sum()) - np.repeat(first_chunk, chunks)
   cuts = (np.repeat(starts, chunks) + max_length * index)[1:]
   return list(zip(np.split(inputs, cuts), np.split(targets, cuts)))
+
+
+def shifted_lm_chunks(source: batching.Side, target: batching.Side, *,
+                      max_length: int, seed: int, epoch: int
+                      ) -> tuple[batching.Side, batching.Side]:
+  """`lm_examples`' chunks (as the Sides of a token cache) cut again, each
+  document longer than `max_length` at a random offset of its own.
+
+  `lm_examples` cuts a document at multiples of `max_length`, so a long
+  text (tiny Shakespeare is one document) is read in the same windows,
+  each from the same first token, every epoch; a small model then learns
+  those windows by heart (nanoGPT instead samples windows at random
+  offsets). Here a document of n > max_length inputs is cut at p, p + L,
+  p + 2L, ... < n, with p drawn from [1, L] per document by a generator
+  seeded by (seed, epoch): other windows every epoch, every token still
+  predicted exactly once, the tokens themselves never copied. Documents
+  are found by their first input, EOS.
+  """
+  lengths = source.lengths.astype(np.int64)
+  first = source.tokens[source.starts] == tokenizers.EOS_ID
+  if len(lengths) and not first[0]:
+    raise ValueError('The chunks do not start with a document (EOS as its '
+                     'first input): they are not lm_examples chunks.')
+  document = np.cumsum(first) - 1
+  sizes = np.bincount(document, weights=lengths).astype(np.int64)
+  begins = np.cumsum(sizes) - sizes
+  offset = np.random.default_rng([seed, epoch, 1]).integers(
+      1, max_length + 1, len(sizes))
+  offset[sizes <= max_length] = max_length  # no cut
+  cuts = np.maximum(0, -(-(sizes - offset) // max_length))  # per document
+  index = np.arange(cuts.sum()) - np.repeat(np.cumsum(cuts) - cuts, cuts)
+  where = np.repeat(begins + offset, cuts) + max_length * index
+  bounds = np.sort(np.concatenate([begins, where, [lengths.sum()]]))
+  chunk_lengths = np.diff(bounds)
+  return (batching.Side.from_arrays(source.tokens, chunk_lengths),
+          batching.Side.from_arrays(target.tokens, chunk_lengths))
 
 
 def count_bytes(documents: Sequence[str]) -> int:

@@ -35,8 +35,10 @@ LLAMA = dict(vocab_size=32_000, max_length=4_096, activation='swiglu',
              dropout_rate=0.0)
 SIZES = {
     'tiny': dict(num_layers=2, d_model=32, num_heads=4),
+    # nanoGPT's train_shakespeare_char: dropout on the attention weights too.
     'shakespeare': dict(num_layers=6, d_model=384, num_heads=6,
-                        max_length=256, dropout_rate=0.2),
+                        max_length=256, dropout_rate=0.2,
+                        attention_dropout_rate=0.2),
     'gpt2': dict(GPT2, num_layers=12, d_model=768, num_heads=12),
     'gpt2-medium': dict(GPT2, num_layers=24, d_model=1024, num_heads=16),
     'gpt2-large': dict(GPT2, num_layers=36, d_model=1280, num_heads=20),

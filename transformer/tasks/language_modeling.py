@@ -64,6 +64,9 @@ def default_config() -> ml_collections.ConfigDict:
       tokenizer_model_type='unigram',  # SentencePiece: 'unigram' | 'word'
       vocab_size=8_000,  # SentencePiece only
       max_length=256,  # context length
+      # Cut documents longer than max_length at a random offset per epoch
+      # (`text.shifted_lm_chunks`), not at the same places every epoch.
+      shift_chunks=False,
       tokens_per_batch=16_384, eval_rows=64))
   config.model = configs.model_section(
       decoder.Config, exclude=MODEL_EXCLUDE, size='tiny', dtype='float32')
@@ -123,6 +126,11 @@ def model_config(config: ml_collections.ConfigDict,
       config.model.size, vocab_size=vocab_size,
       max_length=config.data.max_length, dtype=jnp.dtype(config.model.dtype),
       **configs.model_overrides(config.model, decoder.Config, MODEL_EXCLUDE))
+
+
+def _shifted_chunks(max_length: int, seed: int, epoch: int, source, target):
+  return text.shifted_lm_chunks(source, target, max_length=max_length,
+                                seed=seed, epoch=epoch)
 
 
 def _token_lengths(tokenizer) -> np.ndarray:
@@ -296,7 +304,10 @@ class LanguageModelingTask(CorpusTask):
         (source, target), max_length=data.max_length,
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
         start_step=start_step, row_multiple=self.batch_divisor,
-        host=(jax.process_index(), jax.process_count()))
+        host=(jax.process_index(), jax.process_count()),
+        recut=functools.partial(_shifted_chunks, data.max_length,
+                                self.config.seed) if data.shift_chunks
+        else None)
     self.examples(data.eval_split)  # a wrong split fails now, not later
     print(f'Training data: {meta["notes"].get("documents", 0):,} '
           f'documents, {batches.batches_per_epoch:,.1f} batches per epoch '
