@@ -7,7 +7,7 @@
 
 Builds the same jitted `train.train_step` as `train_throughput.py` (same
 flags for rows, length, dtype, attention, remat, scan and packing), prints
-its row of that benchmark's table (median step time, MFU against the
+its row of that benchmark's table (step time, MFU against the
 datasheet), runs
 `--profiled_steps` steps under `jax.profiler.trace` and reads the trace
 back with `jax.profiler.ProfileData`: the device's kernels on a GPU
@@ -23,6 +23,7 @@ import glob
 import os
 import re
 import tempfile
+import time
 
 from absl import app
 from absl import flags
@@ -85,9 +86,13 @@ def main(argv):
   print(train_throughput.row(_SIZE.value, rows, compiled, devices.peak_flops(
       jax.devices()[0].device_kind, dtype), None), flush=True)
   trace_dir = _TRACE_DIR.value or tempfile.mkdtemp(prefix='profile_step_')
+  batch = jax.device_put(batch)
   with jax.profiler.trace(trace_dir):
-    for _ in range(_PROFILED.value):
-      jax.block_until_ready(step(state, batch))
+    start = time.perf_counter()
+    for _ in range(_PROFILED.value):  # back to back, as a training loop
+      state = step(state, batch)[0]
+    jax.block_until_ready(state)
+    traced = (time.perf_counter() - start) / _PROFILED.value
   totals, ops = collections.Counter(), collections.Counter()
   for name, seconds in device_events(trace_dir):
     totals[kind(name)] += seconds / _PROFILED.value
@@ -98,7 +103,8 @@ def main(argv):
   print(f'{_SIZE.value}, {rows} x {length}, {dtype.name}, attention '
         f'{flags.FLAGS.attention} on {jax.devices()[0].device_kind}: '
         f'{sum(ops.values()) * 1e3:,.1f} ms of ops per step, summed over '
-        f'streams and threads ({_PROFILED.value} steps traced, {trace_dir})')
+        f'streams and threads, in {traced * 1e3:,.1f} ms per traced step '
+        f'({_PROFILED.value} steps traced, {trace_dir})')
   for title, counter in (('kind of op', totals), ('op', ops)):
     print(f'\n{"ms per step":>12} {"share":>6}  {title}')
     for name, seconds in counter.most_common(_TOP.value):

@@ -24,6 +24,25 @@ def median_seconds(fn, *args, repeats: int) -> float:
   return float(np.median(times))
 
 
+def steady_step_seconds(step, state, batch, *, steps: int) -> float:
+  """Seconds per train step run back to back, as a training loop runs them.
+
+  The batch is put on the device once (a loop's next batch is transferred
+  while the current step runs) and each step takes the state the last one
+  returned, with no wait between steps: one wait after `steps` of them
+  (and one compiling warm-up step before). Timing each step by itself
+  would add its transfer and the host's dispatch to every step, time in
+  which a GPU runs nothing. `step(state, batch)` returns the new state
+  first."""
+  batch = jax.device_put(batch)
+  state = jax.block_until_ready(step(state, batch)[0])
+  start = time.perf_counter()
+  for _ in range(steps):
+    state = step(state, batch)[0]
+  jax.block_until_ready(state)
+  return (time.perf_counter() - start) / steps
+
+
 def compiled_cost(compiled) -> str:
   """XLA's FLOP and byte counts of a compiled program, for a table."""
   cost = compiled.cost_analysis()

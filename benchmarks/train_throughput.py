@@ -59,7 +59,8 @@ _VOCAB = flags.DEFINE_integer('vocab', 37_000, 'Translation vocabulary size '
                               '(GPT sizes keep their own).')
 _DTYPE = flags.DEFINE_string('dtype', None, 'Computation dtype; default '
                              'float32 on CPU, bfloat16 on GPU.')
-_STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps (median taken).')
+_STEPS = flags.DEFINE_integer('steps', 5, 'Timed steps, run back to back '
+                              '(timing.steady_step_seconds).')
 _IMAGE_SIZE = flags.DEFINE_integer('image_size', 224, 'ViT input side.')
 _ATTENTION = flags.DEFINE_enum('attention', 'auto',
                                list(attention.IMPLEMENTATIONS),
@@ -220,7 +221,7 @@ def main(argv):
 
 
 def measure(size, rows, length, dtype, datasheet, matmul) -> str:
-  """One table row: the median step time of `size` and what follows."""
+  """One table row: the step time of `size` and what follows."""
   return row(size, rows, compiled_step(size, rows, length, dtype), datasheet,
              matmul)
 
@@ -231,8 +232,8 @@ def row(size, rows, compiled_step_result, datasheet, matmul) -> str:
   cost = compiled.cost_analysis()
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost
   xla_flops = float(cost.get('flops', float('nan'))) if cost else np.nan
-  seconds = timing.median_seconds(compiled, state, batch,
-                                  repeats=_STEPS.value)
+  seconds = timing.steady_step_seconds(compiled, state, batch,
+                                       steps=_STEPS.value)
   achieved = step_flops / seconds
   images = f'{rows / seconds:>9,.1f}' if '/' in size else f'{"":>9}'
   return (f'{size:>12} {count(params):>14,} '
