@@ -262,6 +262,36 @@ def test_self_attention_is_permutation_equivariant_without_positions():
   assert np.abs(np.asarray(g(x[:, perm]) - g(x)[:, perm])).max() > 1e-2
 
 
+def test_key_lengths_reach_the_kernel_and_attend_as_their_padding_mask(
+    monkeypatch):
+  x, memory = normal(0, 3, 5, 16), normal(1, 3, 7, 12)
+  lengths = jnp.asarray([7, 3, 0])  # the last row has no key at all
+  padding = masks.KeyLengths(lengths)
+  seen = []
+  kernel = attention.dot_product_attention
+  monkeypatch.setattr(attention, 'dot_product_attention',
+                      lambda *a, **k: seen.append(k) or kernel(*a, **k))
+  for inputs, s in (((x,), 5), ((x, memory), 7)):  # self, cross
+    lengths_s = jnp.minimum(lengths, s)
+    mha = attention.MultiHeadAttention(num_heads=4)
+    params = init_mha(mha, *inputs)
+    f = lambda mask: mha.apply(params, *inputs, mask=mask,
+                               deterministic=True)
+    got = f(masks.KeyLengths(lengths_s))
+    assert seen[-1]['mask'] is None  # lengths, not a mask, reach the kernel
+    np.testing.assert_array_equal(seen[-1]['key_lengths'], lengths_s)
+    np.testing.assert_allclose(got, f(masks.padding_mask(lengths_s, s)),
+                               rtol=1e-6, atol=1e-6)
+    np.testing.assert_array_equal(got[2], 0.0)  # no key: zeros
+  # Keys past a row's length are never read.
+  changed = memory.at[:, 3:].set(normal(2, 3, 4, 12))
+  moved = mha.apply(params, x, changed, mask=masks.KeyLengths(lengths_s),
+                    deterministic=True)
+  np.testing.assert_allclose(moved[1], got[1], rtol=1e-6, atol=1e-6)
+  assert np.abs(np.asarray(moved[0] - got[0])).max() > 1e-3
+  assert padding.mask(4).shape == (3, 1, 1, 4)
+
+
 def test_causal_output_ignores_later_inputs():
   x = normal(0, 2, 8, 16)
   mha = attention.MultiHeadAttention(num_heads=4)

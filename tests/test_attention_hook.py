@@ -14,6 +14,7 @@ import pytest
 
 from transformer import attention
 from transformer import layers
+from transformer import masks
 from transformer.models import captioning
 from transformer.models import decoder
 from transformer.models import encoder
@@ -131,6 +132,8 @@ def _recompute(params, inputs_q, inputs_kv, mask, causal):
   logits = np.einsum('btnh,bsnh->bnts', query, key) / np.sqrt(
       query.shape[-1])
   keep = np.ones(logits.shape, bool)
+  if isinstance(mask, masks.KeyLengths):  # padding given as lengths
+    mask = mask.mask(z.shape[1])
   if mask is not None:
     keep &= np.broadcast_to(np.asarray(mask), logits.shape)
   if causal:

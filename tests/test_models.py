@@ -89,6 +89,25 @@ def test_packed_rows_equal_separate_examples(positions):
                                rtol=1e-5, atol=1e-5)
 
 
+def test_padded_rows_equal_examples_alone():
+  """Unpacked rows (padding given to attention as key lengths): padding
+  changes no logit of a real target token."""
+  config = ed.config_for('tiny', vocab_size=20, max_length=16,
+                         dropout_rate=0.0)
+  model = ed.Transformer(config)
+  examples = [([3, 4, 5, 6, 7, 1], [6, 7, 1]), ([8, 1], [10, 11, 12, 13, 1])]
+  pad = lambda x: x + [0] * (8 - len(x))
+  inputs = jnp.asarray([pad(src) for src, _ in examples])
+  targets = jnp.asarray([pad(tgt) for _, tgt in examples])
+  params = model.init(jax.random.key(0), inputs, targets, deterministic=True)
+  padded = model.apply(params, inputs, targets, deterministic=True)
+  for row, (src, tgt) in enumerate(examples):
+    alone = model.apply(params, jnp.asarray([src]), jnp.asarray([tgt]),
+                        deterministic=True)
+    np.testing.assert_allclose(padded[row, :len(tgt)], alone[0], rtol=1e-5,
+                               atol=1e-5)
+
+
 def test_final_logits_bias_and_unscaled_embeddings_are_what_they_say():
   tokens = jnp.asarray([[3, 4, 5, 1]])
   config = ed.config_for('tiny', vocab_size=11, dropout_rate=0.0,

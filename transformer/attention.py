@@ -546,7 +546,7 @@ class MultiHeadAttention(nn.Module):
     Args:
       inputs_q: [..., T, D].
       inputs_kv: [..., S, D_kv] for cross-attention, None for self-attention.
-      mask: bool broadcastable to [..., N, T, S].
+      mask: bool broadcastable to [..., N, T, S], or `masks.KeyLengths`.
       causal: no look-ahead (decoder self-attention).
       positions: [..., T] positions of the queries (and of the keys in
         self-attention), used by rotary positions only.
@@ -560,6 +560,12 @@ class MultiHeadAttention(nn.Module):
     num_kv_heads, head_dim = self._head_sizes(features)
     self_attention = inputs_kv is None
     kv_source = inputs_q if self_attention else inputs_kv
+    key_lengths = None
+    if isinstance(mask, masks.KeyLengths) and not self.decode:
+      key_lengths, mask = mask.lengths, None
+    # The cache paths take masks, over the keys they attend to.
+    as_mask = lambda mask, key: mask.mask(key.shape[-3]) if isinstance(
+        mask, masks.KeyLengths) else mask
     query = self._projection(self.num_heads, head_dim, 'query')(inputs_q)
     project_kv = lambda: (
         self._projection(num_kv_heads, head_dim, 'key')(kv_source),
@@ -572,6 +578,7 @@ class MultiHeadAttention(nn.Module):
     groups = 1
     if self.decode and not self_attention:
       key, value = self._cross_cache(project_kv)
+      mask = as_mask(mask, key)
       groups = _shared_key_groups(query, key, mask)
       query = _fold_rows(query, groups)
     else:
@@ -581,7 +588,8 @@ class MultiHeadAttention(nn.Module):
         query = positional.rotary_embedding(query, positions)
         key = positional.rotary_embedding(key, positions)
       if self.decode:
-        key, value, mask = self._update_self_cache(key, value, mask, causal)
+        key, value, mask = self._update_self_cache(
+            key, value, as_mask(mask, key), causal)
         causal = False  # now part of the mask, in cache coordinates
 
     dropout_rng = None
@@ -597,7 +605,8 @@ class MultiHeadAttention(nn.Module):
           scale=1.0 / math.sqrt(head_dim))
     else:
       result = dot_product_attention(
-          query, key, value, mask=mask, causal=causal,
+          query, key, value, mask=mask, key_lengths=key_lengths,
+          causal=causal,
           implementation=self.implementation,
           dropout_rate=self.dropout_rate, dropout_rng=dropout_rng,
           return_weights=return_weights or capture)

@@ -1,11 +1,13 @@
 """Attention masks: boolean, True where a query may attend to a key,
 broadcastable against the attention weights [..., N, T, S] (the letters of
 `transformer.attention`): padding, no look-ahead (causal), the segments of
-packed rows, and their combination."""
+packed rows, and their combination; and `KeyLengths`, padding given as
+lengths, which a fused kernel takes without a mask."""
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -77,6 +79,28 @@ def segment_mask(query_segments: Array, key_segments: Array) -> Array:
   """[B, T], [B, S] segment ids -> [B, 1, T, S]: same segment, key not pad."""
   same = query_segments[:, :, None] == key_segments[:, None, :]
   return (same & (key_segments[:, None, :] > 0))[:, None]
+
+
+class KeyLengths(NamedTuple):
+  """Padding as the number of real keys of each row, where a mask would be:
+  `attention.MultiHeadAttention` hands it to the kernel as key lengths
+  (cuDNN then skips the padded blocks rather than adding a [B, N, T, S]
+  bias) and makes a mask of it where it needs one (KV-cache decoding).
+
+  lengths: [B] int; keys at positions >= lengths[b] are padding. Only for
+  rows padded at the end, which every batcher here makes (ids never hold
+  the padding id 0 inside an example).
+  """
+  lengths: Array
+
+  def mask(self, key_length: int) -> Array:
+    """The same padding as a [B, 1, 1, S] mask."""
+    return padding_mask(self.lengths, key_length)
+
+
+def key_lengths(tokens: Array) -> KeyLengths:
+  """[B, S] tokens padded at the end with 0 -> their `KeyLengths`."""
+  return KeyLengths(jnp.sum(tokens > 0, axis=-1, dtype=jnp.int32))
 
 
 def key_padding_mask(tokens: Array) -> Array:

@@ -104,9 +104,10 @@ class Transformer(nn.Module):
     x = self.embed(inputs)
     x = self.encoder_positions(x, positions=inputs_positions)
     x = self.dropout(x, deterministic=deterministic)
-    segments = (inputs > 0).astype(jnp.int32) if inputs_segmentation is None \
-        else inputs_segmentation
-    return self.encoder(x, mask=masks.segment_mask(segments, segments),
+    # Unpacked rows: padding as key lengths, which cuDNN takes as such.
+    mask = masks.key_lengths(inputs) if inputs_segmentation is None else \
+        masks.segment_mask(inputs_segmentation, inputs_segmentation)
+    return self.encoder(x, mask=mask,
                         positions=inputs_positions,
                         deterministic=deterministic)
 
@@ -135,7 +136,7 @@ class Transformer(nn.Module):
     y = self.decoder_positions(y, positions=targets_positions)
     y = self.dropout(y, deterministic=deterministic)
     if targets_segmentation is None or inputs_segmentation is None:
-      self_mask, cross_mask = None, masks.key_padding_mask(inputs)
+      self_mask, cross_mask = None, masks.key_lengths(inputs)
     else:
       self_mask = masks.segment_mask(targets_segmentation, targets_segmentation)
       cross_mask = masks.segment_mask(targets_segmentation, inputs_segmentation)
