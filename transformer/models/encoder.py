@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import layers
+from transformer import masks
 from transformer import positional
 
 Array = jax.Array
@@ -84,10 +85,11 @@ class Bert(nn.Module):
 
   def encode(self, tokens: Array, *, token_types: Array | None = None,
              deterministic: bool) -> tuple[Array, Array]:
-    """tokens [B, T] (0 = padding) -> states [B, T, D], pooled [B, D]."""
+    """tokens [B, T] (0 = padding, at the end) -> states [B, T, D], pooled
+    [B, D]."""
     x = embed_text(self, tokens, token_types, deterministic=deterministic)
-    mask = (tokens > 0)[:, None, None, :]
-    states = self.blocks(x, mask=mask, deterministic=deterministic)
+    states = self.blocks(x, mask=masks.key_lengths(tokens),
+                         deterministic=deterministic)
     return states, jnp.tanh(self.pooler(states[:, 0]))
 
   @nn.compact
