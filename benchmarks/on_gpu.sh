@@ -47,20 +47,29 @@ XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=$tests_xla step gpu-tests 120 \
   tests/test_attention.py tests/test_layers.py tests/test_decoding.py
 
 # Seen on an H200 (2026-11-26), most of each step compiling: gpt2-large
-# then gpt2-xl together did not finish in 220 s (gpt2-large's row did),
-# Transformer-base then -big not in 100 s (base's row did), B/16 took 40 s,
-# generation with gpt2-large about 80 s.
+# unrolled about 100 s, scanned about 25 s; Transformer-base about 45 s;
+# B/16 40 s; generation with gpt2-large about 80 s. The variants of one
+# model run scanned (docs/benchmarks.md: the scan's stacking costs about
+# 12 ms of gpt2-large's 283 ms step), so that each compiles in seconds.
 cd benchmarks
 export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
 log=$out/bench.log
-step gpt-1b 150 "$log" python3 train_throughput.py --rows=8 --length=2048 \
-  --sizes=gpt2-large
+gpt="--rows=8 --length=2048 --sizes=gpt2-large"
+step gpt-1b 150 "$log" python3 train_throughput.py $gpt
+step gpt-1b-variants 150 "$log" bash -c "
+  python3 train_throughput.py $gpt --scan_layers
+  python3 train_throughput.py $gpt --scan_layers --dropout=0
+  python3 train_throughput.py $gpt --scan_layers --prng_impl=rbg"
+step mt 150 "$log" bash -c "
+  python3 train_throughput.py --rows=96 --length=256 --sizes=base
+  python3 train_throughput.py --rows=96 --length=256 --sizes=base \
+    --packing=unpacked"
+step vit 120 "$log" bash -c "
+  python3 train_throughput.py --rows=256 --sizes=B/16
+  python3 train_throughput.py --rows=256 --sizes=B/16 --pad_tokens_to=8"
 # Where the GPT step's time goes, kernel by kernel.
-step gpt-profile 120 "$log" python3 profile_step.py --size=gpt2-large \
-  --rows=8 --length=2048 --trace_dir="$out/trace_gpt"
-step mt 110 "$log" python3 train_throughput.py --rows=96 --length=256 \
-  --sizes=base
-step vit 60 "$log" python3 train_throughput.py --rows=256 --sizes=B/16
+step gpt-profile 90 "$log" python3 profile_step.py --size=gpt2-large \
+  --rows=8 --length=2048 --scan_layers --trace_dir="$out/trace_gpt"
 step generation 90 "$log" python3 generation.py --sizes=gpt2-large \
   --batch_sizes=1 --prompt_length=512 --new_tokens=64 --repeats=2
 if [[ -n ${FLAX:-} ]]; then

@@ -71,6 +71,15 @@ _REMAT = flags.DEFINE_string('remat', 'none', 'Remat policy of every block '
 _SCAN = flags.DEFINE_bool('scan_layers', False, 'Scan over the blocks '
                           '(compiles one block, not every one: a 36-layer '
                           'GPT compiles in a fraction of the time).')
+_DROPOUT = flags.DEFINE_float('dropout', None, 'Dropout rate of every '
+                              'model; default each size\'s own (GPT-2 sizes '
+                              '0.1, base 0.1, ViT 0).')
+_PRNG = flags.DEFINE_enum('prng_impl', 'threefry2x32',
+                          ['threefry2x32', 'rbg', 'unsafe_rbg'],
+                          "jax's default PRNG, which draws dropout's bits.")
+_PAD_TOKENS = flags.DEFINE_integer('pad_tokens_to', 1, 'ViT: pad the tokens '
+                                   'to a multiple of this (8 lets cuDNN take '
+                                   "B/16's 197).")
 _PACKING = flags.DEFINE_enum(
     'packing', 'packed', ['packed', 'unpacked'],
     'Translation rows: four examples per row with segment ids, or one '
@@ -95,13 +104,15 @@ def setup(size: str, rows: int, length: int, dtype):
   parameters) of a size."""
   options = dict(dtype=dtype, attention_implementation=_ATTENTION.value,
                  remat=_REMAT.value, scan_layers=_SCAN.value)
+  if _DROPOUT.value is not None:
+    options['dropout_rate'] = _DROPOUT.value
   if _PACKING.value == 'unpacked' and ('/' in size or size in decoder.SIZES):
     mt = [s for s in encoder_decoder.SIZES if s not in decoder.SIZES]
     raise app.UsageError(f'--packing=unpacked is for translation sizes '
                          f'({", ".join(mt)}); {size!r} is not one.')
   if '/' in size:
     config = vit.config_for(size, image_size=_IMAGE_SIZE.value,
-                            **options)
+                            pad_tokens_to=_PAD_TOKENS.value, **options)
     model = vit.VisionTransformer(config)
     rng = np.random.default_rng(0)
     batch = {'images': rng.uniform(-1, 1, (rows, config.image_size,
@@ -166,6 +177,7 @@ def shape_flags() -> tuple[int, int, jnp.dtype]:
 def compiled_step(size: str, rows: int, length: int, dtype):
   """(the compiled train step, its state and batch, parameters, tokens per
   row, FLOPs per step) of a size, with the default experiment's optimizer."""
+  jax.config.update('jax_default_prng_impl', _PRNG.value)
   optimizer = ml_collections.ConfigDict(configs.default_config().optimizer)
   tx, _ = optimizers.build(optimizer, num_steps=100_000)
   loss_fn, batch, init, tokens, step_flops = setup(size, rows, length, dtype)
@@ -180,10 +192,13 @@ def compiled_step(size: str, rows: int, length: int, dtype):
 
 def describe(rows: int, length: int, dtype) -> str:
   """The device and the flags a table's rows were measured with."""
+  dropout = ("each size's" if _DROPOUT.value is None else _DROPOUT.value)
   return (f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}, '
           f'{dtype.name}, attention {_ATTENTION.value}, remat '
           f'{_REMAT.value}, scan_layers {_SCAN.value}, {_PACKING.value} '
-          f'rows, {rows} rows x {length} tokens per side (ViT: {rows} '
+          f'rows, dropout {dropout}, '
+          f'prng {_PRNG.value}, ViT tokens padded to a multiple of '
+          f'{_PAD_TOKENS.value}, {rows} rows x {length} tokens per side (ViT: {rows} '
           f'images of {_IMAGE_SIZE.value})')
 
 

@@ -80,6 +80,26 @@ def test_head_starts_at_zero_and_pooling_options():
     assert ('cls' in params['params']) == (config.pooling == 'token')
 
 
+@pytest.mark.parametrize('pooling', ['token', 'gap'])
+def test_padded_token_sequence_changes_no_state(pooling):
+  """pad_tokens_to (for cuDNN, which refuses odd lengths): the padded keys
+  are never read and the padding is dropped again."""
+  config, model, params, images = tiny(pooling=pooling)
+  padded = vit.VisionTransformer(config.replace(pad_tokens_to=5))
+  plain = model.apply(params, images, deterministic=True, method='encode')
+  assert config.num_tokens % 5  # 17 or 16 tokens, padded to 20
+  got = padded.apply(params, images, deterministic=True, method='encode')
+  assert got.shape == plain.shape
+  np.testing.assert_allclose(got, plain, rtol=1e-5, atol=1e-5)
+  # The head reads the same states (zero-started head: perturb it).
+  head = jax.tree.map(lambda p: p + 0.1, params)
+  np.testing.assert_allclose(padded.apply(head, images, deterministic=True),
+                             model.apply(head, images, deterministic=True),
+                             rtol=1e-5, atol=1e-5)
+  with pytest.raises(ValueError, match='pad_tokens_to'):
+    config.replace(pad_tokens_to=0)
+
+
 def test_patches_are_positioned():
   """Without positions the encoder would be permutation equivariant over
   patches; with them, swapping two patches changes the class token."""

@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import layers
+from transformer import masks
 
 Array = jax.Array
 
@@ -57,6 +58,11 @@ class Config(layers.TransformerConfig):
   norm_position: str = 'pre'
   activation: str = 'gelu'
   dropout_rate: float = 0.0
+  # Pad the token sequence to a multiple of this with keys no query reads
+  # (`masks.KeyLengths`), dropped after the encoder: cuDNN's fused attention
+  # refuses odd lengths such as B/16's 197 at 224, and takes 200. Attention
+  # weights then come over the padded length.
+  pad_tokens_to: int = 1
 
   def __post_init__(self):
     super().__post_init__()
@@ -69,6 +75,9 @@ class Config(layers.TransformerConfig):
     if self.patch_embedding not in ('conv', 'dense'):
       raise ValueError(f"patch_embedding={self.patch_embedding!r}; choose "
                        f"'conv' or 'dense'.")
+    if self.pad_tokens_to < 1:
+      raise ValueError(f'pad_tokens_to={self.pad_tokens_to} must be >= 1 '
+                       f'(1: no padding).')
     if self.positional_encoding == 'sincos2d' and self.d_model % 4:
       raise ValueError(f'2-D sincos positions need d_model divisible by 4, '
                        f'got {self.d_model}.')
@@ -252,7 +261,14 @@ class VisionTransformer(nn.Module):
     if c.positional_encoding == 'learned':
       x = x + self.position_embedding.astype(x.dtype)
     x = self.dropout(x, deterministic=deterministic)
-    return self.encoder(x, deterministic=deterministic)
+    tokens = x.shape[1]
+    padded = -(-tokens // c.pad_tokens_to) * c.pad_tokens_to
+    if padded == tokens:
+      return self.encoder(x, deterministic=deterministic)
+    x = jnp.pad(x, ((0, 0), (0, padded - tokens), (0, 0)))
+    lengths = masks.KeyLengths(jnp.full((x.shape[0],), tokens, jnp.int32))
+    return self.encoder(x, mask=lengths,
+                        deterministic=deterministic)[:, :tokens]
 
   def __call__(self, images: Array, *, deterministic: bool) -> Array:
     """[B, H, W, C] float -> [B, num_classes] float32 logits."""
