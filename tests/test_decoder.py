@@ -17,6 +17,15 @@ def test_gpt2_parameter_counts_equal_the_reference(size, expected):
   assert decoder.param_count(decoder.config_for(size)) == expected
 
 
+def test_mpt_1b_shape_counts_its_closed_form():
+  # 24 blocks of 12 d^2 weights (no biases) and two LayerNorms (scale and
+  # bias), tied embeddings, learned positions for 2,048, a final LayerNorm.
+  d, layers_, vocab, context = 2_048, 24, 50_432, 2_048
+  expected = layers_ * (12 * d * d + 4 * d) + (vocab + context) * d + 2 * d
+  assert decoder.param_count(decoder.config_for('mpt-1b')) == expected
+  assert expected == 1_315_639_296
+
+
 def setup(**overrides):
   config = decoder.config_for('tiny', vocab_size=17, max_length=16,
                               dropout_rate=0.0, **overrides)

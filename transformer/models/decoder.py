@@ -43,6 +43,12 @@ SIZES = {
     'gpt2-medium': dict(GPT2, num_layers=24, d_model=1024, num_heads=16),
     'gpt2-large': dict(GPT2, num_layers=36, d_model=1280, num_heads=20),
     'gpt2-xl': dict(GPT2, num_layers=48, d_model=1600, num_heads=25),
+    # MPT-1B's shape (MosaicML's mpt-1b-redpajama-200b: 24 layers, width
+    # 2,048, 16 heads of 128, no biases, context 2,048, vocabulary 50,432)
+    # with learned positions instead of ALiBi: a 1.3B GPT whose heads of
+    # 128 suit the fused attention kernels (the GPU benchmark's 1B row).
+    'mpt-1b': dict(GPT2, vocab_size=50_432, max_length=2_048, num_layers=24,
+                   d_model=2_048, num_heads=16, use_bias=False),
     # Larger published decoders, in this architecture (their own position
     # schemes and norms aside), for the model-size table.
     'megatron-8.3b': dict(GPT2, vocab_size=51_200, num_layers=72,
