@@ -20,6 +20,7 @@ import pytest
 
 from conftest import load_experiment
 from transformer import attention
+from transformer import faults
 from transformer import metrics
 from transformer import train
 from transformer.reproduce import outcomes
@@ -134,6 +135,58 @@ def test_finished_rows_are_not_run_again_and_failed_ones_are(
   for name, times in events.items():
     assert times == [os.path.getmtime(os.path.join(workdir, name, f))
                      for f in os.listdir(os.path.join(workdir, name))]
+
+
+def test_rows_in_processes_of_their_own_match_in_process_rows(
+    ran, spec_path, tmp_path):
+  """--parallel=2: two rows trained side by side, each by its own
+  `python -m transformer.main`; the same results and failure reasons as
+  the rows trained in this process."""
+  text = reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                                  rows=['h2', 'broken'], launch='local',
+                                  parallel=2)
+  assert _cells(text, 'h=2')[2:4] == _cells(ran[1], 'h=2')[2:4]  # PPL
+  assert _cells(text, 'h=2')[-1] == 'finished'
+  # In-process 'failed: ValueError: MESSAGE'; here the command's exit
+  # status (2: a user error) with the same message.
+  message = _cells(ran[1], 'no checkpoints')[-1].split('ValueError: ')[1]
+  assert _cells(text, 'no checkpoints')[-1] == (
+      f'failed: exit status 2: {message}')
+  for row in ('h2', 'broken'):
+    assert os.path.getsize(tmp_path / row / 'reproduce.log')
+  with pytest.raises(ValueError, match='--parallel=2.*--launch=local'):
+    reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                             rows=[], launch='print', parallel=2)
+
+
+def test_a_preempted_row_stops_the_rows_beside_it(spec_path, tmp_path,
+                                                  monkeypatch):
+  started = []
+
+  class FakeProcess:  # 'h2' is preempted; the others run until stopped
+    def __init__(self, args, **unused_kwargs):
+      self.row = os.path.basename(args[-1])
+      self.returncode, self.terminated = None, False
+      started.append(self)
+
+    def poll(self):
+      if self.row == 'h2' or self.terminated:
+        self.returncode = 75  # checkpointed and exited
+      return self.returncode
+
+    def terminate(self):
+      self.terminated = True
+
+    def wait(self):
+      return self.returncode
+
+  monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
+  with pytest.raises(faults.Preempted, match='Row h2 was preempted'):
+    reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                             rows=['base', 'h2', 'broken'], launch='local',
+                             parallel=2)
+  assert [p.row for p in started] == ['base', 'h2']  # 'broken' never began
+  assert started[0].terminated and not started[1].terminated
 
 
 def test_a_row_stopped_part_way_is_unfinished(spec_path, tmp_path):

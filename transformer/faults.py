@@ -31,9 +31,9 @@ POLICIES = ('stop', 'skip')
 class Preempted(Exception):
   """Training stopped on a signal after checkpointing `step`."""
 
-  def __init__(self, step: int):
-    super().__init__(f'Preempted at step {step}: the checkpoint is written; '
-                     f'rerun the same command to resume.')
+  def __init__(self, step: int, message: str | None = None):
+    super().__init__(message or f'Preempted at step {step}: the checkpoint '
+                     f'is written; rerun the same command to resume.')
     self.step = step
 
 

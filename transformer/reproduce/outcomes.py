@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import traceback
 
 import ml_collections
@@ -71,6 +72,35 @@ def record_failure(workdir: str, error: BaseException) -> str:
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, FAILURE_NOTE), 'w') as f:
     f.write(reason + '\n\n' + ''.join(traceback.format_exception(error)))
+  return reason
+
+
+_EXCEPTION_LINE = re.compile(r'(?:[\w.]+\.)?(\w+(?:Error|Exception)): (.*)')
+
+
+def record_process_failure(workdir: str, log_path: str,
+                           returncode: int) -> str:
+  """As `record_failure`, for a row trained in a process of its own: the
+  reason is the command's error message with its exit status, else the
+  last line of a traceback in its log ('Type: message', as in-process),
+  else the exit status alone."""
+  with open(log_path, errors='replace') as f:
+    lines = f.read().splitlines()
+  # A traceback's 'pkg.module.SomeError: message' -> 'SomeError: message';
+  # the commands' own 'Error: message' (tools/cli.py) -> 'exit status N:
+  # message'.
+  errors = [m for m in map(_EXCEPTION_LINE.fullmatch, lines) if m]
+  said = [l[len('Error: '):] for l in lines if l.startswith('Error: ')]
+  if said:
+    reason = f'exit status {returncode}: {said[-1]}'
+  elif errors:
+    reason = f'{errors[-1][1]}: {errors[-1][2]}'
+  else:
+    reason = f'exit status {returncode} (log: {log_path})'
+
+  os.makedirs(workdir, exist_ok=True)
+  with open(os.path.join(workdir, FAILURE_NOTE), 'w') as f:
+    f.write(reason + '\n\n' + '\n'.join(lines[-40:]) + '\n')
   return reason
 
 

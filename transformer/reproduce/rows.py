@@ -6,6 +6,9 @@ notebooks call it)."""
 import datetime
 import os
 import shlex
+import subprocess
+import sys
+import time
 
 import jax
 
@@ -49,6 +52,61 @@ def train_row(setup: specs.RowSetup, rowdir: str) -> None:
   except Exception as e:  # pylint: disable=broad-except
     reason = outcomes.record_failure(rowdir, e)
     print(f'== Row {setup.row.name} failed: {reason}', flush=True)
+
+
+def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
+                            parallel: int) -> None:
+  """Trains the rows `parallel` at a time, each in a process of its own
+  (`python -m transformer.main`, its output in ROWDIR/reproduce.log):
+  small rows side by side on one accelerator, each taking 0.9 / parallel
+  of its memory (unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise). A
+  failed row is recorded as in-process; if a row was preempted (exit 75)
+  the others are stopped too (SIGTERM: they checkpoint) and `Preempted`
+  raised once all have ended."""
+  env = dict(os.environ)
+  env.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', f'{0.9 / parallel:.3f}')
+  pending, running, preempted = list(runs), {}, None
+  try:
+    while pending or running:
+      while pending and len(running) < parallel and preempted is None:
+        run, rowdir = pending.pop(0)
+        os.makedirs(rowdir, exist_ok=True)
+        outcomes.clear_failure(rowdir)
+        log_path = os.path.join(rowdir, 'reproduce.log')
+        print(f'== Row {run.row.name} ({run.row.label}) into {rowdir}, in a '
+              f'process of its own (log: {log_path})', flush=True)
+        with open(log_path, 'w') as log:
+          process = subprocess.Popen(
+              [sys.executable, '-m', 'transformer.main', *run.flags(),
+               f'--workdir={rowdir}'], stdout=log, stderr=subprocess.STDOUT,
+              env=env)
+        running[process] = (run, rowdir, log_path)
+      if preempted is not None:
+        pending.clear()
+      time.sleep(0.5)
+      for process in [p for p in running if p.poll() is not None]:
+        run, rowdir, log_path = running.pop(process)
+        if process.returncode == faults.PREEMPTED_EXIT_CODE:
+          if preempted is None:  # the first; the others we stop here
+            preempted = run.row.name
+            for other in running:
+              other.terminate()  # SIGTERM: checkpoint and exit
+        elif process.returncode:
+          reason = outcomes.record_process_failure(rowdir, log_path,
+                                                   process.returncode)
+          print(f'== Row {run.row.name} failed: {reason}', flush=True)
+        else:
+          print(f'== Row {run.row.name} done', flush=True)
+  finally:  # an interrupted parent leaves no training behind
+    for process in running:
+      process.terminate()
+    for process in running:
+      process.wait()
+  if preempted is not None:
+    raise faults.Preempted(
+        -1, f'Row {preempted} was preempted and the rows beside it stopped, '
+        f'each after writing its checkpoint: rerun the same command to '
+        f'resume them.')
 
 
 def _check_workdir(workdir: str, table: str, scale: str) -> None:
@@ -95,7 +153,7 @@ def _unrunnable(problem: str) -> outcomes.Outcome:
 def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
               launch: str, extra: str = '', launcher: str = 'slurm_gpu',
               launcher_args: str = '', command: str = '',
-              seeds: int | None = None) -> str:
+              seeds: int | None = None, parallel: int = 1) -> str:
   """Runs (launch='local'), prints the launch commands of (launch='print')
   or only collects (launch='collect') the selected rows of the spec file
   `table`; returns the table text (written to WORKDIR/table.md and .csv),
@@ -112,6 +170,8 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
       LAUNCHERS) and words for it.
     command: the command line, for the table's header.
     seeds: runs per row (`specs.seed_runs`); None: the scale's.
+    parallel: launch='local' with more than 1 trains that many rows at a
+      time, each in a process of its own (`train_rows_in_processes`).
   """
   if launch not in LAUNCHES or launcher not in LAUNCHERS:  # as the flags
     raise ValueError(f'launch={launch!r}, launcher={launcher!r}; choose '
@@ -121,6 +181,9 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
     seeds = seeds or spec.SCALES[scale].seeds
   if seeds is not None and seeds < 1:
     raise ValueError(f'--seeds={seeds}: a row needs at least one run.')
+  if parallel < 1 or (parallel > 1 and launch != 'local'):
+    raise ValueError(f'--parallel={parallel}: rows train side by side only '
+                     f'with --launch=local, at least 1 at a time.')
   selected = specs.select_rows(spec, rows)
   setups = [specs.setup(spec, row, scale, extra) for row in selected]
   # A bucket (gs://...) can take the cluster's runs but is read here only
@@ -135,6 +198,7 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
     _check_workdir(workdir, table, scale)
   prefix = os.path.splitext(os.path.basename(table))[0]
   lines = []  # launch='print': the commands, and why a row has none
+  in_processes = []  # launch='local' with parallel > 1: (run, rowdir)
   for setup in setups:
     for name, run in specs.seed_runs(setup, seeds):
       rowdir = os.path.join(workdir, name)
@@ -148,10 +212,14 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
         lines.append(launch_command(run, rowdir, launcher=launcher,
                                     launcher_args=launcher_args,
                                     prefix=prefix))
+      elif launch == 'local' and parallel > 1:
+        in_processes.append((run, rowdir))
       elif launch == 'local':
         train_row(run, rowdir)
       if launch != 'print' and lines:
         print(lines.pop(), flush=True)
+  if in_processes:
+    train_rows_in_processes(in_processes, parallel)
   if launch == 'print':
     return '\n'.join(lines)
   results = [[outcomes.outcome(os.path.join(workdir, name), run.config)

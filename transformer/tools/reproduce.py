@@ -5,13 +5,15 @@ commands, or collect their results, and write our values beside the paper's.
         --table=experiments/paper/vaswani2017_table3.py \
         --workdir=workdirs/table3_reduced --scale=reduced [--rows=base,A] \
         [--launch=local|print|collect] [--set=train.num_steps=1000] \
-        [--seeds=2]
+        [--seeds=2] [--parallel=8]
 
 Each row trains into WORKDIR/ROW (rows selected by --rows, by group or
 name), and with --seeds=S (or a scale's own number of seeds) S - 1 more
 runs with the next seeds into WORKDIR/ROW.seedN; the table then gives each
 result as the mean over seeds +- their standard deviation. --launch=local
-trains the rows one after another in this process; a finished row is not
+trains the rows one after another in this process (--parallel=N: N at a
+time, each in a process of its own, for small rows on one big GPU); a
+finished row is not
 trained or evaluated again (its results are read from its workdir), a
 failed one is recorded as failed and the next row starts; on SIGTERM the
 running row checkpoints and the command exits with status 75 (rerun it to
@@ -54,6 +56,9 @@ def define_flags() -> None:
   flags.DEFINE_integer('seeds', None, 'Runs per row, with seeds '
                        'config.seed, +1, ...; the table gives their mean and '
                        'standard deviation. Default: the scale\'s.')
+  flags.DEFINE_integer('parallel', 1, 'With --launch=local: rows trained at '
+                       'a time, each in a process of its own sharing this '
+                       "machine's accelerator (0.9 / N of its memory each).")
   flags.DEFINE_enum('launcher', 'slurm_gpu', rows.LAUNCHERS,
                     'The launch/ script of --launch=print.')
   flags.DEFINE_string(
@@ -69,6 +74,7 @@ def main(argv):
       args.table, args.workdir, scale=args.scale, rows=args.rows,
       launch=args.launch, extra=args.set, launcher=args.launcher,
       launcher_args=args.launcher_args, seeds=args.seeds,
+      parallel=args.parallel,
       command='python -m transformer.tools.reproduce ' +
       shlex.join(sys.argv[1:]))
   print(text)
