@@ -56,10 +56,13 @@ export XLA_PYTHON_CLIENT_MEM_FRACTION=0.95
 log=$out/bench.log
 gpt="--rows=8 --length=2048 --sizes=gpt2-large"
 mpt="--rows=8 --length=2048 --sizes=mpt-1b --scan_layers"
-step gpt-1b 150 "$log" python3 train_throughput.py $gpt
+# The step's row (time, MFU) and where its time goes, kernel by kernel.
+step gpt-1b 170 "$log" python3 profile_step.py --size=gpt2-large --rows=8 \
+  --length=2048 --top=40
 # MPT-1B's shape (heads of 128): MosaicML reports about 42% MFU for it.
 step mpt-1b 150 "$log" bash -c "
-  python3 train_throughput.py $mpt --dropout=0
+  python3 profile_step.py --size=mpt-1b --rows=8 --length=2048 \
+    --scan_layers --dropout=0 --top=30
   python3 train_throughput.py $mpt --dropout=0 --remat=dots"
 step gpt-1b-variants 150 "$log" bash -c "
   python3 train_throughput.py $gpt --scan_layers
@@ -72,9 +75,6 @@ step mt 150 "$log" bash -c "
 step vit 120 "$log" bash -c "
   python3 train_throughput.py --rows=256 --sizes=B/16
   python3 train_throughput.py --rows=256 --sizes=B/16 --pad_tokens_to=8"
-# Where the GPT step's time goes, kernel by kernel.
-step gpt-profile 90 "$log" python3 profile_step.py --size=gpt2-large \
-  --rows=8 --length=2048 --scan_layers --trace_dir="$out/trace_gpt"
 step generation 90 "$log" python3 generation.py --sizes=gpt2-large \
   --batch_sizes=1 --prompt_length=512 --new_tokens=64 --repeats=2
 # Batch-1 decoding ran at 19.5% of the bandwidth bound with hundreds of
