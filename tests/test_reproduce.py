@@ -7,6 +7,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -181,12 +182,46 @@ def test_a_preempted_row_stops_the_rows_beside_it(spec_path, tmp_path,
       return self.returncode
 
   monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
-  with pytest.raises(faults.Preempted, match='Row h2 was preempted'):
+  with pytest.raises(faults.Preempted, match='signal to row h2'):
     reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
                              rows=['base', 'h2', 'broken'], launch='local',
                              parallel=2)
   assert [p.row for p in started] == ['base', 'h2']  # 'broken' never began
   assert started[0].terminated and not started[1].terminated
+
+
+def test_a_signal_to_the_command_stops_every_row(spec_path, tmp_path,
+                                                 monkeypatch):
+  started = []
+
+  class FakeProcess:  # runs until stopped; the first poll signals us
+    def __init__(self, args, **unused_kwargs):
+      self.row = os.path.basename(args[-1])
+      self.returncode, self.terminated = None, False
+      started.append(self)
+
+    def poll(self):
+      if not self.terminated and self is started[0]:
+        os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` or a scheduler
+      if self.terminated:
+        self.returncode = 75
+      return self.returncode
+
+    def terminate(self):
+      self.terminated = True
+
+    def wait(self):
+      return self.returncode
+
+  monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
+  before = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(faults.Preempted, match=r'signal to this command \(SIGTERM'):
+    reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                             rows=['base', 'h2', 'broken'], launch='local',
+                             parallel=2)
+  assert [p.row for p in started] == ['base', 'h2']
+  assert all(p.terminated for p in started)
+  assert signal.getsignal(signal.SIGTERM) is before  # handler restored
 
 
 def test_a_row_stopped_part_way_is_unfinished(spec_path, tmp_path):

@@ -6,8 +6,10 @@ notebooks call it)."""
 import datetime
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import jax
@@ -60,14 +62,27 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
   (`python -m transformer.main`, its output in ROWDIR/reproduce.log):
   small rows side by side on one accelerator, each taking 0.9 / parallel
   of its memory (unless XLA_PYTHON_CLIENT_MEM_FRACTION says otherwise). A
-  failed row is recorded as in-process; if a row was preempted (exit 75)
-  the others are stopped too (SIGTERM: they checkpoint) and `Preempted`
-  raised once all have ended."""
+  failed row is recorded as in-process; if a row was preempted (exit 75),
+  or this process gets SIGTERM or SIGINT, the running rows are stopped
+  (SIGTERM: they checkpoint), no more start, and `Preempted` is raised
+  once all have ended."""
   env = dict(os.environ)
   env.setdefault('XLA_PYTHON_CLIENT_MEM_FRACTION', f'{0.9 / parallel:.3f}')
   pending, running, preempted = list(runs), {}, None
+  # A signal to this process (SIGTERM from a scheduler, Ctrl-C) stops the
+  # rows as a preemption stops one: each checkpoints, then all exit.
+  signalled = []
+  previous = {}
+  if threading.current_thread() is threading.main_thread():
+    for sig in (signal.SIGTERM, signal.SIGINT):
+      previous[sig] = signal.signal(
+          sig, lambda signum, frame: signalled.append(signum))
   try:
     while pending or running:
+      if signalled and preempted is None:
+        preempted = f'this command ({signal.Signals(signalled[0]).name})'
+        for process in running:
+          process.terminate()
       while pending and len(running) < parallel and preempted is None:
         run, rowdir = pending.pop(0)
         os.makedirs(rowdir, exist_ok=True)
@@ -86,7 +101,11 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
       time.sleep(0.5)
       for process in [p for p in running if p.poll() is not None]:
         run, rowdir, log_path = running.pop(process)
-        if process.returncode == faults.PREEMPTED_EXIT_CODE:
+        if preempted is not None and process.returncode:
+          # Stopped by us (or preempted), perhaps before it could
+          # checkpoint: unfinished, not failed; a rerun resumes it.
+          print(f'== Row {run.row.name} stopped', flush=True)
+        elif process.returncode == faults.PREEMPTED_EXIT_CODE:
           if preempted is None:  # the first; the others we stop here
             preempted = run.row.name
             for other in running:
@@ -102,11 +121,14 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
       process.terminate()
     for process in running:
       process.wait()
+    for sig, handler in previous.items():
+      signal.signal(sig, handler)
   if preempted is not None:
+    who = preempted if preempted.startswith('this') else f'row {preempted}'
     raise faults.Preempted(
-        -1, f'Row {preempted} was preempted and the rows beside it stopped, '
-        f'each after writing its checkpoint: rerun the same command to '
-        f'resume them.')
+        -1, f'Stopped by a signal to {who}: the rows that were running '
+        f'stopped (those that had begun training after writing a '
+        f'checkpoint); rerun the same command to resume them.')
 
 
 def _check_workdir(workdir: str, table: str, scale: str) -> None:

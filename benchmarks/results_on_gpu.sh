@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# The training runs behind the README's GPU results, in one call from the
+# repository root on a machine with one large GPU:
+#
+#   DATA=/path/to/shared/data BUDGET=540 bash benchmarks/results_on_gpu.sh OUT_DIR
+#
+# DATA holds multi30k/ (and the other folders of ../shared/data); it is
+# linked as ../shared/data, where the experiments read by default. Steps,
+# each under its own limit inside the BUDGET seconds (default 540):
+#   table3     Vaswani et al. Table 3 at the reduced scale, every row with
+#              the scale's 2 seeds, 8 rows side by side (reproduce
+#              --parallel=8); rows finished in an earlier call on the same
+#              machine are read, not trained again.
+#   multi30k   de-en with the README's command, seeds 0 and 1 side by side.
+# What comes back: OUT_DIR/results.log, the table (table.md, table.csv)
+# and OUT_DIR/workdirs.tgz, every run's events, config and logs without
+# checkpoints (enough for `reproduce --launch=collect` and the curves).
+set -u
+out=$(mkdir -p "${1:-gpu_out}" && cd "${1:-gpu_out}" && pwd)
+budget=${BUDGET:-540}
+log=$out/results.log
+export PYTHONUNBUFFERED=1
+if [[ -n ${DATA:-} && ! -e ../shared/data ]]; then
+  mkdir -p ../shared && ln -s "$(cd "$DATA" && pwd)" ../shared/data
+fi
+
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2 left=$((budget - SECONDS))
+  shift 2
+  if (( left < 30 )); then
+    echo "== $name: not run, the deadline is reached" | tee -a "$log"
+    return
+  fi
+  (( limit < left )) || limit=$left
+  echo "== $name (limit ${limit} s, at ${SECONDS} s): $*" | tee -a "$log"
+  timeout "$limit" "$@" 2>&1 | grep -v "Unable to initialize backend" \
+    | tee -a "$log"
+  echo "== $name: exit ${PIPESTATUS[0]} at ${SECONDS} s" | tee -a "$log"
+}
+
+nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$log"
+step table3 360 python3 -m transformer.tools.reproduce \
+  --table=experiments/paper/vaswani2017_table3.py \
+  --workdir=workdirs/table3_reduced --scale=reduced --parallel=8
+multi30k() {
+  local seed=$1
+  XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 python3 -m transformer.main \
+    --workdir=workdirs/multi30k_de_en.seed$seed \
+    --config=experiments/mt_local.py:path=../shared/data/multi30k,src=de,tgt=en,eval=test_2016_flickr \
+    --config.data.max_length=64 --config.train.num_steps=3000 \
+    --config.seed="$seed" > "$out/multi30k.seed$seed.log" 2>&1
+  echo "multi30k seed $seed: exit $?"
+}
+export -f multi30k
+export out
+step multi30k 300 bash -c 'multi30k 0 & multi30k 1 & wait
+  grep -h "Final\|BLEU\|bleu" "$out"/multi30k.seed*.log | tail -8'
+cp workdirs/table3_reduced/table.md workdirs/table3_reduced/table.csv \
+  "$out/" 2>/dev/null
+tar czf "$out/workdirs.tgz" --exclude=checkpoints --exclude=cache \
+  workdirs/table3_reduced workdirs/multi30k_de_en.seed* 2>/dev/null
+ls -la "$out" | tee -a "$log"
