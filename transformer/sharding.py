@@ -209,6 +209,10 @@ def global_batch(batch: dict[str, np.ndarray], mesh: Mesh
           f'evenly over the processes: keep the fsdp and tensor axes within '
           f'a host so that each process holds rows of its own.')
   else:
+    if jax.process_count() == 1:
+      # The whole batch is this process's: one transfer of every array
+      # (a training loop's per-step host time, docs/benchmarks.md).
+      return jax.device_put(dict(batch), sharding)
     rows = len(next(iter(batch.values())))
     block = host_rows(mesh, rows)
     local = {key: value[block] for key, value in batch.items()}

@@ -210,6 +210,9 @@ class Trainer:
     return result
 
 
+_add_sums = jax.jit(metrics.add)
+
+
 class _TrainLog:
   """Periodic train metrics: console, TensorBoard, and progress.json.
 
@@ -245,7 +248,10 @@ class _TrainLog:
 
   def add(self, sums: metrics.Sums, batch: dict[str, np.ndarray]) -> None:
     """Adds on device: nothing waits for the step to finish."""
-    self.sums = metrics.add(self.sums, sums)
+    # One compiled call, not an eager add per metric: a dozen dispatches a
+    # step were a host cost of small models' training (docs/benchmarks.md).
+    self.sums = dict(sums) if self.sums is None else _add_sums(self.sums,
+                                                               sums)
     self.steps += 1
     shape = tuple(sorted((k, np.shape(v)) for k, v in batch.items()))
     if shape not in self.shapes:
