@@ -11,6 +11,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import time
 
 from absl import flags
 import flax.linen as nn
@@ -222,6 +223,66 @@ def test_a_signal_to_the_command_stops_every_row(spec_path, tmp_path,
   assert [p.row for p in started] == ['base', 'h2']
   assert all(p.terminated for p in started)
   assert signal.getsignal(signal.SIGTERM) is before  # handler restored
+
+
+# A row that handles SIGTERM as `faults.PreemptionSignals` does: the first
+# one checkpoints and exits 75, a second one exits at once without.
+_ROW_PROCESS = """
+import os, signal, sys, time
+workdir = sys.argv[-1].split('=', 1)[1]
+os.makedirs(workdir, exist_ok=True)
+seen = []
+def handle(signum, frame):
+  seen.append(signum)
+  if len(seen) > 1:
+    open(os.path.join(workdir, 'second_signal'), 'w').close()
+    os._exit(143)
+signal.signal(signal.SIGTERM, handle)
+signal.signal(signal.SIGINT, handle)
+open(os.path.join(workdir, 'ready'), 'w').close()
+while not seen:
+  time.sleep(0.05)
+time.sleep(0.5)  # 'writing the checkpoint': a second signal would cut it
+open(os.path.join(workdir, 'checkpointed'), 'w').close()
+sys.exit(75)
+"""
+
+_PARENT = """
+import subprocess, sys
+from transformer.reproduce import rows
+real = subprocess.Popen
+def popen(args, **kwargs):  # each row runs _ROW_PROCESS instead of training
+  return real([sys.executable, '-c', open(sys.argv[3]).read(), args[-1]],
+              **kwargs)
+subprocess.Popen = popen
+rows.reproduce(sys.argv[1], sys.argv[2], scale='paper', rows=['base', 'h2'],
+               launch='local', parallel=2)
+"""
+
+
+def test_a_signal_to_the_process_group_reaches_each_row_once(spec_path,
+                                                             tmp_path):
+  """Ctrl-C or `timeout` signal the whole process group: each row must get
+  one SIGTERM (and checkpoint), not the group's and then the command's."""
+  row_script = tmp_path / 'row.py'
+  row_script.write_text(_ROW_PROCESS)
+  workdir = tmp_path / 'table'
+  parent = subprocess.Popen(
+      [sys.executable, '-c', _PARENT, spec_path, str(workdir),
+       str(row_script)], cwd=REPO, start_new_session=True,
+      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+  ready = [workdir / row / 'ready' for row in ('base', 'h2')]
+  deadline = time.time() + 60
+  while not all(r.exists() for r in ready) and time.time() < deadline:
+    time.sleep(0.1)
+  assert all(r.exists() for r in ready), parent.communicate()[0]
+  os.killpg(parent.pid, signal.SIGTERM)  # as the shell's Ctrl-C, `timeout`
+  output = parent.communicate(timeout=60)[0]
+  assert 'Stopped by a signal to this command (SIGTERM)' in output, output
+  for row in ('base', 'h2'):
+    assert (workdir / row / 'checkpointed').exists(), output
+    assert not (workdir / row / 'second_signal').exists(), output
+    assert not (workdir / row / outcomes.FAILURE_NOTE).exists()
 
 
 def test_a_row_stopped_part_way_is_unfinished(spec_path, tmp_path):

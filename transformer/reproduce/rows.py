@@ -77,12 +77,16 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
     for sig in (signal.SIGTERM, signal.SIGINT):
       previous[sig] = signal.signal(
           sig, lambda signum, frame: signalled.append(signum))
+  def stop_on_signal():
+    nonlocal preempted
+    if signalled and preempted is None:
+      preempted = f'this command ({signal.Signals(signalled[0]).name})'
+      for process in running:
+        process.terminate()
+
   try:
     while pending or running:
-      if signalled and preempted is None:
-        preempted = f'this command ({signal.Signals(signalled[0]).name})'
-        for process in running:
-          process.terminate()
+      stop_on_signal()
       while pending and len(running) < parallel and preempted is None:
         run, rowdir = pending.pop(0)
         os.makedirs(rowdir, exist_ok=True)
@@ -91,14 +95,19 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
         print(f'== Row {run.row.name} ({run.row.label}) into {rowdir}, in a '
               f'process of its own (log: {log_path})', flush=True)
         with open(log_path, 'w') as log:
+          # A session of its own: a signal to this command's process group
+          # (Ctrl-C, `timeout`, a scheduler) reaches the rows only once,
+          # from here; a second SIGTERM would make them exit without a
+          # checkpoint (`faults.PreemptionSignals`).
           process = subprocess.Popen(
               [sys.executable, '-m', 'transformer.main', *run.flags(),
                f'--workdir={rowdir}'], stdout=log, stderr=subprocess.STDOUT,
-              env=env)
+              env=env, start_new_session=True)
         running[process] = (run, rowdir, log_path)
       if preempted is not None:
         pending.clear()
       time.sleep(0.5)
+      stop_on_signal()  # before judging the rows a signal may have ended
       for process in [p for p in running if p.poll() is not None]:
         run, rowdir, log_path = running.pop(process)
         if preempted is not None and process.returncode:
@@ -120,7 +129,10 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
     for process in running:
       process.terminate()
     for process in running:
-      process.wait()
+      try:  # a row gets time to write its checkpoint, not forever
+        process.wait(timeout=300)
+      except subprocess.TimeoutExpired:
+        process.kill()
     for sig, handler in previous.items():
       signal.signal(sig, handler)
   if preempted is not None:
