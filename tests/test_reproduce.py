@@ -179,7 +179,7 @@ def test_a_preempted_row_stops_the_rows_beside_it(spec_path, tmp_path,
     def terminate(self):
       self.terminated = True
 
-    def wait(self):
+    def wait(self, timeout=None):
       return self.returncode
 
   monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
@@ -211,7 +211,7 @@ def test_a_signal_to_the_command_stops_every_row(spec_path, tmp_path,
     def terminate(self):
       self.terminated = True
 
-    def wait(self):
+    def wait(self, timeout=None):
       return self.returncode
 
   monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
