@@ -270,10 +270,10 @@ def test_recut_epochs_pack_their_own_examples_and_resume():
   # One long document of distinct ids (3, 4, ...), cut elsewhere each epoch.
   max_length = 16
   stream = np.arange(3, 3 + 400)
-  examples = text.lm_examples([stream.tolist()], max_length)
-  recut = lambda epoch, source, target: text.shifted_lm_chunks(
-      source, target, max_length=max_length, seed=7, epoch=epoch)
-  args = dict(examples=examples, max_length=max_length,
+  source, target = batching.sides(
+      text.lm_examples([stream.tolist()], max_length), max_length)
+  recut = text.ShiftedLMChunks(source, max_length, seed=7)
+  args = dict(examples=(source, target), max_length=max_length,
               tokens_per_batch=4 * max_length, seed=3, recut=recut)
   batches = packing.PackedTrainBatches(**args)
   steps = int(3 * batches.batches_per_epoch) + 2

@@ -154,6 +154,29 @@ def test_shakespeare_character_experiment_runs(tmp_path):
   assert 'perplexity' in result
 
 
+@pytest.mark.parametrize('shift', [False, True])
+def test_shift_chunks_reads_a_long_text_in_other_windows_each_epoch(
+    tmp_path, shift):
+  rng = np.random.default_rng(0)
+  path = tmp_path / 'text.txt'
+  path.write_text(''.join(rng.choice(list('abcdefgh \n'), 3_000)))
+  config = load_experiment('shakespeare_char', f'path={path},runlocal')
+  config.data.shift_chunks = shift
+  batches = train.Trainer(config, str(tmp_path / 'run')).task.train_iter(0)
+  epochs = 3
+  windows = []  # every packed example's inputs over three epochs
+  for _ in range(int(epochs * batches.batches_per_epoch)):
+    batch = next(batches)
+    for row, segments in zip(batch['inputs'], batch['inputs_segmentation']):
+      for segment in set(segments[segments > 0].tolist()):
+        windows.append(tuple(row[segments == segment].tolist()))
+  distinct = len(set(windows))
+  if shift:  # other cuts each epoch: most windows are new
+    assert distinct > 2 * batches.examples_per_epoch
+  else:  # the same windows every epoch
+    assert distinct == batches.examples_per_epoch
+
+
 PTB = os.path.join(REPO, '..', 'shared', 'data', 'ptb')
 
 

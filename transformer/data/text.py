@@ -234,36 +234,54 @@ def shifted_lm_chunks(source: batching.Side, target: batching.Side, *,
                       max_length: int, seed: int, epoch: int
                       ) -> tuple[batching.Side, batching.Side]:
   """`lm_examples`' chunks (as the Sides of a token cache) cut again, each
-  document longer than `max_length` at a random offset of its own.
+  document longer than `max_length` at a random offset of its own: epoch
+  `epoch` of `ShiftedLMChunks(source, max_length, seed)`."""
+  return ShiftedLMChunks(source, max_length, seed)(epoch, source, target)
+
+
+class ShiftedLMChunks:
+  """The `PackedTrainBatches(recut=...)` of language modelling: each epoch
+  cuts `lm_examples`' chunks again, every document longer than `max_length`
+  at a random offset of its own.
 
   `lm_examples` cuts a document at multiples of `max_length`, so a long
   text (tiny Shakespeare is one document) is read in the same windows,
-  each from the same first token, every epoch; a small model then learns
-  those windows by heart (nanoGPT instead samples windows at random
-  offsets). Here a document of n > max_length inputs is cut at p, p + L,
-  p + 2L, ... < n, with p drawn from [1, L] per document by a generator
-  seeded by (seed, epoch): other windows every epoch, every token still
-  predicted exactly once, the tokens themselves never copied. Documents
-  are found by their first input, EOS.
+  each from the same first token, every epoch, which a small model can
+  learn by heart (nanoGPT instead samples windows at random offsets). Here
+  a document of n > max_length inputs is cut at p, p + L, p + 2L, ... < n,
+  with p drawn from [1, L] per document by a generator seeded by (seed,
+  epoch): other windows every epoch, every token still predicted exactly
+  once, the tokens themselves never copied. Documents are found once, by
+  their first input (EOS): one token read per chunk, not per epoch.
   """
-  lengths = source.lengths.astype(np.int64)
-  first = source.tokens[source.starts] == tokenizers.EOS_ID
-  if len(lengths) and not first[0]:
-    raise ValueError('The chunks do not start with a document (EOS as its '
-                     'first input): they are not lm_examples chunks.')
-  document = np.cumsum(first) - 1
-  sizes = np.bincount(document, weights=lengths).astype(np.int64)
-  begins = np.cumsum(sizes) - sizes
-  offset = np.random.default_rng([seed, epoch, 1]).integers(
-      1, max_length + 1, len(sizes))
-  offset[sizes <= max_length] = max_length  # no cut
-  cuts = np.maximum(0, -(-(sizes - offset) // max_length))  # per document
-  index = np.arange(cuts.sum()) - np.repeat(np.cumsum(cuts) - cuts, cuts)
-  where = np.repeat(begins + offset, cuts) + max_length * index
-  bounds = np.sort(np.concatenate([begins, where, [lengths.sum()]]))
-  chunk_lengths = np.diff(bounds)
-  return (batching.Side.from_arrays(source.tokens, chunk_lengths),
-          batching.Side.from_arrays(target.tokens, chunk_lengths))
+
+  def __init__(self, source: batching.Side, max_length: int, seed: int):
+    lengths = source.lengths.astype(np.int64)
+    first = np.asarray(source.tokens[source.starts]) == tokenizers.EOS_ID
+    if len(lengths) and not first[0]:
+      raise ValueError('The chunks do not start with a document (EOS as its '
+                       'first input): they are not lm_examples chunks.')
+    self._sizes = np.bincount(np.cumsum(first) - 1,
+                              weights=lengths).astype(np.int64)
+    self._begins = np.cumsum(self._sizes) - self._sizes
+    self._total = int(lengths.sum())
+    self.max_length, self.seed = max_length, seed
+
+  def __call__(self, epoch: int, source: batching.Side,
+               target: batching.Side) -> tuple[batching.Side, batching.Side]:
+    """Epoch `epoch`'s chunks of `source` and `target` (the sides this was
+    made from)."""
+    length, sizes = self.max_length, self._sizes
+    offset = np.random.default_rng([self.seed, epoch, 1]).integers(
+        1, length + 1, len(sizes))
+    offset[sizes <= length] = length  # no cut
+    cuts = np.maximum(0, -(-(sizes - offset) // length))  # per document
+    index = np.arange(cuts.sum()) - np.repeat(np.cumsum(cuts) - cuts, cuts)
+    where = np.repeat(self._begins + offset, cuts) + length * index
+    bounds = np.sort(np.concatenate([self._begins, where, [self._total]]))
+    chunk_lengths = np.diff(bounds)
+    return (batching.Side.from_arrays(source.tokens, chunk_lengths),
+            batching.Side.from_arrays(target.tokens, chunk_lengths))
 
 
 def count_bytes(documents: Sequence[str]) -> int:

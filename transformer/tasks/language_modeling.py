@@ -128,11 +128,6 @@ def model_config(config: ml_collections.ConfigDict,
       **configs.model_overrides(config.model, decoder.Config, MODEL_EXCLUDE))
 
 
-def _shifted_chunks(max_length: int, seed: int, epoch: int, source, target):
-  return text.shifted_lm_chunks(source, target, max_length=max_length,
-                                seed=seed, epoch=epoch)
-
-
 def _token_lengths(tokenizer) -> np.ndarray:
   """[4, V]: UTF-8 bytes and characters of the text each token stands for
   (0 for padding and EOS), inside a document (rows 0, 1) and as its first
@@ -305,8 +300,8 @@ class LanguageModelingTask(CorpusTask):
         tokens_per_batch=data.tokens_per_batch, seed=self.config.seed,
         start_step=start_step, row_multiple=self.batch_divisor,
         host=(jax.process_index(), jax.process_count()),
-        recut=functools.partial(_shifted_chunks, data.max_length,
-                                self.config.seed) if data.shift_chunks
+        recut=text.ShiftedLMChunks(source, data.max_length,
+                                   self.config.seed) if data.shift_chunks
         else None)
     self.examples(data.eval_split)  # a wrong split fails now, not later
     print(f'Training data: {meta["notes"].get("documents", 0):,} '
