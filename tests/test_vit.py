@@ -96,6 +96,11 @@ def test_padded_token_sequence_changes_no_state(pooling):
   np.testing.assert_allclose(padded.apply(head, images, deterministic=True),
                              model.apply(head, images, deterministic=True),
                              rtol=1e-5, atol=1e-5)
+  # Weights kept for figures are the real tokens' (the run is unpadded).
+  _, kept = padded.apply(params, images, deterministic=True,
+                         mutable=['intermediates'])
+  for weights in layers.attention_weights(kept['intermediates']).values():
+    assert weights.shape[-2:] == (config.num_tokens, config.num_tokens)
   with pytest.raises(ValueError, match='pad_tokens_to'):
     config.replace(pad_tokens_to=0)
 

@@ -60,8 +60,8 @@ class Config(layers.TransformerConfig):
   dropout_rate: float = 0.0
   # Pad the token sequence to a multiple of this with keys no query reads
   # (`masks.KeyLengths`), dropped after the encoder: cuDNN's fused attention
-  # refuses odd lengths such as B/16's 197 at 224, and takes 200. Attention
-  # weights then come over the padded length.
+  # refuses odd lengths such as B/16's 197 at 224 (200 not yet tried on a
+  # GPU). Not while attention weights are kept ('intermediates' mutable).
   pad_tokens_to: int = 1
 
   def __post_init__(self):
@@ -263,7 +263,9 @@ class VisionTransformer(nn.Module):
     x = self.dropout(x, deterministic=deterministic)
     tokens = x.shape[1]
     padded = -(-tokens // c.pad_tokens_to) * c.pad_tokens_to
-    if padded == tokens:
+    # Attention weights being kept (for figures, rollout): the real tokens'
+    # only, so unpadded (the same states either way).
+    if padded == tokens or self.is_mutable_collection('intermediates'):
       return self.encoder(x, deterministic=deterministic)
     x = jnp.pad(x, ((0, 0), (0, padded - tokens), (0, 0)))
     lengths = masks.KeyLengths(jnp.full((x.shape[0],), tokens, jnp.int32))
