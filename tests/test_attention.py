@@ -290,6 +290,13 @@ def test_key_lengths_reach_the_kernel_and_attend_as_their_padding_mask(
   np.testing.assert_allclose(moved[1], got[1], rtol=1e-6, atol=1e-6)
   assert np.abs(np.asarray(moved[0] - got[0])).max() > 1e-3
   assert padding.mask(4).shape == (3, 1, 1, 4)
+  # A KV cache's self-attention takes masks in cache coordinates only.
+  decoder = attention.MultiHeadAttention(num_heads=4, decode=True)
+  cache = decoder.init(jax.random.key(0), jnp.zeros((3, 5, 16)),
+                       deterministic=True)
+  with pytest.raises(ValueError, match='KeyLengths.*KV cache'):
+    decoder.apply(cache, x[:, :1], mask=padding, deterministic=True,
+                  mutable=['cache'])
 
 
 def test_causal_output_ignores_later_inputs():

@@ -563,7 +563,7 @@ class MultiHeadAttention(nn.Module):
     key_lengths = None
     if isinstance(mask, masks.KeyLengths) and not self.decode:
       key_lengths, mask = mask.lengths, None
-    # The cache paths take masks, over the keys they attend to.
+    # The cross-attention cache takes a mask over the keys it holds.
     as_mask = lambda mask, key: mask.mask(key.shape[-3]) if isinstance(
         mask, masks.KeyLengths) else mask
     query = self._projection(self.num_heads, head_dim, 'query')(inputs_q)
@@ -588,8 +588,12 @@ class MultiHeadAttention(nn.Module):
         query = positional.rotary_embedding(query, positions)
         key = positional.rotary_embedding(key, positions)
       if self.decode:
-        key, value, mask = self._update_self_cache(
-            key, value, as_mask(mask, key), causal)
+        if isinstance(mask, masks.KeyLengths):
+          raise ValueError(
+              'masks.KeyLengths counts the keys of a whole sequence; a KV '
+              'cache holds positions as they come: give decoding '
+              'self-attention a mask in cache coordinates, or none.')
+        key, value, mask = self._update_self_cache(key, value, mask, causal)
         causal = False  # now part of the mask, in cache coordinates
 
     dropout_rng = None
