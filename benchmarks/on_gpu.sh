@@ -42,9 +42,17 @@ python3 -c 'import jax, flax; print("jax", jax.__version__, "flax",
 tests_xla=--xla_gpu_autotune_level=0
 XLA_FLAGS=$tests_xla python3 -c 'import jax; jax.numpy.ones(1)' \
   >/dev/null 2>&1 || tests_xla=
-XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=$tests_xla step gpu-tests 120 \
-  "$out/tests.log" python3 -m pytest -p no:cacheprovider -q -n 8 -rs \
-  tests/test_attention.py tests/test_layers.py tests/test_decoding.py
+# TESTS=all runs the whole suite (TESTS_LIMIT seconds, default 120 for the
+# GPU-specific files alone); the GPU-only tests are in test_attention.py.
+if [[ ${TESTS:-} == all ]]; then
+  tests=(tests)
+else
+  tests=(tests/test_attention.py tests/test_layers.py tests/test_decoding.py
+         tests/test_beam_slots.py)
+fi
+XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=$tests_xla step gpu-tests \
+  "${TESTS_LIMIT:-120}" "$out/tests.log" python3 -m pytest \
+  -p no:cacheprovider -q -n 8 -rs "${tests[@]}"
 
 # Seen on an H200 (2026-11-26), most of each step compiling: gpt2-large
 # unrolled about 100 s, scanned about 25 s; Transformer-base about 45 s;
