@@ -17,19 +17,7 @@ budget=${BUDGET:-540}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export PYTHONUNBUFFERED=1
 
-step() {  # step NAME LIMIT_S LOG COMMAND...
-  local name=$1 limit=$2 log=$3 left=$((budget - SECONDS))
-  shift 3
-  if (( left < 20 )); then
-    echo "== $name: not run, the deadline is reached" | tee -a "$log"
-    return
-  fi
-  (( limit < left )) || limit=$left
-  echo "== $name (limit ${limit} s, at ${SECONDS} s): $*" | tee -a "$log"
-  timeout "$limit" "$@" 2>&1 | grep -v "Unable to initialize backend" \
-    | tee -a "$log"
-  echo "== $name: exit ${PIPESTATUS[0]} at ${SECONDS} s" | tee -a "$log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/deadline.sh"
 
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm \
   --format=csv | tee "$out/bench.log"

@@ -24,26 +24,14 @@ if [[ -n ${DATA:-} && ! -e ../shared/data ]]; then
   mkdir -p ../shared && ln -s "$(cd "$DATA" && pwd)" ../shared/data
 fi
 
-step() {  # step NAME LIMIT_S COMMAND...
-  local name=$1 limit=$2 left=$((budget - SECONDS))
-  shift 2
-  if (( left < 30 )); then
-    echo "== $name: not run, the deadline is reached" | tee -a "$log"
-    return
-  fi
-  (( limit < left )) || limit=$left
-  echo "== $name (limit ${limit} s, at ${SECONDS} s): $*" | tee -a "$log"
-  timeout "$limit" "$@" 2>&1 | grep -v "Unable to initialize backend" \
-    | tee -a "$log"
-  echo "== $name: exit ${PIPESTATUS[0]} at ${SECONDS} s" | tee -a "$log"
-}
+source "$(dirname "${BASH_SOURCE[0]}")/deadline.sh"
 
 nvidia-smi --query-gpu=name,memory.total --format=csv | tee "$log"
 table3="--table=experiments/paper/vaswani2017_table3.py
   --workdir=workdirs/table3_reduced --scale=reduced"
-step table3 360 python3 -m transformer.tools.reproduce $table3 --parallel=8
+step table3 360 "$log" python3 -m transformer.tools.reproduce $table3 --parallel=8
 # The table as far as it got (a deadline stops the rows before they write it).
-step table3-collect 60 python3 -m transformer.tools.reproduce $table3 \
+step table3-collect 60 "$log" python3 -m transformer.tools.reproduce $table3 \
   --launch=collect
 multi30k() {
   local seed=$1
@@ -56,7 +44,7 @@ multi30k() {
 }
 export -f multi30k
 export out
-step multi30k 300 bash -c 'multi30k 0 & multi30k 1 & wait
+step multi30k 300 "$log" bash -c 'multi30k 0 & multi30k 1 & wait
   grep -h "Final\|BLEU\|bleu" "$out"/multi30k.seed*.log | tail -8'
 cp workdirs/table3_reduced/table.md workdirs/table3_reduced/table.csv \
   "$out/" 2>/dev/null

@@ -161,49 +161,20 @@ def test_rows_in_processes_of_their_own_match_in_process_rows(
                              rows=[], launch='print', parallel=2)
 
 
-def test_a_preempted_row_stops_the_rows_beside_it(spec_path, tmp_path,
-                                                  monkeypatch):
+def fake_rows(monkeypatch, on_poll):
+  """Popen replaced by rows that run until terminated (then exit 75, as
+  after a checkpoint); `on_poll(row, started)` may end one sooner. Returns
+  the rows started, in order."""
   started = []
 
-  class FakeProcess:  # 'h2' is preempted; the others run until stopped
+  class FakeProcess:
     def __init__(self, args, **unused_kwargs):
       self.row = os.path.basename(args[-1])
       self.returncode, self.terminated = None, False
       started.append(self)
 
     def poll(self):
-      if self.row == 'h2' or self.terminated:
-        self.returncode = 75  # checkpointed and exited
-      return self.returncode
-
-    def terminate(self):
-      self.terminated = True
-
-    def wait(self, timeout=None):
-      return self.returncode
-
-  monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
-  with pytest.raises(faults.Preempted, match='signal to row h2'):
-    reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
-                             rows=['base', 'h2', 'broken'], launch='local',
-                             parallel=2)
-  assert [p.row for p in started] == ['base', 'h2']  # 'broken' never began
-  assert started[0].terminated and not started[1].terminated
-
-
-def test_a_signal_to_the_command_stops_every_row(spec_path, tmp_path,
-                                                 monkeypatch):
-  started = []
-
-  class FakeProcess:  # runs until stopped; the first poll signals us
-    def __init__(self, args, **unused_kwargs):
-      self.row = os.path.basename(args[-1])
-      self.returncode, self.terminated = None, False
-      started.append(self)
-
-    def poll(self):
-      if not self.terminated and self is started[0]:
-        os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` or a scheduler
+      on_poll(self, started)
       if self.terminated:
         self.returncode = 75
       return self.returncode
@@ -215,8 +186,32 @@ def test_a_signal_to_the_command_stops_every_row(spec_path, tmp_path,
       return self.returncode
 
   monkeypatch.setattr(subprocess, 'Popen', FakeProcess)
+  return started
+
+
+def test_a_preempted_row_stops_the_rows_beside_it(spec_path, tmp_path,
+                                                  monkeypatch):
+  def preempt_h2(row, started):
+    if row.row == 'h2':
+      row.returncode = 75  # checkpointed and exited
+  started = fake_rows(monkeypatch, preempt_h2)
+  with pytest.raises(faults.Preempted, match='signal to row h2'):
+    reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
+                             rows=['base', 'h2', 'broken'], launch='local',
+                             parallel=2)
+  assert [p.row for p in started] == ['base', 'h2']  # 'broken' never began
+  assert started[0].terminated and not started[1].terminated
+
+
+def test_a_signal_to_the_command_stops_every_row(spec_path, tmp_path,
+                                                 monkeypatch):
+  def signal_us(row, started):
+    if not row.terminated and row is started[0]:
+      os.kill(os.getpid(), signal.SIGTERM)  # as `timeout` or a scheduler
+  started = fake_rows(monkeypatch, signal_us)
   before = signal.getsignal(signal.SIGTERM)
-  with pytest.raises(faults.Preempted, match=r'signal to this command \(SIGTERM'):
+  with pytest.raises(faults.Preempted,
+                     match=r'signal to this command \(SIGTERM'):
     reproduce_rows.reproduce(spec_path, str(tmp_path), scale='paper',
                              rows=['base', 'h2', 'broken'], launch='local',
                              parallel=2)
