@@ -563,9 +563,6 @@ class MultiHeadAttention(nn.Module):
     key_lengths = None
     if isinstance(mask, masks.KeyLengths) and not self.decode:
       key_lengths, mask = mask.lengths, None
-    # The cross-attention cache takes a mask over the keys it holds.
-    as_mask = lambda mask, key: mask.mask(key.shape[-3]) if isinstance(
-        mask, masks.KeyLengths) else mask
     query = self._projection(self.num_heads, head_dim, 'query')(inputs_q)
     project_kv = lambda: (
         self._projection(num_kv_heads, head_dim, 'key')(kv_source),
@@ -578,7 +575,8 @@ class MultiHeadAttention(nn.Module):
     groups = 1
     if self.decode and not self_attention:
       key, value = self._cross_cache(project_kv)
-      mask = as_mask(mask, key)
+      if isinstance(mask, masks.KeyLengths):  # a mask over the cached keys
+        mask = mask.mask(key.shape[-3])
       groups = _shared_key_groups(query, key, mask)
       query = _fold_rows(query, groups)
     else:
