@@ -188,8 +188,8 @@ def test_shifted_chunks_cut_long_documents_elsewhere_each_epoch():
   document_starts = set((np.cumsum(sizes) - sizes).tolist())
   bounds = {}
   for epoch in range(3):
-    new_source, new_target = text.shifted_lm_chunks(
-        source, target, max_length=max_length, seed=0, epoch=epoch)
+    new_source, new_target = text.ShiftedLMChunks(
+        source, max_length, seed=0)(epoch, source, target)
     # The same tokens, in the same order, every token still predicted once.
     assert new_source.tokens is source.tokens
     assert new_target.tokens is target.tokens
@@ -205,11 +205,11 @@ def test_shifted_chunks_cut_long_documents_elsewhere_each_epoch():
         assert not set(range(start + 1, start + size)) & starts
     bounds[epoch] = starts
   assert bounds[0] != bounds[1] != bounds[2]
-  again, _ = text.shifted_lm_chunks(source, target, max_length=max_length,
-                                    seed=0, epoch=1)
+  again, _ = text.ShiftedLMChunks(source, max_length, seed=0)(1, source,
+                                                              target)
   assert set(again.starts.tolist()) == bounds[1]  # a function of the epoch
-  other, _ = text.shifted_lm_chunks(source, target, max_length=max_length,
-                                    seed=1, epoch=1)
+  other, _ = text.ShiftedLMChunks(source, max_length, seed=1)(1, source,
+                                                              target)
   assert set(other.starts.tolist()) != bounds[1]
 
 
@@ -218,7 +218,7 @@ def test_shifted_chunks_refuse_chunks_that_do_not_start_a_document():
   rest = [batching.Side.from_arrays(side.tokens[8:], side.lengths[1:])
           for side in (source, target)]
   with pytest.raises(ValueError, match='not lm_examples chunks'):
-    text.shifted_lm_chunks(*rest, max_length=8, seed=0, epoch=0)
+    text.ShiftedLMChunks(rest[0], 8, seed=0)
 
 
 def test_lm_examples_reject_documents_with_eos_or_padding():

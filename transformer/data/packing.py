@@ -147,7 +147,7 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
   `examples` may also be the (source, target) `Side`s of the examples,
   e.g. a `token_cache`'s. With `recut(epoch, source, target)`, epoch e
   packs the Sides it returns instead: the same tokens cut into other
-  examples (e.g. `text.shifted_lm_chunks`, so that a long text is not read
+  examples (e.g. `text.ShiftedLMChunks`, so that a long text is not read
   in the same windows every epoch); it must be a function of its
   arguments, as resuming recomputes it.
 

@@ -230,15 +230,6 @@ def lm_examples(documents_ids: Sequence[Sequence[int]],
   return list(zip(np.split(inputs, cuts), np.split(targets, cuts)))
 
 
-def shifted_lm_chunks(source: batching.Side, target: batching.Side, *,
-                      max_length: int, seed: int, epoch: int
-                      ) -> tuple[batching.Side, batching.Side]:
-  """`lm_examples`' chunks (as the Sides of a token cache) cut again, each
-  document longer than `max_length` at a random offset of its own: epoch
-  `epoch` of `ShiftedLMChunks(source, max_length, seed)`."""
-  return ShiftedLMChunks(source, max_length, seed)(epoch, source, target)
-
-
 class ShiftedLMChunks:
   """The `PackedTrainBatches(recut=...)` of language modelling: each epoch
   cuts `lm_examples`' chunks again, every document longer than `max_length`

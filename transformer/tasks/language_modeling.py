@@ -65,7 +65,7 @@ def default_config() -> ml_collections.ConfigDict:
       vocab_size=8_000,  # SentencePiece only
       max_length=256,  # context length
       # Cut documents longer than max_length at a random offset per epoch
-      # (`text.shifted_lm_chunks`), not at the same places every epoch.
+      # (`text.ShiftedLMChunks`), not at the same places every epoch.
       shift_chunks=False,
       tokens_per_batch=16_384, eval_rows=64))
   config.model = configs.model_section(
