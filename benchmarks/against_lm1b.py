@@ -10,9 +10,10 @@ The anchor's model is imported from the given checkout (its code is never
 copied here). Both sides: tied input/output embeddings, ReLU MLP, no
 dropout, AdamW, unpacked rows of `--length` random tokens, the next-token
 loss with an accuracy metric; ours is the real `train.train_step` (with its
-non-finite check) of `decoder.Decoder` and `language_modeling.lm_loss`.
-Prints XLA's FLOP and byte counts of each compiled step and the median of
-`--repeats` interleaved steps.
+non-finite check, as the default config's run jits it) of `decoder.Decoder`
+and `language_modeling.lm_loss`. Prints XLA's FLOP and byte counts of each
+compiled step, the median of `--repeats` interleaved steps and the range of
+the rounds' own ratios.
 """
 
 import functools
@@ -105,9 +106,8 @@ def main(argv):
                            opt_state=tx.init(params))
   loss_fn = functools.partial(language_modeling.lm_loss, model,
                               label_smoothing=0.0)
-  ours = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn, tx=tx,
-                                   seed=0), donate_argnums=0).lower(
-                                       state, batch).compile()
+  ours = jax.jit(timing.default_train_step(loss_fn=loss_fn, tx=tx, seed=0),
+                 donate_argnums=0).lower(state, batch).compile()
 
   print(f'device: {jax.devices()[0].device_kind}, jax {jax.__version__}; '
         f'{layers} layers, width {width}, vocab {vocab:,}, {rows} x '
@@ -117,9 +117,7 @@ def main(argv):
   seconds = timing.interleaved_steps(
       {'lm1b': (anchor, anchor_state, tokens), 'ours': (ours, state, batch)},
       _REPEATS.value)
-  anchor_ms, ours_ms = 1e3 * seconds['lm1b'], 1e3 * seconds['ours']
-  print(f'step ms (median of {_REPEATS.value}): lm1b {anchor_ms:,.0f}, ours '
-        f'{ours_ms:,.0f}; lm1b / ours {anchor_ms / ours_ms:.2f}x')
+  print(timing.comparison('lm1b', seconds['lm1b'], seconds['ours']))
 
 
 if __name__ == '__main__':

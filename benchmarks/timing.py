@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from transformer import configs
+from transformer import train
 from transformer.models import decoder
 from transformer.tasks import language_modeling
 
@@ -51,9 +53,9 @@ def compiled_cost(compiled) -> str:
           f'{cost.get("bytes accessed", float("nan")) / 1e9:,.2f} GB')
 
 
-def interleaved_steps(steps: dict, repeats: int) -> dict[str, float]:
-  """Median seconds of train steps timed in turn, each round running every
-  step once, so that the machine's drift reaches all of them alike.
+def interleaved_steps(steps: dict, repeats: int) -> dict[str, list[float]]:
+  """Seconds of each round's train steps, timed in turn, each round running
+  every step once, so that the machine's drift reaches all of them alike.
 
   `steps` maps a name to (step, state, batch); a step returns its new
   state first (and may donate the old one), then what it reports.
@@ -67,7 +69,29 @@ def interleaved_steps(steps: dict, repeats: int) -> dict[str, float]:
       jax.block_until_ready(reported)
       if repeat:
         times[name].append(time.perf_counter() - start)
-  return {name: float(np.median(t)) for name, t in times.items()}
+  return times
+
+
+def comparison(anchor_name: str, anchor: list[float], ours: list[float]
+               ) -> str:
+  """'step ms (median of n): <anchor> a, ours b; <anchor> / ours r', with
+  the range of the rounds' own ratios: on a shared machine the medians'
+  ratio moves by a few percent from run to run, and the range shows by
+  how much within this one."""
+  a, o = 1e3 * np.median(anchor), 1e3 * np.median(ours)
+  rounds = np.asarray(anchor) / np.asarray(ours)
+  return (f'step ms (median of {len(ours)}): {anchor_name} {a:,.0f}, ours '
+          f'{o:,.0f}; {anchor_name} / ours {a / o:.2f}x (rounds '
+          f'{rounds.min():.2f}x to {rounds.max():.2f}x)')
+
+
+def default_train_step(**kwargs):
+  """`train.train_step` as a run of the default config jits it: with
+  config.train.nonfinite='stop' a non-finite step ends the run, so the step
+  keeps no old state (`skip_nonfinite` False)."""
+  return functools.partial(
+      train.train_step, skip_nonfinite=(
+          configs.default_config().train.nonfinite == 'skip'), **kwargs)
 
 
 def matmul_flops_per_second(n: int, dtype, repeats: int,

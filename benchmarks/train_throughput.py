@@ -184,8 +184,7 @@ def compiled_step(size: str, rows: int, length: int, dtype):
   params = jax.jit(lambda r: nn.unbox(init(r)['params']))(jax.random.key(0))
   state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                            opt_state=tx.init(params))
-  step = jax.jit(functools.partial(train.train_step, loss_fn=loss_fn, tx=tx,
-                                   seed=0))
+  step = jax.jit(timing.default_train_step(loss_fn=loss_fn, tx=tx, seed=0))
   return (step.lower(state, batch).compile(), state, batch, params, tokens,
           step_flops(params))
 

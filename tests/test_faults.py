@@ -306,6 +306,16 @@ def test_nonfinite_step_stops_with_a_report(tmp_path, monkeypatch):
   assert checkpoints.manager(workdir, read_only=True).all_steps() == [2, 4]
 
 
+def test_stop_never_evaluates_a_nonfinite_step(tmp_path, monkeypatch, capfd):
+  # 'stop' applies the step on device (no old state kept), so the
+  # evaluation at step 3 must judge it first: the run ends there.
+  config, workdir = poisoned_run(tmp_path, monkeypatch, [3], eval_every=3)
+  with pytest.raises(faults.NonFiniteError, match='Step 3 produced'):
+    train.train_and_evaluate(config, workdir)
+  assert 'eval at step 3' not in capfd.readouterr().out
+  assert checkpoints.manager(workdir, read_only=True).all_steps() == [2]
+
+
 def test_nonfinite_steps_are_skipped_and_counted(tmp_path, monkeypatch,
                                                  capfd):
   config, workdir = poisoned_run(tmp_path, monkeypatch, [3, 4],

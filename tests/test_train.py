@@ -223,44 +223,60 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
     assert (want in line) if want else ('new batch shape' not in line), line
 
 
+@pytest.mark.parametrize('skip_nonfinite', [True, False])
 @pytest.mark.parametrize('case', ['finite', 'gradients', 'loss', 'update',
-                                  'finite_bf16', 'update_bf16'])
-def test_a_nonfinite_step_changes_neither_parameters_nor_optimizer(case):
-  """train_step skips a step whose gradients are not finite, one whose loss
-  is not though its gradients are, and one whose update is not though
-  loss and gradients are (an optimizer scaling by infinity): parameters
-  and Adam's moments stay as they were, the step counter advances, and
-  the step counts as skipped; bfloat16 parameters too."""
+                                  'overflow', 'finite_bf16', 'update_bf16'])
+def test_a_nonfinite_step_changes_neither_parameters_nor_optimizer(
+    case, skip_nonfinite):
+  """train_step finds a step non-finite when its gradients are not, when
+  its loss is not though its gradients are, when its update is not though
+  loss and gradients are (an optimizer scaling by infinity), and when a
+  finite update overflows the parameters; bfloat16 parameters too. Such a
+  step counts as skipped and its metrics are zero; with `skip_nonfinite`
+  parameters and Adam's moments stay as they were, without it (the 'stop'
+  policy, whose run ends) the step is applied. The counter advances."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
 
   def loss_fn(params, batch, rng, deterministic):
     del rng, deterministic
     w = params['w'].astype(jnp.float32)
-    loss = (jnp.sum((w - batch['x']) ** 2) * batch['scale']
+    loss = (jnp.sum(batch['quadratic'] * (w - batch['x']) ** 2
+                    - batch['linear'] * w) * batch['scale']
             + jax.lax.stop_gradient(batch['offset']))
-    return loss, {'loss': (loss, 1.0)}
+    return loss, {'loss': (loss, 1.0), 'other': (loss * 2, 1.0)}
 
   dtype = jnp.bfloat16 if case.endswith('bf16') else jnp.float32
-  tx = optax.chain(optax.adam(0.1), optax.scale(
-      jnp.inf if case.startswith('update') else 1.0))
-  params = {'w': jnp.arange(3.0, dtype=dtype)}
+  # 'overflow': loss -w_0 - w_1 - w_2 = -(3e38 + 1), gradients -1, and
+  # Adam's first update, learning rate x sign, takes w_0 past the largest
+  # float32.
+  overflow = case == 'overflow'
+  tx = optax.chain(optax.adam(3e38 if overflow else 0.1),
+                   optax.scale(jnp.inf if case.startswith('update') else 1.0))
+  params = {'w': (jnp.asarray([3e38, 0.0, 1.0]) if overflow
+                  else jnp.arange(3.0)).astype(dtype)}
   state = train.TrainState(step=jnp.zeros((), jnp.int32), params=params,
                            opt_state=tx.init(params))
-  batch = {'x': jnp.ones(3),
+  batch = {'x': params['w'].astype(jnp.float32) if overflow else jnp.ones(3),
+           'quadratic': 0.0 if overflow else 1.0,
+           'linear': 1.0 if overflow else 0.0,
            'scale': jnp.inf if case == 'gradients' else 1.0,
            'offset': jnp.inf if case == 'loss' else 0.0}
   new, sums, health = jax.jit(
-      lambda s, b: train.train_step(s, b, loss_fn=loss_fn, tx=tx, seed=0))(
-          state, batch)
+      lambda s, b: train.train_step(s, b, loss_fn=loss_fn, tx=tx, seed=0,
+                                    skip_nonfinite=skip_nonfinite))(
+                                        state, batch)
   assert int(new.step) == 1
-  skipped = not case.startswith('finite')
-  assert bool(health['finite']) is not skipped
-  assert float(sums['skipped'][0]) == float(skipped)
+  nonfinite = not case.startswith('finite')
+  assert bool(health['finite']) is not nonfinite
+  assert float(sums['skipped'][0]) == float(nonfinite)
+  if nonfinite:
+    assert float(sums['other'][0]) == float(sums['loss'][1]) == 0.0
   assert new.params['w'].dtype == dtype
+  kept = nonfinite and skip_nonfinite
   for before, after in zip(jax.tree.leaves((state.params, state.opt_state)),
                            jax.tree.leaves((new.params, new.opt_state))):
-    if skipped:
+    if kept:
       np.testing.assert_array_equal(after, before)
   moved = not np.array_equal(new.params['w'], params['w'])
-  assert moved is not skipped
+  assert moved is not kept

@@ -6,11 +6,13 @@ exits at once. Several processes agree on the step through orbax's
 preemption sync point (the JAX coordination service sees the signal), so
 they all save the same step.
 
-Non-finite values: every step checks loss, gradient norm and update norm on
-device and never applies a non-finite update. The host reads that flag one
-step late (it never waits for the step it just dispatched) and applies
-`config.train.nonfinite`: 'stop' ends the run with a report, the last
-checkpoint untouched; 'skip' counts skipped steps and stops after
+Non-finite values: every step checks its loss, gradient norm and new
+parameters on device. The host reads that flag one step late (it never
+waits for the step it just dispatched), and before each checkpoint and
+evaluation, and applies `config.train.nonfinite`: 'stop' ends the run with
+a report before the step's state is evaluated or saved, the last checkpoint
+untouched; 'skip' never applies such a step (the device keeps the old
+state), counts skipped steps and stops after
 `config.train.max_consecutive_skips` in a row.
 """
 
@@ -81,12 +83,12 @@ class NonFiniteError(FloatingPointError):
   """A step produced a non-finite loss, gradient or update."""
 
 
-def health(loss: jax.Array, grad_squares: Any, update_norm: jax.Array,
+def health(loss: jax.Array, grad_squares: Any, params_finite: jax.Array,
            grad_norm: jax.Array) -> dict[str, Any]:
   """On device: whether the step is finite, and which gradients are not
   (from each gradient's sum of squares, non-finite when the gradient is)."""
   return {'finite': (jax.numpy.isfinite(loss) & jax.numpy.isfinite(grad_norm)
-                     & jax.numpy.isfinite(update_norm)),
+                     & params_finite),
           'nonfinite_grads': jax.tree.map(
               lambda s: ~jax.numpy.isfinite(s), grad_squares)}
 
@@ -150,10 +152,11 @@ class NonFiniteMonitor:
     why = (f'{self.consecutive} steps in a row' if self.policy == 'skip'
            else 'config.train.nonfinite=\'stop\'')
     raise NonFiniteError(
-        f'Step {step} produced non-finite values ({why}); the update was not '
-        f'applied and the last checkpoint in {self.workdir}/checkpoints is '
-        f'untouched. Loss sum {loss_sum} over {count:g} targets. Parameters '
-        f'with non-finite gradients ({len(names)}): '
+        f'Step {step} produced non-finite values ({why}); no state of that '
+        f'step was evaluated or saved, and the last checkpoint in '
+        f'{self.workdir}/checkpoints is untouched. Loss sum {loss_sum} over '
+        f'{count:g} targets. Parameters with non-finite gradients '
+        f'({len(names)}): '
         f'{", ".join(names[:10]) or "none (the loss itself)"}'
         f'{" ..." if len(names) > 10 else ""}. Batch: '
         f'{_batch_statistics(jax.device_get(batch))}. Lower '

@@ -86,13 +86,19 @@ def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                loss_fn: Callable[..., Any], tx: optax.GradientTransformation,
-               seed: int, microbatches: int = 1
+               seed: int, microbatches: int = 1, skip_nonfinite: bool = True
                ) -> tuple[TrainState, metrics.Sums, dict[str, Any]]:
   """One optimizer step. Dropout keys are fold_in(seed, step), so a resumed
-  run draws the same numbers as an uninterrupted one. A step whose loss,
-  gradient norm or update norm is not finite leaves parameters and
-  optimizer state unchanged (the step counter still advances) and adds
+  run draws the same numbers as an uninterrupted one. A step is finite when
+  its loss, gradient norm and new parameters are; one that is not adds
   nothing to the metrics but 'skipped'.
+
+  Args:
+    skip_nonfinite: a non-finite step leaves parameters and optimizer state
+      as they were (the step counter still advances): config.train.nonfinite
+      'skip'. False applies it: for 'stop', whose run ends before such a
+      state is evaluated or saved; this saves a pass over parameters and
+      optimizer state, old and new (docs/benchmarks.md).
 
   Returns:
     The new state, metric sums, and `faults.health` of the step.
@@ -106,21 +112,28 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   squares = jax.tree.map(lambda g: jnp.sum(jnp.square(g.astype(jnp.float32))),
                          grads)
   grad_norm = jnp.sqrt(sum(jax.tree.leaves(squares)))
-  step_health = faults.health(sums['loss'][0], squares,
-                              optax.tree.norm(updates), grad_norm)
+  # The new parameters rather than the update's norm: XLA then computes
+  # them in the optimizer's fused pass instead of writing the update out
+  # for a norm first (GPT-2 small step: 2.8 GB less), and a finite update
+  # that overflows the parameters counts too.
+  params_finite = jnp.all(jnp.asarray(
+      [jnp.isfinite(p).all() for p in jax.tree.leaves(params)]))
+  step_health = faults.health(sums['loss'][0], squares, params_finite,
+                              grad_norm)
   finite = step_health['finite']
-  # A `where`, not `lax.cond`: a cond saved 2.2 of 40.8 GB on a CPU (0.6%
-  # of the step, within noise), but a conditional may make a GPU step wait
-  # on the host for its predicate (docs/benchmarks.md).
-  keep = lambda new, old: jax.tree.map(
-      lambda n, o: jnp.where(finite, n, o), new, old)
   sums = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
                       {**sums, 'grad_norm': (grad_norm, 1.0)})
   sums['skipped'] = (1.0 - finite.astype(jnp.float32), 1.0)
-  return state.replace(step=state.step + 1,
-                       params=keep(params, state.params),
-                       opt_state=keep(opt_state, state.opt_state)
-                       ), sums, step_health
+  if skip_nonfinite:
+    # A `where`, not `lax.cond`: a cond saved 2.2 of 40.8 GB on a CPU (0.6%
+    # of the step, within noise), but a conditional may make a GPU step
+    # wait on the host for its predicate (docs/benchmarks.md).
+    keep = lambda new, old: jax.tree.map(
+        lambda n, o: jnp.where(finite, n, o), new, old)
+    params, opt_state = (keep(params, state.params),
+                         keep(opt_state, state.opt_state))
+  return state.replace(step=state.step + 1, params=params,
+                       opt_state=opt_state), sums, step_health
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *,
@@ -190,7 +203,8 @@ class Trainer:
     self.train_step = jax.jit(
         functools.partial(train_step, loss_fn=self.task.loss, tx=self.tx,
                           seed=config.seed,
-                          microbatches=config.train.microbatches),
+                          microbatches=config.train.microbatches,
+                          skip_nonfinite=config.train.nonfinite == 'skip'),
         in_shardings=(state_shardings, batch_sharding),
         out_shardings=(state_shardings, None, None), donate_argnums=0)
     self.eval_step = jax.jit(
@@ -385,6 +399,7 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
         writer.close()
         raise faults.Preempted(step)
       if step % train_cfg.eval_every == 0 or last:
+        monitor.flush()  # nor evaluate one
         eval_start = time.time()
         result = trainer.evaluate(state.params, f'step{step}')
         writer.write_scalars(step, {f'eval/{k}': v
