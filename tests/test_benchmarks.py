@@ -93,6 +93,20 @@ def test_percent():
   assert timing.percent(1.0, None) == 'n/a'
 
 
+def test_comparison_gives_the_medians_ratio_and_the_rounds_range():
+  # Rounds 2/1, 3/2, 9/3: medians 3 and 2 -> 1.50x, rounds 1.50x to 3.00x.
+  line = timing.comparison('lm1b', [2e-3, 3e-3, 9e-3], [1e-3, 2e-3, 3e-3])
+  assert line == ('step ms (median of 3): lm1b 3, ours 2; lm1b / ours '
+                  '1.50x (rounds 1.50x to 3.00x)')
+
+
+def test_benchmarks_time_the_default_configs_step():
+  from transformer import configs  # pylint: disable=g-import-not-at-top
+  step = timing.default_train_step(seed=0)
+  assert step.keywords['skip_nonfinite'] is (
+      configs.default_config().train.nonfinite == 'skip')
+
+
 def test_cache_bytes_per_position():
   # Imported here: it defines command-line flags.
   import generation  # pylint: disable=g-import-not-at-top
