@@ -80,7 +80,7 @@ class PreemptionSignals:
 
 
 class NonFiniteError(FloatingPointError):
-  """A step produced a non-finite loss, gradient or update."""
+  """A step produced a non-finite loss, gradient or parameters."""
 
 
 def health(loss: jax.Array, grad_squares: Any, params_finite: jax.Array,
