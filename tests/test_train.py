@@ -226,7 +226,7 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
 @pytest.mark.parametrize('skip_nonfinite', [True, False])
 @pytest.mark.parametrize('case', ['finite', 'gradients', 'loss', 'update',
                                   'overflow', 'finite_bf16', 'update_bf16'])
-def test_a_nonfinite_step_changes_neither_parameters_nor_optimizer(
+def test_a_nonfinite_step_is_flagged_and_kept_out_when_skipping(
     case, skip_nonfinite):
   """train_step finds a step non-finite when its gradients are not, when
   its loss is not though its gradients are, when its update is not though
