@@ -113,6 +113,50 @@ def test_matches_float64_numpy_reference(impl, kind, kv_heads):
   assert error / np.abs(expected).max() < 1e-5
 
 
+@pytest.mark.parametrize('kind', ['causal', 'padding+causal',
+                                  'arbitrary+causal'])
+@pytest.mark.parametrize('kv_heads', [4, 2])
+def test_causal_self_attention_in_halves_matches_the_whole(kind, kv_heads):
+  """Causal self-attention runs as two query halves (`_causal_halves`):
+  outputs equal the float64 reference, gradients those of the same mask
+  given whole (no `causal` flag, so no split)."""
+  b, t = 3, 8
+  mask, lengths, _ = mask_cases(b, t, t)[kind]
+  whole = combined(mask, lengths, True, t, t)
+  q, k, v = (normal(0, b, t, 4, 8), normal(1, b, t, kv_heads, 8),
+             normal(2, b, t, kv_heads, 8))
+  cotangent = normal(3, b, t, 4, 8)
+
+  def loss(q, k, v, split):
+    out = attention.dot_product_attention(
+        q, k, v, mask=mask if split else whole,
+        key_lengths=lengths if split else None, causal=split,
+        implementation='einsum')
+    return jnp.sum(out * cotangent), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(
+      lambda *a: loss(*a, True), argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  expected, _ = reference_attention(q, k, v, whole)
+  np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
+  want = jax.grad(lambda *a: loss(*a, False)[0], argnums=(0, 1, 2))(q, k, v)
+  for got, wanted in zip(grads, want):
+    np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-6)
+
+
+def test_causal_self_attention_never_scores_the_masked_quarter():
+  """No product in the forward or backward pass has [T, T] scores: the
+  first half's queries meet only the first half's keys."""
+  q = k = v = normal(0, 2, 8, 3, 6)  # B 2, T 8, N 3, H 6: scores [2, 3, 8, 8]
+  jaxpr = jax.make_jaxpr(jax.grad(lambda q, k, v: jnp.sum(
+      attention.dot_product_attention(q, k, v, causal=True,
+                                      implementation='einsum')),
+                                  argnums=(0, 1, 2)))(q, k, v)
+  shapes = [var.aval.shape for eqn in jaxpr.eqns
+            if eqn.primitive.name == 'dot_general' for var in eqn.outvars]
+  assert (2, 3, 4, 4) in shapes and (2, 3, 4, 8) in shapes
+  assert (2, 3, 8, 8) not in shapes, shapes
+
+
 @pytest.mark.parametrize('causal', [False, True])
 def test_equals_jax_nn_dot_product_attention(causal):
   q, k, v = normal(0, 2, 6, 4, 8), normal(1, 2, 6, 2, 8), normal(2, 2, 6, 2, 8)
