@@ -115,7 +115,7 @@ def test_matches_float64_numpy_reference(impl, kind, kv_heads):
 
 @pytest.mark.parametrize('kind', ['causal', 'padding+causal',
                                   'arbitrary+causal'])
-@pytest.mark.parametrize('kv_heads', [4, 2])
+@pytest.mark.parametrize('kv_heads', [4, 2, 1])
 def test_causal_self_attention_in_halves_matches_the_whole(kind, kv_heads):
   """Causal self-attention runs as two query halves (`_causal_halves`):
   outputs equal the float64 reference, gradients those of the same mask

@@ -100,13 +100,6 @@ def test_comparison_gives_the_medians_ratio_and_the_rounds_range():
                   '1.50x (rounds 1.50x to 3.00x)')
 
 
-def test_benchmarks_time_the_default_configs_step():
-  from transformer import configs  # pylint: disable=g-import-not-at-top
-  step = timing.default_train_step(seed=0)
-  assert step.keywords['skip_nonfinite'] is (
-      configs.default_config().train.nonfinite == 'skip')
-
-
 def test_cache_bytes_per_position():
   # Imported here: it defines command-line flags.
   import generation  # pylint: disable=g-import-not-at-top

@@ -302,6 +302,7 @@ def test_nonfinite_step_stops_with_a_report(tmp_path, monkeypatch):
   message = str(error.value)
   assert message.startswith('Step 5 produced non-finite values')
   assert "['decoder']" in message and 'inputs (' in message
+  assert 'Loss sum nan over' in message  # the step's own, not zeroed
   # Checkpoints 2 and 4 are kept; nothing was saved after the fault.
   assert checkpoints.manager(workdir, read_only=True).all_steps() == [2, 4]
 
@@ -316,13 +317,21 @@ def test_stop_never_evaluates_a_nonfinite_step(tmp_path, monkeypatch, capfd):
   assert checkpoints.manager(workdir, read_only=True).all_steps() == [2]
 
 
+def test_stop_never_logs_a_nonfinite_step(tmp_path, monkeypatch, capfd):
+  config, workdir = poisoned_run(tmp_path, monkeypatch, [3], log_every=3)
+  with pytest.raises(faults.NonFiniteError, match='Step 3 produced'):
+    train.train_and_evaluate(config, workdir)
+  assert 'step 3/6' not in capfd.readouterr().out
+
+
 def test_nonfinite_steps_are_skipped_and_counted(tmp_path, monkeypatch,
                                                  capfd):
   config, workdir = poisoned_run(tmp_path, monkeypatch, [3, 4],
                                  nonfinite='skip', log_every=6)
   result = train.train_and_evaluate(config, workdir)
   out = capfd.readouterr().out
-  assert 'Step 3: non-finite loss or gradients; update skipped' in out
+  assert 'Step 3: non-finite loss, gradients of ' in out
+  assert 'parameters, new parameters; update skipped' in out
   assert '2 skipped so far, 2 in a row' in out
   assert np.isfinite(result['loss'])
 

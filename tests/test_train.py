@@ -229,12 +229,13 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
 def test_a_nonfinite_step_is_flagged_and_kept_out_when_skipping(
     case, skip_nonfinite):
   """train_step finds a step non-finite when its gradients are not, when
-  its loss is not though its gradients are, when its update is not though
-  loss and gradients are (an optimizer scaling by infinity), and when a
-  finite update overflows the parameters; bfloat16 parameters too. Such a
-  step counts as skipped and its metrics are zero; with `skip_nonfinite`
-  parameters and Adam's moments stay as they were, without it (the 'stop'
-  policy, whose run ends) the step is applied. The counter advances."""
+  its loss is not though its gradients are, and when its new parameters are
+  not though loss and gradients are (an optimizer scaling by infinity, or
+  a huge update overflowing a parameter); bfloat16 parameters too. Such a
+  step counts as skipped and its metrics are zero, its health keeps its
+  loss and says which part failed; with `skip_nonfinite` parameters and
+  Adam's moments stay as they were, without it (the 'stop' policy, whose
+  run ends) the step is applied. The counter advances."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
 
@@ -272,6 +273,10 @@ def test_a_nonfinite_step_is_flagged_and_kept_out_when_skipping(
   assert float(sums['skipped'][0]) == float(nonfinite)
   if nonfinite:
     assert float(sums['other'][0]) == float(sums['loss'][1]) == 0.0
+  assert bool(np.isfinite(float(health['loss'][0]))) is (
+      case not in ('loss', 'gradients'))
+  assert bool(health['params_finite']) is not (
+      case.startswith('update') or overflow or case == 'gradients')
   assert new.params['w'].dtype == dtype
   kept = nonfinite and skip_nonfinite
   for before, after in zip(jax.tree.leaves((state.params, state.opt_state)),

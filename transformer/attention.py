@@ -393,7 +393,8 @@ def dot_product_attention(
       1.0 gives plain dot-product attention.
     implementation: kernel, one of IMPLEMENTATIONS (module docstring).
     dropout_rate: attention dropout, applied when `dropout_rng` is given.
-    dropout_rng: PRNG key for attention dropout, None for none.
+    dropout_rng: PRNG key for attention dropout, None for none (causal
+      self-attention in halves draws each half's from a split of it).
     return_weights: also return the attention weights.
 
   Returns:

@@ -8,12 +8,12 @@ they all save the same step.
 
 Non-finite values: every step checks its loss, gradient norm and new
 parameters on device. The host reads that flag one step late (it never
-waits for the step it just dispatched), and before each checkpoint and
-evaluation, and applies `config.train.nonfinite`: 'stop' ends the run with
-a report before the step's state is evaluated or saved, the last checkpoint
-untouched; 'skip' never applies such a step (the device keeps the old
-state), counts skipped steps and stops after
-`config.train.max_consecutive_skips` in a row.
+waits for the step it just dispatched), and before each log line,
+checkpoint and evaluation, and applies `config.train.nonfinite`: 'stop'
+ends the run with a report before the step is logged or its state
+evaluated or saved, the last checkpoint untouched; 'skip' never applies
+such a step (the device keeps the old state), counts skipped steps and
+stops after `config.train.max_consecutive_skips` in a row.
 """
 
 from __future__ import annotations
@@ -83,12 +83,15 @@ class NonFiniteError(FloatingPointError):
   """A step produced a non-finite loss, gradient or parameters."""
 
 
-def health(loss: jax.Array, grad_squares: Any, params_finite: jax.Array,
-           grad_norm: jax.Array) -> dict[str, Any]:
-  """On device: whether the step is finite, and which gradients are not
-  (from each gradient's sum of squares, non-finite when the gradient is)."""
-  return {'finite': (jax.numpy.isfinite(loss) & jax.numpy.isfinite(grad_norm)
-                     & params_finite),
+def health(loss_sums: tuple[jax.Array, jax.Array], grad_squares: Any,
+           params_finite: jax.Array, grad_norm: jax.Array) -> dict[str, Any]:
+  """On device: whether the step is finite; for the report, its loss sums
+  (before the step's metrics are zeroed), whether the new parameters are
+  finite, and which gradients are not (from each gradient's sum of
+  squares, non-finite when the gradient is)."""
+  return {'finite': (jax.numpy.isfinite(loss_sums[0])
+                     & jax.numpy.isfinite(grad_norm) & params_finite),
+          'loss': loss_sums, 'params_finite': params_finite,
           'nonfinite_grads': jax.tree.map(
               lambda s: ~jax.numpy.isfinite(s), grad_squares)}
 
@@ -121,43 +124,46 @@ class NonFiniteMonitor:
     self._pending = None
 
   def check(self, step: int, step_health: dict[str, Any],
-            batch: dict[str, Any], loss_sums: Any) -> None:
+            batch: dict[str, Any]) -> None:
     """Records this step's health and judges the previous step's."""
-    pending, self._pending = self._pending, (step, step_health, batch,
-                                             loss_sums)
+    pending, self._pending = self._pending, (step, step_health, batch)
     if pending is not None:
       self._judge(*pending)
 
   def flush(self) -> None:
-    """Judges the last step (at checkpoints and at the end)."""
+    """Judges the last step (before checkpoints, logs and evaluations)."""
     pending, self._pending = self._pending, None
     if pending is not None:
       self._judge(*pending)
 
-  def _judge(self, step, step_health, batch, loss_sums) -> None:
+  def _judge(self, step, step_health, batch) -> None:
     if bool(jax.device_get(step_health['finite'])):
       self.consecutive = 0
       return
     self.skipped += 1
     self.consecutive += 1
+    (loss_sum, count), params_finite, flags = jax.device_get((
+        step_health['loss'], step_health['params_finite'],
+        step_health['nonfinite_grads']))
+    names = [jax.tree_util.keystr(path) for path, bad in
+             jax.tree_util.tree_flatten_with_path(flags)[0] if bad]
+    causes = ([] if np.isfinite(loss_sum) else ['loss']) + (
+        [f'gradients of {len(names)} parameters'] if names else []) + (
+            [] if params_finite else ['new parameters'])
+    cause = ', '.join(causes) or 'gradient norm'
     if self.policy == 'skip' and self.consecutive <= self.max_consecutive:
-      print(f'Step {step}: non-finite loss or gradients; update skipped '
+      print(f'Step {step}: non-finite {cause}; update skipped '
             f'({self.skipped} skipped so far, {self.consecutive} in a row).',
             flush=True)
       return
-    flags = jax.device_get(step_health['nonfinite_grads'])
-    names = [jax.tree_util.keystr(path) for path, bad in
-             jax.tree_util.tree_flatten_with_path(flags)[0] if bad]
-    loss_sum, count = (float(x) for x in jax.device_get(loss_sums))
     why = (f'{self.consecutive} steps in a row' if self.policy == 'skip'
            else 'config.train.nonfinite=\'stop\'')
     raise NonFiniteError(
-        f'Step {step} produced non-finite values ({why}); no state of that '
-        f'step was evaluated or saved, and the last checkpoint in '
-        f'{self.workdir}/checkpoints is untouched. Loss sum {loss_sum} over '
-        f'{count:g} targets. Parameters with non-finite gradients '
-        f'({len(names)}): '
-        f'{", ".join(names[:10]) or "none (the loss itself)"}'
+        f'Step {step} produced non-finite values ({why}): {cause}. No state '
+        f'of that step was evaluated or saved, and the last checkpoint in '
+        f'{self.workdir}/checkpoints is untouched. Loss sum {float(loss_sum)}'
+        f' over {float(count):g} targets. Parameters with non-finite '
+        f'gradients ({len(names)}): {", ".join(names[:10]) or "none"}'
         f'{" ..." if len(names) > 10 else ""}. Batch: '
         f'{_batch_statistics(jax.device_get(batch))}. Lower '
         f'config.optimizer.learning_rate, set config.optimizer.grad_clip_norm,'

@@ -114,11 +114,12 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
   grad_norm = jnp.sqrt(sum(jax.tree.leaves(squares)))
   # The new parameters rather than the update's norm: XLA then computes
   # them in the optimizer's fused pass instead of writing the update out
-  # for a norm first (GPT-2 small step: 2.8 GB less), and a finite update
-  # that overflows the parameters counts too.
+  # for a norm first (GPT-2 small step: 2.8 GB less), and a large finite
+  # update whose squared norm overflows is no longer taken for a
+  # non-finite one.
   params_finite = jnp.all(jnp.asarray(
       [jnp.isfinite(p).all() for p in jax.tree.leaves(params)]))
-  step_health = faults.health(sums['loss'][0], squares, params_finite,
+  step_health = faults.health(sums['loss'], squares, params_finite,
                               grad_norm)
   finite = step_health['finite']
   sums = jax.tree.map(lambda x: jnp.where(finite, x, jnp.zeros_like(x)),
@@ -383,15 +384,16 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
           state, sharding.global_batch(host_batch, trainer.mesh))
       if step == start + 1:
         log.first_step(step, step_sums)
-      monitor.check(step, step_health, host_batch, step_sums['loss'])
+      monitor.check(step, step_health, host_batch)
       log.add(step_sums, host_batch)
       last = step == train_cfg.num_steps
       preempted = signals.stop_requested(mngr, step)
       if step % train_cfg.log_every == 0 or last or preempted:
+        monitor.flush()  # never log, save or evaluate an unjudged step
         log.write(step)
         mngr.raise_write_errors()
       if step % train_cfg.checkpoint_every == 0 or last or preempted:
-        monitor.flush()  # never checkpoint past an unjudged step
+        monitor.flush()
         log.save(mngr, step, state)
       if preempted:
         mngr.wait_until_finished()
@@ -399,7 +401,7 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
         writer.close()
         raise faults.Preempted(step)
       if step % train_cfg.eval_every == 0 or last:
-        monitor.flush()  # nor evaluate one
+        monitor.flush()
         eval_start = time.time()
         result = trainer.evaluate(state.params, f'step{step}')
         writer.write_scalars(step, {f'eval/{k}': v
