@@ -81,14 +81,30 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
 
 
 def test_fine_tuning_refuses_a_workdir_of_another_task(tmp_path):
+  config = load_experiment('lm_offline', 'runlocal')
+  other = str(tmp_path / 'language_model')
+  train.train_and_evaluate(config, other)
+  with pytest.raises(ValueError, match='masked_language_modeling'):
+    load_experiment('sst2', f'init_from={other},runlocal')
+  config = load_experiment('sst2', 'runlocal')
+  config.train.init_from = other  # set directly, not by the experiment
+  with pytest.raises(ValueError, match='masked_language_modeling'):
+    train.train_and_evaluate(config, str(tmp_path / 'tuned'))
+
+
+def test_fine_tuning_goes_on_from_a_classifier_keeping_its_head(tmp_path):
+  """A classifier workdir (e.g. a converted BertForSequenceClassification)
+  starts another fine-tuning with its head when the classes are as many."""
   config = load_experiment('sst2', 'runlocal')
   classifier = str(tmp_path / 'classifier')
   train.train_and_evaluate(config, classifier)
-  with pytest.raises(ValueError, match='masked_language_modeling'):
-    load_experiment('sst2', f'init_from={classifier},runlocal')
-  config.train.init_from = classifier  # set directly, not by the experiment
-  with pytest.raises(ValueError, match='masked_language_modeling'):
-    train.train_and_evaluate(config, str(tmp_path / 'tuned'))
+  head = workdir_lib.restore(classifier).params['classifier']['kernel']
+  config = load_experiment('sst2', f'init_from={classifier},runlocal')
+  config.optimizer.learning_rate = 1e-9
+  train.train_and_evaluate(config, str(tmp_path / 'tuned'))
+  tuned = workdir_lib.restore(str(tmp_path / 'tuned')).params
+  np.testing.assert_allclose(tuned['classifier']['kernel'], head, atol=1e-6)
+  assert np.abs(np.asarray(head)).max() > 0  # trained away from zero init
 
 
 def test_offline_sentiment_and_tsv(tmp_path):

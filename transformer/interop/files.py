@@ -245,24 +245,79 @@ def save_hf(directory: str, hf: dict, tensors: dict[str, np.ndarray]
             metadata={'format': 'pt'})
 
 
+# Tensor names that tell the published architecture of a checkpoint: the
+# first entry all of whose names are present names it (`looks_like`).
+_SIGNATURES = (
+    ('BertForPreTraining', ('bert.embeddings.word_embeddings.weight',
+                            'cls.seq_relationship.weight')),
+    ('BertForSequenceClassification', ('bert.embeddings.word_embeddings'
+                                       '.weight', 'classifier.weight')),
+    ('BertForMaskedLM', ('bert.embeddings.word_embeddings.weight',
+                         'cls.predictions.bias')),
+    ('BertModel', ('embeddings.word_embeddings.weight',
+                   'encoder.layer.0.attention.self.query.weight')),
+    ('RobertaModel (or a RoBERTa head)', ('roberta.embeddings'
+                                          '.word_embeddings.weight',)),
+    ('DistilBertModel (or a DistilBERT head)', (
+        'distilbert.embeddings.word_embeddings.weight',)),
+    ('GPT2LMHeadModel', ('transformer.wte.weight',)),
+    ('GPT2Model', ('wte.weight', 'h.0.attn.c_attn.weight')),
+    ('ViTForImageClassification', ('vit.embeddings.cls_token',
+                                   'classifier.weight')),
+    ('ViTModel', ('embeddings.cls_token',)),
+    ('LlamaForCausalLM (or Mistral, Qwen2)', (
+        'model.embed_tokens.weight', 'model.layers.0.self_attn.q_proj'
+        '.weight')),
+    ('LlamaModel (or Mistral, Qwen2)', ('embed_tokens.weight',
+                                        'layers.0.self_attn.q_proj.weight')),
+    ('MarianMTModel', ('model.encoder.embed_positions.weight',)),
+    ('MarianMTModel', ('model.shared.weight',)),
+)
+
+
+def looks_like(names) -> str:
+  """The published architecture a set of tensor names belongs to, in
+  words ('an unknown architecture' when none fits)."""
+  names = set(names)
+  for architecture, signature in _SIGNATURES:
+    if names.issuperset(signature):
+      return architecture
+  return 'an unknown architecture'
+
+
+def _first(items: list[str], shown: int = 3) -> str:
+  more = f' and {len(items) - shown} more' if len(items) > shown else ''
+  return ', '.join(items[:shown]) + more
+
+
 def checked(found: dict[str, np.ndarray],
-            expected: dict[str, tuple[int, ...]], model: str
-            ) -> dict[str, np.ndarray]:
+            expected: dict[str, tuple[int, ...]], model: str,
+            names=None) -> dict[str, np.ndarray]:
   """`found` as float32 arrays, if its names and shapes are `expected`.
+  `names`: the checkpoint's own tensor names, where the loader renamed
+  them into `found` (they tell its architecture).
 
   Raises:
-    ValueError: listing every missing, unexpected and mis-shaped tensor.
+    ValueError: in one line, which architecture the tensor names look like
+      beside the one expected (`model`), and how many tensors are missing,
+      unexpected and mis-shaped, with the first few of each.
   """
-  problems = [f'missing {k} {s}' for k, s in expected.items()
-              if k not in found]
-  problems += [f'unexpected {k} {tuple(v.shape)}' for k, v in found.items()
-               if k not in expected]
-  problems += [f'{k}: expected {expected[k]}, found {tuple(v.shape)}'
+  missing = [f'missing {k} {s}' for k, s in expected.items()
+             if k not in found]
+  unexpected = [f'unexpected {k} {tuple(v.shape)}' for k, v in found.items()
+                if k not in expected]
+  misshaped = [f'{k}: expected {expected[k]}, found {tuple(v.shape)}'
                for k, v in found.items()
                if k in expected and tuple(v.shape) != expected[k]]
-  if problems:
-    raise ValueError(f'The checkpoint does not match the {model} config: ' +
-                     '; '.join(problems))
+  kinds = {'missing': missing, 'unexpected': unexpected,
+           'mis-shaped': misshaped}
+  if missing or unexpected or misshaped:
+    counts = ', '.join(f'{len(items)} {kind}' for kind, items in kinds.items())
+    raise ValueError(
+        f'The checkpoint does not match the {model} config (its tensor names '
+        f'look like {looks_like(found if names is None else names)}): '
+        f'{counts}: ' + '; '.join(_first(items) for items in kinds.values()
+                                  if items) + '.')
   return {k: np.asarray(v, np.float32) for k, v in found.items()}
 
 

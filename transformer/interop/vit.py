@@ -1,11 +1,14 @@
 """ViT checkpoints in the Hugging Face layout (`google/vit-*`:
-ViTForImageClassification's config.json and safetensors) into `vit`.
+ViTForImageClassification's or ViTModel's config.json and safetensors) into
+`vit`.
 
 The mapping: the patch convolution [D, C, P, P] -> our conv kernel
 [P, P, C, D]; the class token and position embeddings as they are;
 attention query/key/value Linear weights [out, in] -> [D, N, H], the output
 dense -> [N, H, D]; layernorm_before/after -> the pre-LN norms;
-intermediate/output dense -> wi/wo; the final layernorm; the classifier.
+intermediate/output dense -> wi/wo; the final layernorm; the classifier
+(ViTModel has none: convert initialises a head of num_labels classes, to be
+fine-tuned; its pooler, which classification does not use, is left out).
 Hugging Face's 'gelu' is the exact (erf) form: 'gelu_exact' here.
 
 ViTConfig, field by field (transformers' defaults, `DEFAULTS`, stand for
@@ -71,10 +74,28 @@ def config_from_hf(hf: dict[str, Any]) -> vit.Config:
       patch_embedding='conv')
 
 
+# ViTModel's pooler (a tanh dense on the class token's state, which the
+# image classifier does not use) is left out.
+_UNUSED = ('vit.pooler.dense.weight', 'vit.pooler.dense.bias')
+
+
+def _named_as_classifier(tensors: dict[str, np.ndarray]
+                         ) -> dict[str, np.ndarray]:
+  """The tensors named as ViTForImageClassification names them: ViTModel's
+  carry no 'vit.' prefix."""
+  if 'embeddings.cls_token' in tensors:
+    tensors = {f'vit.{k}': v for k, v in tensors.items()}
+  return {k: v for k, v in tensors.items() if k not in _UNUSED}
+
+
 def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
                    ) -> dict[str, Any]:
-  """Our parameter tree from the checkpoint's tensors, names and shapes
-  checked (`files.checked`)."""
+  """Our parameter tree from a ViTForImageClassification or ViTModel
+  checkpoint (without a head: none is returned, and convert initialises
+  one), names and shapes checked (`files.checked`)."""
+  original = tensors
+  tensors = _named_as_classifier(tensors)
+  headless = 'classifier.weight' not in tensors
   d, n, p, c = (config.d_model, config.num_heads, config.patch_size,
                 config.num_channels)
   f = config.mlp_dim
@@ -84,9 +105,10 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
               e + 'position_embeddings': (1, tokens, d),
               e + 'patch_embeddings.projection.weight': (d, c, p, p),
               e + 'patch_embeddings.projection.bias': (d,),
-              'vit.layernorm.weight': (d,), 'vit.layernorm.bias': (d,),
-              'classifier.weight': (config.num_classes, d),
-              'classifier.bias': (config.num_classes,)}
+              'vit.layernorm.weight': (d,), 'vit.layernorm.bias': (d,)}
+  if not headless:
+    expected.update({'classifier.weight': (config.num_classes, d),
+                     'classifier.bias': (config.num_classes,)})
   for i in range(config.num_layers):
     layer = f'vit.encoder.layer.{i}.'
     for name in ('query', 'key', 'value'):
@@ -102,7 +124,9 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
     for norm in ('layernorm_before', 'layernorm_after'):
       expected[f'{layer}{norm}.weight'] = (d,)
       expected[f'{layer}{norm}.bias'] = (d,)
-  t = files.checked(tensors, expected, 'ViT')
+  t = files.checked(tensors, expected,
+                    'ViT (ViTModel or ViTForImageClassification)',
+                    names=original)
   norm = lambda prefix: files.torch_layer_norm(t, prefix)
 
   encoder = {'final_norm': norm('vit.layernorm')}
@@ -121,16 +145,18 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
                        'bias': t[f'{layer}intermediate.dense.bias']},
                 'wo': {'kernel': t[f'{layer}output.dense.weight'].T,
                        'bias': t[f'{layer}output.dense.bias']}}}
-  return {
+  params = {
       'cls': t[e + 'cls_token'],
       'pos_embedding': t[e + 'position_embeddings'],
       'embedding': {
           'kernel': t[e + 'patch_embeddings.projection.weight'].transpose(
               2, 3, 1, 0),
           'bias': t[e + 'patch_embeddings.projection.bias']},
-      'encoder': encoder,
-      'head': {'kernel': t['classifier.weight'].T,
-               'bias': t['classifier.bias']}}
+      'encoder': encoder}
+  if not headless:
+    params['head'] = {'kernel': t['classifier.weight'].T,
+                      'bias': t['classifier.bias']}
+  return params
 
 
 def load(directory: str) -> tuple[vit.Config, dict[str, Any]]:

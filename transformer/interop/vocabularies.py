@@ -32,6 +32,11 @@ def _workdir_files(folder: str, names: Sequence[str], kind: str
   return paths
 
 
+def _read_ids(path: str) -> dict:
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
 def _ids_before_eos(ids: Iterable[int]) -> list[int]:
   ids = [int(i) for i in ids]
   if tokenizers.EOS_ID in ids:
@@ -131,7 +136,7 @@ def _byte_level_alphabet() -> dict[str, int]:
 
 class GPT2Tokenizer(_Batches):
   """GPT-2's byte-level BPE (the `tokenizers` library, from the published
-  vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
+  tokenizer.json, or vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
   converted model never predicts it), <|endoftext|> 1 as EOS, and GPT-2's
   other ids after, in order (`gpt2_to_ours`). Every text encodes, so the
   unknown id is never produced."""
@@ -145,14 +150,11 @@ class GPT2Tokenizer(_Batches):
     self.gpt2_eos, self.gpt2_vocab_size = ids['eos_id'], ids['vocab_size']
 
   @staticmethod
-  def save(folder: str, vocab_json: str, merges_txt: str, eos_id: int,
-           vocab_size: int) -> None:
-    """Writes the BPE (as the `tokenizers` library's one-file JSON) and
-    GPT-2's EOS id and vocabulary size into `folder`."""
-    from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
+  def save(folder: str, tokenizer, eos_id: int, vocab_size: int) -> None:
+    """Writes the byte-level BPE `Tokenizer` (`published_bpe`) and GPT-2's
+    EOS id and vocabulary size into `folder`."""
     os.makedirs(folder, exist_ok=True)
-    bpe = ByteLevelBPETokenizer(vocab_json, merges_txt)
-    bpe.save(os.path.join(folder, GPT2_FILES[0]))
+    tokenizer.save(os.path.join(folder, GPT2_FILES[0]))
     with open(os.path.join(folder, GPT2_FILES[1]), 'w') as f:
       json.dump({'eos_id': eos_id, 'vocab_size': vocab_size}, f)
 
@@ -201,51 +203,140 @@ class GPT2Tokenizer(_Batches):
     return self._bpe.id_to_token(int(self.ours_to_gpt2(token_id)))
 
 
-BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
+def published_bpe(source: str, family: str):
+  """A Hugging Face model directory's tokenizer as the `tokenizers`
+  library's `Tokenizer`: its tokenizer.json where it has one (recent
+  repositories have nothing else), else built from the family's older
+  files: BERT's vocab.txt (with tokenizer_config.json's casing), GPT-2's
+  vocab.json and merges.txt. Truncation and padding a tokenizer.json
+  carries are switched off: the tasks cut and pad rows themselves.
+
+  Raises:
+    FileNotFoundError: naming the files the directory lacks.
+  """
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  path = os.path.join(source, 'tokenizer.json')
+  if os.path.exists(path):
+    try:
+      tokenizer = Tokenizer.from_file(path)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'{path} is not a tokenizer the `tokenizers` library '
+                       f'reads ({str(e).splitlines()[0] if str(e) else e}): '
+                       f'the file is damaged or cut short; download it '
+                       f'again.') from e
+  else:
+    tokenizer = _from_older_files(source, family)
+  tokenizer.no_truncation()
+  tokenizer.no_padding()
+  return tokenizer
+
+
+# The files each family published before tokenizer.json.
+OLDER_FILES = {'bert': ('vocab.txt',), 'gpt2': ('vocab.json', 'merges.txt')}
+
+
+def _from_older_files(source: str, family: str):
+  names = OLDER_FILES[family]
+  paths = [os.path.join(source, name) for name in names]
+  if not all(map(os.path.exists, paths)):
+    raise FileNotFoundError(
+        f'{source} has no tokenizer.json and lacks '
+        f'{" and ".join(n for n, p in zip(names, paths) if not os.path.exists(p))}'
+        f': download the tokenizer files with the weights (the whole model '
+        f'repository).')
+  try:
+    if family == 'gpt2':
+      from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
+      return ByteLevelBPETokenizer(*paths)._tokenizer  # pylint: disable=protected-access
+    from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
+    settings = _tokenizer_config(source)
+    return BertWordPieceTokenizer(
+        paths[0], lowercase=settings.get('do_lower_case', True),
+        strip_accents=settings.get('strip_accents'),
+        handle_chinese_chars=settings.get('tokenize_chinese_chars', True)
+    )._tokenizer  # pylint: disable=protected-access
+  except Exception as e:  # pylint: disable=broad-except
+    raise ValueError(f'{" and ".join(paths)} do not make a tokenizer '
+                     f'({str(e).splitlines()[0] if str(e) else e}): damaged or '
+                     f'cut short; download them again.') from e
+
+
+def _tokenizer_config(source: str) -> dict:
+  path = os.path.join(source, 'tokenizer_config.json')
+  if not os.path.exists(path):
+    return {}
+  with open(path, encoding='utf-8') as f:
+    return json.load(f)
+
+
+def token_list(tokenizer) -> list[str]:
+  """A `Tokenizer`'s tokens in id order (added tokens included).
+
+  Raises:
+    ValueError: ids with gaps (no token for some id below the largest).
+  """
+  vocab = tokenizer.get_vocab(with_added_tokens=True)
+  tokens = [None] * len(vocab)
+  for token, i in vocab.items():
+    if i >= len(tokens):
+      raise ValueError(f'The tokenizer has {len(vocab)} tokens but uses id '
+                       f'{i}: its ids have gaps, which no checkpoint here '
+                       f'fits.')
+    tokens[i] = token
+  return tokens
+
+
+BERT_FILES = ('bert_tokenizer.json', 'bert_ids.json')
+# Workdirs converted before tokenizer.json was read kept vocab.txt.
+OLD_BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
 
 
 class BertTokenizer(_Batches):
   """BERT's WordPiece (the `tokenizers` library, from the published
-  vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks' start symbol,
-  EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids in order, and
-  [MASK] last: one past `vocab_size`, where the masked-LM task puts its
-  mask id. [SEP] is an ordinary token here."""
+  tokenizer.json or vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks'
+  start symbol, EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids
+  in order, and [MASK] last: one past `vocab_size`, where the masked-LM
+  task puts its mask id. [SEP] is an ordinary token here."""
 
   def __init__(self, folder: str):
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
-    paths = _workdir_files(folder, BERT_FILES, 'BERT')
-    with open(paths[1]) as f:
-      meta = json.load(f)
-    self._wordpiece = BertWordPieceTokenizer(
-        paths[0], lowercase=meta['lowercase'])
+    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+    if os.path.exists(os.path.join(folder, OLD_BERT_FILES[0])):
+      paths = _workdir_files(folder, OLD_BERT_FILES, 'BERT')
+      meta = _read_ids(paths[1])
+      self._wordpiece = BertWordPieceTokenizer(
+          paths[0], lowercase=meta['lowercase'])
+    else:
+      paths = _workdir_files(folder, BERT_FILES, 'BERT')
+      meta = _read_ids(paths[1])
+      self._wordpiece = Tokenizer.from_file(paths[0])
     self.order = np.asarray(meta['order'])  # order[our_id] = BERT id
     self._ours = np.empty_like(self.order)
     self._ours[self.order] = np.arange(len(self.order))
 
   @staticmethod
-  def bert_order(vocab_txt: str) -> np.ndarray:
+  def bert_order(tokens: Sequence[str]) -> np.ndarray:
     """order[our_id] = BERT id: [PAD], [CLS], [UNK], the rest, [MASK]."""
-    with open(vocab_txt, encoding='utf-8') as f:
-      tokens = [line.rstrip('\n') for line in f]
     ids = {token: i for i, token in enumerate(tokens)}
     special = ['[PAD]', '[CLS]', '[UNK]', '[MASK]']
     missing = [s for s in special if s not in ids]
     if missing:
-      raise ValueError(f'{vocab_txt} lacks {missing}.')
+      raise ValueError(f'The tokenizer lacks {missing}: not a BERT '
+                       f'WordPiece vocabulary.')
     first = [ids[s] for s in special[:3]]
     rest = [i for i in range(len(tokens)) if i not in first + [ids['[MASK]']]]
     return np.asarray(first + rest + [ids['[MASK]']])
 
   @staticmethod
-  def save(folder: str, vocab_txt: str, lowercase: bool) -> None:
+  def save(folder: str, tokenizer) -> np.ndarray:
+    """Writes the `Tokenizer` (`published_bpe`) and our id order into
+    `folder`; returns the order."""
     os.makedirs(folder, exist_ok=True)
-    with open(vocab_txt, 'rb') as f:
-      data = f.read()
-    with open(os.path.join(folder, BERT_FILES[0]), 'wb') as f:
-      f.write(data)
+    tokenizer.save(os.path.join(folder, BERT_FILES[0]))
+    order = BertTokenizer.bert_order(token_list(tokenizer))
     with open(os.path.join(folder, BERT_FILES[1]), 'w') as f:
-      json.dump({'lowercase': lowercase,
-                 'order': BertTokenizer.bert_order(vocab_txt).tolist()}, f)
+      json.dump({'order': order.tolist()}, f)
+    return order
 
   @property
   def vocab_size(self) -> int:

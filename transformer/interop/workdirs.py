@@ -43,6 +43,7 @@ from transformer.models import vit
 from transformer.tasks import image_classification
 from transformer.tasks import language_modeling
 from transformer.tasks import masked_language_modeling
+from transformer.tasks import text_classification
 from transformer.tasks import translation
 
 KINDS = ('hf', 'vit_npz')
@@ -87,10 +88,23 @@ def gpt2_experiment(config) -> ml_collections.ConfigDict:
 
 def bert_experiment(config) -> ml_collections.ConfigDict:
   """The masked-LM config of a converted BERT (our ids); text
-  classification fine-tunes it with `experiments/sst2.py:init_from=`."""
+  classification fine-tunes it with `experiments/glue.py:init_from=`."""
   experiment = _experiment(masked_language_modeling.default_config(), config,
                            tokenizer='bert', source='local',
                            max_length=config.max_length)
+  experiment.model.size = 'bert-base'
+  return experiment
+
+
+def bert_classifier_experiment(config, class_names: list[str]
+                               ) -> ml_collections.ConfigDict:
+  """The text-classification config of a converted
+  BertForSequenceClassification (our ids): `predict` classifies with it,
+  and fine-tuning goes on from it."""
+  experiment = _experiment(text_classification.default_config(), config,
+                           tokenizer='bert', max_length=config.max_length,
+                           num_classes=config.num_classes,
+                           class_names=class_names)
   experiment.model.size = 'bert-base'
   return experiment
 
@@ -214,8 +228,10 @@ def probe(task: Any, params: Any) -> np.ndarray:
     logits = model.apply({'params': params}, tokens, tokens,
                          deterministic=True)
   elif isinstance(c, encoder.Config):
+    method = ('classify' if isinstance(
+        task, text_classification.TextClassificationTask) else 'mlm_logits')
     logits = model.apply({'params': params}, tokens, deterministic=True,
-                         method='mlm_logits')
+                         method=method)
   else:
     logits = model.apply({'params': params}, tokens, deterministic=True)
   return np.asarray(logits)
@@ -272,6 +288,12 @@ def _convert_vit(source: str, workdir: str, hf: dict) -> str:
 
 
 def _write_vit(workdir: str, config, params, labels: dict) -> str:
+  if config.num_channels not in image_classification.CHANNELS:
+    raise ValueError(
+        f'num_channels={config.num_channels}: the image task feeds '
+        f'{" or ".join(map(str, image_classification.CHANNELS))} channels '
+        f'(grey or RGB), so nothing can use this ViT here; nothing was '
+        f'written. Choose a checkpoint of 1 or 3 channels.')
   class_names = [labels.get(str(i), f'class_{i}')
                  for i in range(config.num_classes)]
 
@@ -317,9 +339,8 @@ def _convert_marian(source: str, workdir: str, hf: dict) -> str:
 
 
 def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
-  vocab_json, merges_txt = _published_files(source, 'vocab.json',
-                                            'merges.txt')
   config, params = gpt2.load(source)
+  tokenizer = vocabularies.published_bpe(source, 'gpt2')
   eos_id = hf.get('eos_token_id', config.vocab_size - 1)
   if eos_id != config.vocab_size - 1:
     raise ValueError(f'eos_token_id={eos_id} is not the last id: GPT-2 '
@@ -330,7 +351,7 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
   write_workdir(
       workdir, gpt2_experiment(config), params,
       lambda workdir: vocabularies.GPT2Tokenizer.save(
-          os.path.join(workdir, 'vocab'), vocab_json, merges_txt, eos_id,
+          os.path.join(workdir, 'vocab'), tokenizer, eos_id,
           gpt2_vocab_size))
   return (f'GPT-2, {config.num_layers} layers, width {config.d_model}, '
           f'context {config.max_length}, {gpt2_vocab_size:,} tokens (+ '
@@ -338,17 +359,37 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
 
 
 def _convert_bert(source: str, workdir: str, hf: dict) -> str:
-  del hf  # bert.load reads it
-  vocab_txt, = _published_files(source, 'vocab.txt')
-  config, params = bert.load(source)
-  order = vocabularies.BertTokenizer.bert_order(vocab_txt)
+  """A masked-LM workdir, or a text-classification one where the
+  checkpoint has a classifier (BertForSequenceClassification)."""
+  config = files.config_of(source, bert.config_from_hf)
+  tokenizer = vocabularies.published_bpe(source, 'bert')
+  tensors = files.read_safetensors(source)
+  layout = bert.layout(tensors)
+  params = bert.params_from_hf(tensors, config)
+  del tensors
+  order = vocabularies.BertTokenizer.bert_order(
+      vocabularies.token_list(tokenizer))
   if len(order) != config.vocab_size:
-    raise ValueError(f'vocab.txt has {len(order)} tokens, config.json '
+    raise ValueError(f'The tokenizer has {len(order)} tokens, config.json '
                      f'vocab_size={config.vocab_size}.')
-  lower_case = _tokenizer_config(source).get('do_lower_case', True)
+  params = bert.with_our_ids(params, order)
+  if 'classifier' in params:
+    if hf.get('problem_type') == 'multi_label_classification':
+      raise ValueError('problem_type=multi_label_classification: our text '
+                       'classification gives each text one class; choose a '
+                       'single-label classifier.')
+    labels = hf.get('id2label') or {}
+    class_names = [str(labels.get(str(i), i))
+                   for i in range(config.num_classes)]
+    experiment = bert_classifier_experiment(config, class_names)
+    params = {k: v for k, v in params.items() if not k.startswith('mlm_')}
+    kind = f'a classifier of {config.num_classes} classes'
+  else:
+    experiment, kind = bert_experiment(config), 'masked-LM'
   write_workdir(
-      workdir, bert_experiment(config), bert.with_our_ids(params, order),
+      workdir, experiment, params,
       lambda workdir: vocabularies.BertTokenizer.save(
-          os.path.join(workdir, 'vocab'), vocab_txt, lower_case))
-  return (f'BERT, {config.num_layers} layers, width {config.d_model}, '
+          os.path.join(workdir, 'vocab'), tokenizer))
+  return (f'BERT ({layout}, {kind}), '
+          f'{config.num_layers} layers, width {config.d_model}, '
           f'{config.vocab_size:,} WordPiece tokens')

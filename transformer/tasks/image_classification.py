@@ -39,6 +39,8 @@ CROPS = ('none', 'pad', 'resized')
 # Class names and channels of the training data, kept in the workdir so that
 # predictions need neither the dataset nor the time to read it.
 DATASET_FILE = 'dataset.json'
+# The colour channels images are read with: grey or RGB.
+CHANNELS = (1, 3)
 LOSSES = ('softmax', 'sigmoid')
 
 
@@ -87,7 +89,7 @@ def _read_dataset_info(path: str) -> tuple[tuple[str, ...], int]:
   except (UnicodeDecodeError, json.JSONDecodeError):
     info = None  # refused below, as other damage
   if not (isinstance(info, dict) and isinstance(info.get('classes'), list)
-          and info['classes'] and info.get('channels') in (1, 3)):
+          and info['classes'] and info.get('channels') in CHANNELS):
     raise ValueError(
         f'{path} is damaged: it must hold {{"classes": [names...], '
         f'"channels": 1 or 3}} as training wrote it. Restore it (the class '

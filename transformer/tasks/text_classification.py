@@ -35,6 +35,7 @@ from transformer import configs
 from transformer import losses
 from transformer import metrics
 from transformer.data import batching
+from transformer.data import files
 from transformer.data import glue
 from transformer.data import offline_sentiment
 from transformer.data import text
@@ -48,6 +49,9 @@ MODEL_EXCLUDE = ('vocab_size', 'max_length', 'num_classes')
 # Vocabulary files of each tokenizer, as a masked-LM workdir keeps them.
 VOCABULARY_FILES = {'sentencepiece': 'spm.model', 'bert': 'bert_ids.json'}
 Row = tuple[str, 'str | None', float]
+# The tasks whose workdirs fine-tuning starts from: BERT pretraining, or a
+# classifier (a converted BertForSequenceClassification, or one of ours).
+PRETRAINED_TASKS = ('masked_language_modeling', 'text_classification')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -70,6 +74,9 @@ def default_config() -> ml_collections.ConfigDict:
       glue_task='',
       tfds_name='glue/sst2', tfds_data_dir='', max_examples_per_split=0,
       num_classes=2,
+      # Names of the classes, in label order ([] : their numbers), e.g. a
+      # converted classifier's id2label; `predict` prints them.
+      class_names=[],
       # 'sentencepiece' (trained here, or copied from train.init_from) or
       # 'bert' (a converted BERT's WordPiece, copied from train.init_from)
       tokenizer='sentencepiece',
@@ -82,13 +89,13 @@ def default_config() -> ml_collections.ConfigDict:
 def take_pretrained(config: ml_collections.ConfigDict,
                     pretrained: ml_collections.ConfigDict) -> None:
   """Gives `config` (fine-tuning from `config.train.init_from`) the model
-  sizes, context and tokenizer of that masked-LM workdir's config
-  `pretrained`, keeping its own dropout and dtype."""
-  if pretrained.task != 'masked_language_modeling':
+  sizes, context and tokenizer of that masked-LM or classifier workdir's
+  config `pretrained`, keeping its own dropout and dtype."""
+  if pretrained.task not in PRETRAINED_TASKS:
     raise ValueError(f'config.train.init_from={config.train.init_from} '
                      f'trained a {pretrained.task!r} task; fine-tune from a '
                      f'masked_language_modeling (experiments/bert_mlm.py) '
-                     f'workdir.')
+                     f'or text_classification workdir.')
   own = dict(dropout_rate=config.model.dropout_rate, dtype=config.model.dtype)
   config.model.update(pretrained.model.to_dict())
   config.model.update(own)
@@ -184,12 +191,13 @@ class TextClassificationTask(base.Task):
     self.tokenizer = self._tokenizer()
     # [SEP]: the vocabulary's own (a converted BERT's), else EOS.
     self.sep_id = getattr(self.tokenizer, 'sep_id', tokenizers.EOS_ID)
-    self.model = encoder.Bert(encoder.config_for(
+    self.model_config = encoder.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
         num_classes=self.num_classes, max_length=self.max_length,
         dtype=jnp.dtype(config.model.dtype),
         **configs.model_overrides(config.model, encoder.Config,
-                                  MODEL_EXCLUDE)))
+                                  MODEL_EXCLUDE))
+    self.model = encoder.Bert(self.model_config)
 
   def _tokenizer(self):
     """With `train.init_from`, the pretrained workdir's vocabulary
@@ -199,7 +207,9 @@ class TextClassificationTask(base.Task):
     if data.tokenizer not in VOCABULARY_FILES:
       raise ValueError(f'config.data.tokenizer={data.tokenizer!r}; choose '
                        f'one of {sorted(VOCABULARY_FILES)}.')
-    if data.tokenizer == 'bert' and not source:
+    own = files.exists(files.join(self.workdir, 'vocab',
+                                  VOCABULARY_FILES['bert']))
+    if data.tokenizer == 'bert' and not source and not own:
       raise ValueError("config.data.tokenizer='bert' is a converted BERT's: "
                        "set config.train.init_from to its workdir.")
 
@@ -224,13 +234,26 @@ class TextClassificationTask(base.Task):
   def adapt_pretrained(self, loaded: Any, params: Any,
                        source: base.Task) -> Any:
     """The encoder of a masked-LM workdir (its MLM head is not used; the
-    classifier starts fresh)."""
-    del params
-    if source.config.task != 'masked_language_modeling':
+    classifier starts fresh) or of a text-classification one (a converted
+    classifier: its head kept when the classes are as many); the position
+    table cut to this task's `max_length` (BERT's 512 positions when rows
+    are 128 tokens)."""
+    if source.config.task not in PRETRAINED_TASKS:
       raise ValueError(f'config.train.init_from={source.workdir} trained a '
                        f'{source.config.task!r} task; fine-tune from a '
                        f'masked_language_modeling (experiments/bert_mlm.py) '
-                       f'workdir.')
+                       f'or text_classification workdir.')
+    loaded = dict(loaded)
+    table = loaded['positions']['embedding']
+    if len(table) > self.max_length:
+      loaded['positions'] = {'embedding': table[:self.max_length]}
+    head = loaded.get('classifier')
+    if head is not None and head['kernel'].shape != params[
+        'classifier']['kernel'].shape:
+      print(f'The classifier of {source.workdir} has '
+            f'{head["kernel"].shape[-1]} outputs, this task '
+            f'{self.num_classes}: it starts fresh.', flush=True)
+      del loaded['classifier']
     return loaded
 
   @functools.cache
@@ -245,30 +268,34 @@ class TextClassificationTask(base.Task):
 
   @functools.cache
   def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
+    return self.encode(self.rows(split))
+
+  def encode(self, rows: list[Row]) -> list[tuple[np.ndarray, np.ndarray]]:
     """Token rows ([EOS] in the place of [CLS]; pairs as `[CLS] a [SEP] b
-    [SEP]`) and the label + 1 as the target (so that 0 stays padding; a
-    regression score scaled by REGRESSION_SCALE)."""
-    rows = self.rows(split)
+    [SEP]`; a single sentence ends with [SEP] too where the vocabulary has
+    its own, as BERT reads it) and the label + 1 as the target (so that 0
+    stays padding; a regression score scaled by REGRESSION_SCALE)."""
     first = self.tokenizer.encode_batch([a for a, _, _ in rows],
                                         add_eos=False)
-    if self.glue is not None and self.glue.pair:
-      second = self.tokenizer.encode_batch([b for _, b, _ in rows],
-                                           add_eos=False)
-      sep = [self.sep_id]
-      tokens = []
-      for a, b in zip(first, second):
+    second = self.tokenizer.encode_batch([b or '' for _, b, _ in rows],
+                                         add_eos=False)
+    sep = [self.sep_id]
+    end = sep if self.sep_id != tokenizers.EOS_ID else []
+    tokens = []
+    for a, b, (_, pair, _) in zip(first, second, rows):
+      if pair is None:
+        tokens.append([tokenizers.EOS_ID] + a[:self.max_length - 1 - len(end)]
+                      + end)
+      else:
         a, b = truncate_pair(a, b, self.max_length - 3)
         tokens.append([tokenizers.EOS_ID] + a + sep + b + sep)
-    else:
-      tokens = [[tokenizers.EOS_ID] + a[:self.max_length - 1] for a in first]
     scale = REGRESSION_SCALE if self.num_classes == 1 else 1
     return [(np.asarray(t, np.int32),
              np.asarray([round(label * scale) + 1], np.int32))
             for t, (_, _, label) in zip(tokens, rows)]
 
-  def _types(self, tokens: jax.Array) -> jax.Array | None:
-    if self.glue is None or not self.glue.pair:
-      return None
+  def _types(self, tokens: jax.Array) -> jax.Array:
+    """Token types: 1 for a pair's second sentence, else 0."""
     return encoder.pair_token_types(tokens, self.sep_id, tokenizers.EOS_ID)
 
   def init(self, rng: jax.Array) -> Any:
@@ -315,25 +342,39 @@ class TextClassificationTask(base.Task):
     return losses.mean(sums), sums
 
   @functools.cached_property
-  def _predict(self):
-    def predict(params, tokens):
+  def _scores(self):
+    def scores(params, tokens):
       logits = self.model.apply({'params': params}, tokens,
                                 token_types=self._types(tokens),
                                 deterministic=True, method='classify')
-      return logits[:, 0] if self.num_classes == 1 else logits.argmax(-1)
-    return jax.jit(predict)
+      return logits if self.num_classes == 1 else jax.nn.softmax(logits)
+    return jax.jit(scores)
 
-  def predict(self, params: Any, split: str) -> np.ndarray:
-    """The model's label (or STS-B score) for every row of `split`."""
-    examples = self.examples(split)
-    predictions = np.zeros(len(examples), np.float64)
+  def scores(self, params: Any, rows: list[Row]) -> np.ndarray:
+    """[len(rows), C] class probabilities of (sentence a, sentence b or
+    None, label) rows, or [len(rows), 1] regression scores."""
+    examples = self.encode(rows)
+    scores = np.zeros((len(examples), self.num_classes), np.float64)
     for batch in batching.padded_batches(
         examples, batch_size=self.config.data.eval_rows,
         row_multiple=self.batch_divisor, max_width=self.max_length):
       kept = batch['index'] >= 0
-      predictions[batch['index'][kept]] = np.asarray(
-          self._predict(params, batch['inputs']))[kept]
-    return predictions
+      scores[batch['index'][kept]] = np.asarray(
+          self._scores(params, batch['inputs']))[kept]
+    return scores
+
+  @property
+  def class_names(self) -> list[str]:
+    """The config's, a GLUE task's label names, or the labels' numbers."""
+    names = list(self.config.data.get('class_names') or [])
+    if not names and self.glue is not None:
+      names = list(self.glue.label_names)
+    return names or [str(i) for i in range(self.num_classes)]
+
+  def predict(self, params: Any, split: str) -> np.ndarray:
+    """The model's label (or STS-B score) for every row of `split`."""
+    scores = self.scores(params, self.rows(split))
+    return scores[:, 0] if self.num_classes == 1 else scores.argmax(-1)
 
   def attention_views(self, params: Any, text_: str
                       ) -> list[base.AttentionView]:
