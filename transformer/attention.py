@@ -505,8 +505,9 @@ class MultiHeadAttention(nn.Module):
     reordering the beams never copies the cache.
 
   With `rotary=True` self-attention rotates queries and keys by their
-  positions (`rotary_embedding`) before the keys enter the cache; positions
-  default to 0..T-1, continued from the cache index in decode mode.
+  positions (`rotary_embedding`, at the frequencies of `rope`) before the
+  keys enter the cache; positions default to 0..T-1, continued from the
+  cache index in decode mode.
 
   Attention weights are sown into 'intermediates' as 'attention_weights'
   ([..., N, T, S]) whenever that collection is mutable (for plots); this
@@ -524,6 +525,7 @@ class MultiHeadAttention(nn.Module):
     implementation: the kernel, see the module docstring.
     decode: keep a KV cache for incremental decoding.
     rotary: rotary positions in self-attention.
+    rope: their base and scaling (`positional.Rope`).
   """
   num_heads: int
   num_kv_heads: int | None = None
@@ -535,6 +537,7 @@ class MultiHeadAttention(nn.Module):
   implementation: str = 'xla'
   decode: bool = False
   rotary: bool = False
+  rope: positional.Rope = positional.Rope()
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
 
@@ -612,8 +615,10 @@ class MultiHeadAttention(nn.Module):
       key, value = project_kv()
       if self.rotary:
         positions = self._rotary_positions(positions, query.shape[-3])
-        query = positional.rotary_embedding(query, positions)
-        key = positional.rotary_embedding(key, positions)
+        frequencies = positional.rotary_frequencies(self.rope, head_dim,
+                                                    positions)
+        query = positional.rotary_embedding(query, positions, frequencies)
+        key = positional.rotary_embedding(key, positions, frequencies)
       if self.decode:
         if isinstance(mask, masks.KeyLengths):
           raise ValueError(

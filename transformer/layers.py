@@ -102,6 +102,14 @@ class TransformerConfig:
   norm: str = 'layer'  # 'layer' (paper) or 'rms'; see NORMS
   positional_encoding: str = 'sinusoidal'  # see positional.KINDS
   sinusoidal_layout: str = 'interleaved'  # see positional.SINUSOIDAL_LAYOUTS
+  # Rotary positions' base and scaling (`positional.Rope`, whose checks
+  # name these fields): flat scalars, so that configs set them.
+  rope_theta: float = 10_000.0
+  rope_scaling: str = ''  # see positional.ROPE_SCALINGS; '': none
+  rope_factor: float = 1.0
+  rope_low_freq_factor: float = 1.0  # 'llama3'
+  rope_high_freq_factor: float = 4.0  # 'llama3'
+  rope_original_max_positions: int | None = None  # 'dynamic', 'llama3'
   layer_norm_epsilon: float = 1e-6
   use_bias: bool = True
   attention_implementation: str = 'xla'
@@ -134,6 +142,13 @@ class TransformerConfig:
     if self.sinusoidal_layout not in positional.SINUSOIDAL_LAYOUTS:
       raise ValueError(f'sinusoidal_layout={self.sinusoidal_layout!r}; choose '
                        f'one of {positional.SINUSOIDAL_LAYOUTS}.')
+    rope = self.rope  # checks the rope_* fields
+    if self.positional_encoding != 'rotary' and rope != positional.Rope():
+      raise ValueError(
+          f'The rope_* fields set the rotary positions; with '
+          f'positional_encoding={self.positional_encoding!r} they would be '
+          f"ignored: set positional_encoding='rotary' or leave them at "
+          f'their defaults.')
     if self.attention_implementation not in attention.IMPLEMENTATIONS:
       raise ValueError(
           f'attention_implementation={self.attention_implementation!r}; '
@@ -161,6 +176,14 @@ class TransformerConfig:
   @property
   def mlp_dim(self) -> int:
     return self.d_ff or 4 * self.d_model
+
+  @property
+  def rope(self) -> positional.Rope:
+    """The rope_* fields as the attention layers take them."""
+    return positional.Rope(
+        self.rope_theta, self.rope_scaling, self.rope_factor,
+        self.rope_low_freq_factor, self.rope_high_freq_factor,
+        self.rope_original_max_positions)
 
 
 def shift_right(targets: Array, segmentation: Array | None = None) -> Array:
@@ -306,8 +329,8 @@ def _attention(config: TransformerConfig, name: str) -> nn.Module:
       use_bias=config.use_bias,
       dropout_rate=config.attention_dropout_rate,
       implementation=config.attention_implementation, decode=config.decode,
-      rotary=rotary, dtype=config.dtype, param_dtype=config.param_dtype,
-      name=name)
+      rotary=rotary, rope=config.rope, dtype=config.dtype,
+      param_dtype=config.param_dtype, name=name)
 
 
 def _feed_forward(config: TransformerConfig) -> nn.Module:

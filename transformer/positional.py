@@ -6,6 +6,8 @@ no table). Shapes use the letters of `transformer.attention`."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -107,21 +109,157 @@ class PositionalEncoding(nn.Module):
     return x + jnp.take(table, positions, axis=0).astype(x.dtype)
 
 
+# Rescalings of the rotary frequencies for contexts longer than the one a
+# model was trained on ('': none), as transformers computes them
+# (`modeling_rope_utils`): 'linear' divides every frequency by the factor
+# (positions / factor), 'dynamic' raises the base with the sequence length
+# (dynamic NTK), 'llama3' divides the low frequencies by the factor, keeps
+# the high ones and blends the band between (Llama 3.1).
+ROPE_SCALINGS = ('', 'linear', 'dynamic', 'llama3')
+
+
+@dataclasses.dataclass(frozen=True)
+class Rope:
+  """How rotary positions turn into angles: the base of the frequencies and
+  their scaling. The model configs carry the same settings as flat fields
+  named rope_theta, rope_scaling, rope_factor, rope_low_freq_factor,
+  rope_high_freq_factor and rope_original_max_positions, which the error
+  messages name.
+
+  Attributes:
+    theta: the base of the geometric frequency sequence, theta^(-2i/H).
+    scaling: one of `ROPE_SCALINGS`.
+    factor: how many times longer the context is made ('linear',
+      'dynamic', 'llama3').
+    low_freq_factor, high_freq_factor: 'llama3' only: wavelengths above
+      original_max_positions / low_freq_factor are scaled by 1 / factor,
+      those below original_max_positions / high_freq_factor are kept, and
+      the band between is blended.
+    original_max_positions: the context the model was trained on
+      ('dynamic': the base grows only for longer sequences; 'llama3').
+  """
+  theta: float = 10_000.0
+  scaling: str = ''
+  factor: float = 1.0
+  low_freq_factor: float = 1.0
+  high_freq_factor: float = 4.0
+  original_max_positions: int | None = None
+
+  def __post_init__(self):
+    if self.scaling not in ROPE_SCALINGS:
+      raise ValueError(f'rope_scaling={self.scaling!r}; choose one of '
+                       f'{ROPE_SCALINGS} (\'\': no scaling).')
+    if not self.theta > 0:
+      raise ValueError(f'rope_theta={self.theta} must be > 0 (10,000 in '
+                       f'the paper and Llama 2, 500,000 in Llama 3).')
+    if not self.factor > 0:
+      raise ValueError(f'rope_factor={self.factor} must be > 0 (the context '
+                       f'is made factor times longer).')
+    self._check_unused()
+    if self.scaling in ('dynamic', 'llama3') and not (
+        self.original_max_positions or 0) >= 1:
+      raise ValueError(
+          f'rope_scaling={self.scaling!r} needs rope_original_max_positions'
+          f' >= 1 (the context the model was trained on), got '
+          f'{self.original_max_positions}.')
+    if self.scaling == 'llama3' and not (
+        0 < self.low_freq_factor < self.high_freq_factor):
+      raise ValueError(
+          f'rope_low_freq_factor={self.low_freq_factor} and '
+          f'rope_high_freq_factor={self.high_freq_factor} must satisfy 0 < '
+          f'low < high (Llama 3.1: 1 and 4).')
+
+  def _check_unused(self):
+    """A setting the scaling would ignore is refused, not dropped."""
+    unused = []
+    if self.scaling == '' and self.factor != 1.0:
+      unused.append(f'rope_factor={self.factor}')
+    if self.scaling != 'llama3':
+      unused += [f'rope_{name}={getattr(self, name)}' for name, default in
+                 (('low_freq_factor', 1.0), ('high_freq_factor', 4.0))
+                 if getattr(self, name) != default]
+    if self.scaling in ('', 'linear') and (
+        self.original_max_positions is not None):
+      unused.append(f'rope_original_max_positions='
+                    f'{self.original_max_positions}')
+    if unused:
+      raise ValueError(f'{", ".join(unused)} has no effect with '
+                       f'rope_scaling={self.scaling!r}; set the scaling '
+                       f'that uses it, or leave it at its default.')
+
+
+def rotary_frequencies(rope: Rope, head_dim: int,
+                       positions: Array | None = None) -> Array:
+  """The angle per position of each rotated pair, as transformers computes
+  it in float32 (its attention_factor is 1 for every scaling here).
+
+  Args:
+    rope: the settings.
+    head_dim: H (even).
+    positions: [..., T] int positions of this call; 'dynamic' only: the
+      sequence length max(positions) + 1 sets the base, as transformers'
+      `dynamic_rope_update` does on each forward pass (so a KV cache holds
+      keys rotated with the frequencies of the call that wrote them).
+
+  Returns:
+    [H/2] float32 inverse frequencies.
+  """
+  fraction = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+  theta = jnp.float32(rope.theta)
+  if rope.scaling == 'dynamic':
+    theta = _dynamic_ntk_theta(rope, head_dim, positions)
+  inverse = 1.0 / theta**fraction
+  if rope.scaling == 'linear':
+    inverse = inverse / rope.factor
+  elif rope.scaling == 'llama3':
+    inverse = _llama3_frequencies(rope, inverse)
+  return inverse
+
+
+def _dynamic_ntk_theta(rope: Rope, head_dim: int, positions: Array | None
+                       ) -> Array:
+  """theta * (factor * L / L0 - (factor - 1))^(H / (H - 2)) for a sequence
+  of L = max(positions) + 1 longer than L0 = original_max_positions; theta
+  itself up to L0."""
+  if positions is None:
+    raise ValueError("rope_scaling='dynamic' sets its base from the "
+                     "sequence length: pass the positions.")
+  length = jnp.maximum(jnp.max(positions) + 1,
+                       rope.original_max_positions).astype(jnp.float32)
+  growth = rope.factor * length / rope.original_max_positions - (
+      rope.factor - 1)
+  return rope.theta * growth**(head_dim / (head_dim - 2))
+
+
+def _llama3_frequencies(rope: Rope, inverse: Array) -> Array:
+  """Llama 3.1's bands: long wavelengths (above L0 / low_freq_factor)
+  slowed by the factor, short ones (below L0 / high_freq_factor) kept, and
+  between them a blend, linear in L0 / wavelength."""
+  context = rope.original_max_positions
+  wavelength = 2 * math.pi / inverse
+  scaled = jnp.where(wavelength > context / rope.low_freq_factor,
+                     inverse / rope.factor, inverse)
+  smooth = (context / wavelength - rope.low_freq_factor) / (
+      rope.high_freq_factor - rope.low_freq_factor)
+  blended = (1 - smooth) * scaled / rope.factor + smooth * scaled
+  between = ~(wavelength < context / rope.high_freq_factor) & ~(
+      wavelength > context / rope.low_freq_factor)
+  return jnp.where(between, blended, scaled)
 
 
 def rotary_embedding(x: Array, positions: Array,
-                     max_timescale: float = 10_000.0) -> Array:
+                     frequencies: Array | None = None) -> Array:
   """Rotates query or key heads by their positions (RoPE, Su et al. 2021).
 
   The head dim is split into halves [x1, x2]; pair i is rotated by the
-  angle p * max_timescale^(-2i/H). A rotation by p on queries and by q on keys
-  makes their dot product depend on p - q only, so attention sees relative
-  positions and no position table is learned.
+  angle p * frequencies[i] (by default 10000^(-2i/H)). A rotation by p on
+  queries and by q on keys makes their dot product depend on p - q only,
+  so attention sees relative positions and no position table is learned.
 
   Args:
     x: [..., T, N, H] (or [..., T, K, H]); H even.
     positions: [..., T] (or [T]) int positions.
-    max_timescale: the base of the geometric frequency sequence.
+    frequencies: [H/2] from `rotary_frequencies`; None: `Rope()`'s.
 
   Returns:
     x rotated, same shape and dtype.
@@ -130,9 +268,10 @@ def rotary_embedding(x: Array, positions: Array,
   if head_dim % 2:
     raise ValueError(f'Rotary positions rotate pairs of features: the head '
                      f'dim must be even, got {head_dim}.')
-  fraction = jnp.arange(0, head_dim, 2, dtype=jnp.float32) / head_dim
+  if frequencies is None:
+    frequencies = rotary_frequencies(Rope(), head_dim)
   angles = (jnp.asarray(positions, jnp.float32)[..., None]
-            * max_timescale**-fraction)[..., None, :]  # [..., T, 1, H/2]
+            * frequencies)[..., None, :]  # [..., T, 1, H/2]
   sin, cos = jnp.sin(angles), jnp.cos(angles)
   x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
   rotated = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
