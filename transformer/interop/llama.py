@@ -22,12 +22,32 @@ the fields a config.json omits):
   max_position_embeddings, rms_norm_eps, hidden_act ('silu': SwiGLU;
   'gelu': GeGLU), tie_word_embeddings; attention_dropout becomes the
   attention dropout of fine-tuning.
-- refused unless they leave the computation ours (`REFUSED`): rope_theta
-  other than 10,000, rope_scaling, attention_bias, mlp_bias, pretraining_tp
-  above 1, a head_dim other than hidden_size / num_attention_heads.
+- the rotary positions (`_rope_fields`, into our rope_* fields), in either
+  layout: transformers 4's top-level rope_theta and rope_scaling (its type
+  under 'rope_type' or 'type'), or transformers 5's rope_parameters (a dict
+  with rope_type, rope_theta, factor, ...); where both are present
+  rope_scaling wins, and a theta inside the dict wins over the top-level
+  one, as in transformers 5. Honoured: rope_theta, and the rope types
+  'default' (no scaling), 'linear' (factor), 'dynamic' (factor; the
+  original context is max_position_embeddings, and the base grows with
+  each call's longest position as transformers' `dynamic_rope_update`
+  computes it) and 'llama3' (factor, low_freq_factor, high_freq_factor,
+  original_max_position_embeddings, which a top-level
+  original_max_position_embeddings overrides and max_position_embeddings
+  stands in for). Refused by name: every other rope type ('yarn',
+  'longrope', 'su', ...), and partial_rotary_factor other than 1.
+  attention_factor is ignored: transformers uses it for yarn and longrope
+  only (refused), and multiplies cos and sin by 1 for the types above.
+- refused unless they leave the computation ours (`REFUSED`):
+  attention_bias, mlp_bias, pretraining_tp above 1, a head_dim other than
+  hidden_size / num_attention_heads.
 - ignored, as they do not change the logits: initializer_range, use_cache,
   bos/eos/pad token ids (generation), and every model's architectures,
   transformers_version, torch_dtype, output_* and generation settings.
+
+`to_hf` writes the rotary settings in transformers 4's layout (top-level
+rope_theta and rope_scaling), which transformers 5 reads as well; transformers
+4 would ignore a rope_parameters dict and rotate at base 10,000.
 """
 
 from __future__ import annotations
@@ -45,13 +65,9 @@ DEFAULTS = dict(
     num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=None,
     head_dim=None, hidden_act='silu', max_position_embeddings=2_048,
     rms_norm_eps=1e-6, tie_word_embeddings=False, rope_theta=10_000.0,
-    rope_scaling=None, attention_bias=False, attention_dropout=0.0,
-    mlp_bias=False, pretraining_tp=1)
+    rope_scaling=None, rope_parameters=None, attention_bias=False,
+    attention_dropout=0.0, mlp_bias=False, pretraining_tp=1)
 REFUSED = {
-    'rope_theta': ((10_000.0, 10_000), 'rotary frequencies of another '
-                   'base (ours rotate with base 10,000)'),
-    'rope_scaling': ((None,), 'rescaled rotary positions (long-context '
-                     'variants)'),
     'attention_bias': ((False,), 'biases on the attention projections'),
     'mlp_bias': ((False,), 'biases in the feed-forward layers'),
     'pretraining_tp': ((1,), 'the feed-forward products split into slices '
@@ -59,6 +75,89 @@ REFUSED = {
 }
 # Hugging Face's MLP nonlinearity (our name of it) -> our gated activation.
 _GATED = {'swish': 'swiglu', 'gelu_exact': 'geglu'}
+# transformers' rope types we compute -> our `positional.ROPE_SCALINGS`.
+_ROPE_TYPES = {'default': '', 'linear': 'linear', 'dynamic': 'dynamic',
+               'llama3': 'llama3'}
+
+
+def _rope_dict(hf: dict[str, Any]) -> tuple[str, dict[str, Any], str]:
+  """(the field holding the rotary settings, its dict, its rope type):
+  rope_scaling where present, as in transformers 5, else rope_parameters.
+
+  Raises:
+    ValueError: a rope type we do not compute, or a partial rotation,
+      naming the field and its value.
+  """
+  where = 'rope_scaling' if hf['rope_scaling'] else 'rope_parameters'
+  rope = hf[where] or {}
+  key = 'rope_type' if 'rope_type' in rope else 'type'
+  kind = rope.get(key, 'default')
+  if kind not in _ROPE_TYPES:
+    raise ValueError(
+        f"{where}[{key!r}]={kind!r} is not supported (rotary positions "
+        f"rescaled otherwise than by {', '.join(_ROPE_TYPES)}): no exact "
+        f"conversion exists, choose another checkpoint.")
+  partial = rope.get('partial_rotary_factor', hf.get('partial_rotary_factor',
+                                                     1.0))
+  if partial not in (None, 1, 1.0):
+    raise ValueError(f'partial_rotary_factor={partial!r} is not supported '
+                     f'(ours rotates whole heads): no exact conversion '
+                     f'exists, choose another checkpoint.')
+  return where, rope, kind
+
+
+def _rope_fields(hf: dict[str, Any]) -> dict[str, Any]:
+  """Our rope_* fields from either layout (module docstring), read as
+  transformers 5 reads them: a theta in the dict wins over the top-level
+  one; llama3's original context is a top-level
+  original_max_position_embeddings, else the dict's, else
+  max_position_embeddings (dynamic NTK's always is)."""
+  where, rope, kind = _rope_dict(hf)
+  needed = lambda key: _rope_parameter(rope, key, where, kind)
+  fields = dict(rope_theta=float(rope.get('rope_theta', hf['rope_theta'])),
+                rope_scaling=_ROPE_TYPES[kind])
+  if kind != 'default':
+    fields['rope_factor'] = float(needed('factor'))
+  if kind == 'dynamic':
+    fields['rope_original_max_positions'] = hf['max_position_embeddings']
+  if kind == 'llama3':
+    fields.update(
+        rope_low_freq_factor=float(needed('low_freq_factor')),
+        rope_high_freq_factor=float(needed('high_freq_factor')),
+        rope_original_max_positions=int(hf.get(
+            'original_max_position_embeddings') or rope.get(
+                'original_max_position_embeddings',
+                hf['max_position_embeddings'])))
+  return fields
+
+
+def _rope_parameter(rope: dict[str, Any], key: str, where: str,
+                    kind: str) -> Any:
+  if rope.get(key) is None:
+    raise ValueError(f"{where} has rope_type={kind!r} but no {key!r}; "
+                     f"transformers needs it too: complete config.json.")
+  return rope[key]
+
+
+def _hf_rope(config: decoder.Config) -> dict[str, Any]:
+  """rope_theta and rope_scaling (transformers 4's layout) of our
+  config, the inverse of `_rope_fields`."""
+  scaling, rope = config.rope_scaling, None
+  if scaling == 'dynamic' and (config.rope_original_max_positions
+                               != config.max_length):
+    raise ValueError(
+        f"rope_scaling='dynamic' with rope_original_max_positions="
+        f"{config.rope_original_max_positions} and max_length="
+        f"{config.max_length}: transformers takes max_position_embeddings "
+        f"as the original context, so they must be equal to export.")
+  if scaling:  # 'type', which every transformers since 4.40 reads
+    rope = {'type': scaling, 'factor': config.rope_factor}
+  if scaling == 'llama3':
+    rope.update(low_freq_factor=config.rope_low_freq_factor,
+                high_freq_factor=config.rope_high_freq_factor,
+                original_max_position_embeddings=(
+                    config.rope_original_max_positions))
+  return {'rope_theta': config.rope_theta, 'rope_scaling': rope}
 
 
 def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
@@ -87,7 +186,7 @@ def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
       norm='rms', norm_position='pre', positional_encoding='rotary',
       use_bias=False, tie_embeddings=bool(hf['tie_word_embeddings']),
       layer_norm_epsilon=hf['rms_norm_eps'], dropout_rate=0.0,
-      attention_dropout_rate=hf['attention_dropout'])
+      attention_dropout_rate=hf['attention_dropout'], **_rope_fields(hf))
 
 
 def params_from_hf(tensors: dict[str, np.ndarray],
@@ -169,6 +268,7 @@ def to_hf(params: dict[str, Any], config: decoder.Config
     raise ValueError('Only LLaMA-shaped decoders export to the Llama layout '
                      '(pre-RMSNorm, rotary positions, a gated feed-forward '
                      'layer, no biases).')
+  rope = _hf_rope(config)  # before any tensor: the config may not export
   d, n = config.d_model, config.num_heads
   k, h = config.num_kv_heads or n, d // n
   array = lambda x: np.ascontiguousarray(np.asarray(x, np.float32))
@@ -204,8 +304,8 @@ def to_hf(params: dict[str, Any], config: decoder.Config
         'max_position_embeddings': config.max_length,
         'rms_norm_eps': config.layer_norm_epsilon,
         'hidden_act': 'silu' if config.activation == 'swiglu' else 'gelu',
-        'tie_word_embeddings': config.tie_embeddings, 'rope_theta': 10_000.0,
-        'attention_dropout': config.attention_dropout_rate}
+        'tie_word_embeddings': config.tie_embeddings,
+        'attention_dropout': config.attention_dropout_rate, **rope}
   return hf, {name: array(value) for name, value in tensors.items()}
 
 
