@@ -1,5 +1,6 @@
 """Experiment files: they load, take overrides, and hold the paper's values."""
 
+import math
 import os
 
 from absl import flags
@@ -9,6 +10,7 @@ import pytest
 from conftest import load_experiment
 from conftest import REPO
 from transformer import configs
+from transformer import train
 from transformer.models import encoder_decoder
 
 # transformer.main's default; not imported, since its flags would clash with
@@ -80,3 +82,19 @@ def test_config_overrides_as_on_the_command_line():
     configs.override(config, 'model.scan_layer=True')
   with pytest.raises(ValueError, match='not field=value'):
     configs.override(config, 'model.scan_layers')
+
+
+def test_lm_offline_llama_runlocal_trains_a_llama(tmp_path):
+  """`lm_offline.py:model=llama,runlocal` trains the LLaMA family from
+  scratch: RMSNorm, SwiGLU, rotary positions, grouped-query attention."""
+  config = load_experiment('lm_offline', 'model=llama,runlocal')
+  config.train.update(dict(num_steps=20, eval_every=20, checkpoint_every=20))
+  result = train.train_and_evaluate(config, str(tmp_path))
+  model = train.Trainer(config, str(tmp_path)).task.model_config
+  assert (model.norm, model.activation, model.positional_encoding,
+          model.num_heads, model.num_kv_heads, model.tie_embeddings) == (
+              'rms', 'swiglu', 'rotary', 4, 2, False)
+  # An untrained model predicts about uniformly: loss log V.
+  assert result['loss'] < math.log(config.data.vocab_size) - 0.1
+  with pytest.raises(ValueError, match="model='bert'; choose one of"):
+    load_experiment('lm_offline', 'model=bert')

@@ -5,8 +5,10 @@ inside the attention layers), a stack of pre-LN causal self-attention blocks
 (`layers.SelfAttentionStack` with `causal=True`), a final LayerNorm, and
 the softmax tied to the token embedding (or, as LLaMA, its own output
 layer). Packed rows carry segment ids so that no token attends across
-documents. The LLaMA-2 sizes use the shared blocks' RMSNorm, SwiGLU, rotary
-positions and grouped-query attention.
+documents. The LLaMA sizes use the shared blocks' RMSNorm, SwiGLU, rotary
+positions and grouped-query attention; the rotary base and the long-context
+scalings of Llama 3 and its converted relatives are the blocks' rope_*
+fields (`positional.Rope`).
 """
 
 from __future__ import annotations
@@ -68,6 +70,12 @@ SIZES = {
                        d_ff=13_824),
     'llama2-70b': dict(LLAMA, num_layers=80, d_model=8192, num_heads=64,
                        num_kv_heads=8, d_ff=28_672),
+    # A LLaMA to train from scratch on a CPU (experiments/lm_offline.py:
+    # model=llama): grouped-query attention (2 key/value heads for 4 query
+    # heads) and d_ff = 8/3 D rounded up to a multiple of 32, as LLaMA sizes
+    # its SwiGLU layer.
+    'llama-tiny': dict(LLAMA, num_layers=4, d_model=128, num_heads=4,
+                       num_kv_heads=2, d_ff=352),
 }
 
 
