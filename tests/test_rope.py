@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from transformer import attention
+from transformer import configs
 from transformer import layers
 from transformer import positional
+from transformer.tasks import language_modeling
 
 HEAD_DIM = 16
 # Llama 3.1's band settings at a context of 32: with head dim 16 and base
@@ -94,6 +96,8 @@ def test_dynamic_ntk_under_jit_follows_each_calls_positions():
         geometric(dynamic_ntk(10_000.0, 2.0, length, 16)), rtol=2e-6)
   with pytest.raises(ValueError, match='pass the positions'):
     positional.rotary_frequencies(dynamic, HEAD_DIM)
+  with pytest.raises(ValueError, match='head dim above 2, got 2'):
+    positional.rotary_frequencies(dynamic, 2, jnp.arange(3))
 
 
 def test_llama3_keeps_high_frequencies_scales_low_ones_and_blends_between():
@@ -207,3 +211,21 @@ def test_the_configs_rope_reaches_the_attention():
       params, x, causal=True, deterministic=True)
   np.testing.assert_array_equal(ours, same)
   assert np.abs(np.asarray(ours - default)).max() > 1e-3
+
+
+def test_rope_fields_are_config_fields():
+  """The rope_* fields are flat scalars of the model section: set on the
+  command line, they reach the model; a model's values write back."""
+  config = configs.override(
+      configs.load_experiment('experiments/lm_offline.py:model=llama,'
+                              'runlocal'),
+      "model.rope_theta=500000.0,model.rope_scaling='llama3',"
+      'model.rope_factor=8.0,model.rope_original_max_positions=64')
+  model = language_modeling.model_config(config, vocab_size=200)
+  assert model.rope == positional.Rope(500_000.0, 'llama3', 8.0, 1.0, 4.0,
+                                       64)
+  values = configs.model_values(model, config.model)
+  assert {k: v for k, v in values.items() if k.startswith('rope_')} == dict(
+      rope_theta=500_000.0, rope_scaling='llama3', rope_factor=8.0,
+      rope_low_freq_factor=1.0, rope_high_freq_factor=4.0,
+      rope_original_max_positions=64)

@@ -224,6 +224,9 @@ def _dynamic_ntk_theta(rope: Rope, head_dim: int, positions: Array | None
   if positions is None:
     raise ValueError("rope_scaling='dynamic' sets its base from the "
                      "sequence length: pass the positions.")
+  if head_dim <= 2:  # the exponent H / (H - 2)
+    raise ValueError(f"rope_scaling='dynamic' needs a head dim above 2, got "
+                     f"{head_dim}.")
   length = jnp.maximum(jnp.max(positions) + 1,
                        rope.original_max_positions).astype(jnp.float32)
   growth = rope.factor * length / rope.original_max_positions - (
