@@ -200,6 +200,10 @@ def rotary_frequencies(rope: Rope, head_dim: int,
       sequence length max(positions) + 1 sets the base, as transformers'
       `dynamic_rope_update` does on each forward pass (so a KV cache holds
       keys rotated with the frequencies of the call that wrote them).
+      transformers also keeps the largest base it has grown to for later,
+      shorter calls (until one fits the original context); each call here
+      stands alone, which is the same for one forward pass and for a
+      generation, whose positions only grow.
 
   Returns:
     [H/2] float32 inverse frequencies.

@@ -72,8 +72,8 @@ SIZES = {
                        num_kv_heads=8, d_ff=28_672),
     # A LLaMA to train from scratch on a CPU (experiments/lm_offline.py:
     # model=llama): grouped-query attention (2 key/value heads for 4 query
-    # heads) and d_ff = 8/3 D rounded up to a multiple of 32, as LLaMA sizes
-    # its SwiGLU layer.
+    # heads) and d_ff = 8/3 D (LLaMA's SwiGLU width, which keeps the
+    # parameters of a 4 D two-matrix layer) rounded up to a multiple of 32.
     'llama-tiny': dict(LLAMA, num_layers=4, d_model=128, num_heads=4,
                        num_kv_heads=2, d_ff=352),
 }
