@@ -13,7 +13,15 @@ dev_matched.tsv and dev_mismatched.tsv; or source=tfds, `glue/TASK`
 prepared with `tfds build`) or task=entailment|paraphrase (offline pairs
 generated from the grammar, the default source for them); init_from=WORKDIR
 (a bert_mlm run or a converted BERT: its sizes, context and vocabulary);
-runlocal. Evaluation reports the task's GLUE metrics.
+epochs=N (the training steps of N epochs of the task's training split at
+the experiment's batch size); runlocal. Evaluation reports the task's GLUE
+metrics.
+
+From a converted Hugging Face BERT (`python -m transformer.tools.convert`,
+e.g. all-MiniLM-L6-v2) the experiment fine-tunes with the recipe measured
+beside transformers in benchmarks/against_transformers.py (`CONVERTED`):
+batches of 32 pairs or sentences of at most 128 tokens, AdamW, linear
+decay to 0, gradients clipped at 1, the learning rate and epochs below.
 
 Measured (2-core CPU, 1,000 steps, 500 validation pairs; docs/results.md):
 task=entailment 99.8% accuracy from scratch and from 1,000 steps of
@@ -30,7 +38,7 @@ from transformer.tasks import text_classification
 def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/glue.py',
                             known=('task', 'source', 'path', 'init_from',
-                                   'runlocal'))
+                                   'epochs', 'runlocal'))
   task = args.get('task', 'entailment')
   spec = glue.spec(task)
   offline = task in glue.OFFLINE
@@ -59,6 +67,37 @@ def get_config(arg: str = ''):
     config.train.update(dict(num_steps=6, log_every=3, eval_every=6,
                              checkpoint_every=6))
   if 'init_from' in args:
-    text_classification.take_pretrained(
-        config, workdir.load_config(args['init_from']))
+    pretrained = workdir.load_config(args['init_from'])
+    text_classification.take_pretrained(config, pretrained)
+    if pretrained.data.tokenizer == 'bert':  # a converted checkpoint
+      config.data.update(CONVERTED['data'])
+      config.optimizer.update(CONVERTED['optimizer'])
+      if 'epochs' not in args and 'runlocal' not in args:
+        args['epochs'] = str(CONVERTED['epochs'])
+  if 'epochs' in args:
+    config.train.num_steps = _steps(config.data, int(args['epochs']))
+    config.train.update(eval_every=config.train.num_steps,
+                        checkpoint_every=config.train.num_steps)
   return config
+
+
+# Fine-tuning a converted Hugging Face BERT (measured on RTE and CoLA with
+# all-MiniLM-L6-v2 beside transformers: benchmarks/against_transformers.py,
+# README): run_glue's batches and optimiser with the sweep's best learning
+# rate and length.
+CONVERTED = dict(
+    data=dict(max_length=128, batch_rows=32, length_multiple=32),
+    optimizer=dict(schedule='linear', learning_rate=5e-5, warmup_steps=0,
+                   b2=0.999, eps=1e-8, weight_decay=0.0, grad_clip_norm=1.0),
+    epochs=3)
+
+
+def _steps(data, epochs: int) -> int:
+  """The steps of `epochs` passes over the training split: a batch of
+  data.batch_rows rows each (or, by tokens, of about tokens_per_batch /
+  max_length rows at least)."""
+  if epochs < 1:
+    raise ValueError(f'epochs={epochs} must be >= 1.')
+  count = len(text_classification.read_split(data, data.train_split))
+  rows = data.batch_rows or max(1, data.tokens_per_batch // data.max_length)
+  return epochs * -(-count // rows)

@@ -42,8 +42,8 @@ def lm(**changes):
 
 CONFIG_CASES = {
     'zero steps': (mt(**{'train.num_steps': 0}), 'train.num_steps=0'),
-    'unknown schedule': (mt(**{'optimizer.schedule': 'linear'}),
-                         "choose 'rsqrt', 'constant' or 'cosine'"),
+    'unknown schedule': (mt(**{'optimizer.schedule': 'exponential'}),
+                         "choose 'rsqrt', 'constant', 'cosine' or 'linear'"),
     'unknown optimizer': (mt(**{'optimizer.name': 'lamb'}),
                           "optimizer.name='lamb'"),
     'warmup past the end': (

@@ -60,31 +60,44 @@ def _check_ranges(config: ml_collections.ConfigDict) -> None:
                  high=high, low_in=low_in, high_in=high_in)
 
 
+def _schedule(config: ml_collections.ConfigDict, num_steps: int
+              ) -> optax.Schedule:
+  """The learning rate of each step (`build` lists the schedules)."""
+  if config.schedule == 'rsqrt':
+    return rsqrt_schedule(config.learning_rate, config.warmup_steps)
+  if config.schedule == 'constant':
+    return optax.constant_schedule(config.learning_rate)
+  if config.schedule not in ('cosine', 'linear'):
+    raise ValueError(f"optimizer.schedule={config.schedule!r}; choose "
+                     f"'rsqrt', 'constant', 'cosine' or 'linear'.")
+  if config.warmup_steps >= num_steps:
+    raise ValueError(
+        f'optimizer.warmup_steps={config.warmup_steps} must be below '
+        f'train.num_steps={num_steps} for the {config.schedule} schedule.')
+  if config.schedule == 'cosine':
+    return optax.warmup_cosine_decay_schedule(
+        0.0, config.learning_rate, config.warmup_steps, num_steps,
+        end_value=config.learning_rate * config.end_learning_rate_ratio)
+  return optax.join_schedules(
+      [optax.linear_schedule(0.0, config.learning_rate, config.warmup_steps),
+       optax.linear_schedule(config.learning_rate, 0.0,
+                             num_steps - config.warmup_steps)],
+      [config.warmup_steps])
+
+
 def build(config: ml_collections.ConfigDict, num_steps: int
           ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """Adam (AdamW with weight_decay > 0), or SGD with momentum b1, with the
   config's schedule, and gradient clipping if configured.
 
-  Schedules: 'rsqrt' (Vaswani et al.), 'constant', and 'cosine': linear
+  Schedules: 'rsqrt' (Vaswani et al.), 'constant', 'cosine': linear
   warmup to learning_rate, then cosine decay to learning_rate *
-  end_learning_rate_ratio at the last training step.
+  end_learning_rate_ratio at the last training step, and 'linear': linear
+  warmup, then linear decay to 0 at the last step (BERT's fine-tuning,
+  Hugging Face's default).
   """
   _check_ranges(config)
-  if config.schedule == 'rsqrt':
-    schedule = rsqrt_schedule(config.learning_rate, config.warmup_steps)
-  elif config.schedule == 'constant':
-    schedule = optax.constant_schedule(config.learning_rate)
-  elif config.schedule == 'cosine':
-    if config.warmup_steps >= num_steps:
-      raise ValueError(
-          f'optimizer.warmup_steps={config.warmup_steps} must be below '
-          f'train.num_steps={num_steps} for the cosine schedule.')
-    schedule = optax.warmup_cosine_decay_schedule(
-        0.0, config.learning_rate, config.warmup_steps, num_steps,
-        end_value=config.learning_rate * config.end_learning_rate_ratio)
-  else:
-    raise ValueError(f"optimizer.schedule={config.schedule!r}; choose 'rsqrt', "
-                     f"'constant' or 'cosine'.")
+  schedule = _schedule(config, num_steps)
   if config.mu_dtype not in ('float32', 'bfloat16'):
     raise ValueError(f"optimizer.mu_dtype={config.mu_dtype!r}; choose "
                      f"'float32' or 'bfloat16'.")

@@ -191,11 +191,15 @@ def _fine_tuned_model(config: ml_collections.ConfigDict) -> None:
   """Text classification once took the model, context and tokenizer of
   its `train.init_from` workdir when it was built, not from its own config;
   workdirs written then restore with them, as they trained. (Experiments
-  now copy them into the config, for which this changes nothing.)"""
+  now copy them into the config, and may then set their own context, e.g.
+  128 tokens from BERT's 512: theirs is left as it is.)"""
   source = config.train.init_from
   if source and files.exists(files.join(source, CONFIG_FILE)):
     pretrained = load_config(source)
-    if pretrained.task == 'masked_language_modeling':
+    copied = all(config.model.get(key) == value
+                 for key, value in pretrained.model.items()
+                 if key not in ('dropout_rate', 'dtype'))
+    if pretrained.task == 'masked_language_modeling' and not copied:
       text_classification.take_pretrained(config, pretrained)
 
 

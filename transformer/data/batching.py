@@ -235,8 +235,9 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
   and no segmentation or position keys, so a model sees single examples.
   W is the batch's longest source or target rounded up to `length_multiple`
   and capped at `max_length`, one width for both sides. R =
-  tokens_per_batch // W rounded down to a multiple of `row_multiple` (at
-  least row_multiple), so a batch has about tokens_per_batch slots a side
+  tokens_per_batch // W (or `rows_per_batch`, whatever the width: a batch
+  of so many examples, as fine-tuning recipes count them) rounded down to
+  a multiple of `row_multiple` (at least row_multiple), so a batch has about tokens_per_batch slots a side
   whatever its lengths, as in the paper's token-count batching: between
   tokens_per_batch / 2 and tokens_per_batch when tokens_per_batch >=
   row_multiple * max_length. R depends on W alone, so there are at most
@@ -282,8 +283,10 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
   def __init__(self, examples: Sequence[Example] | tuple[Side, Side], *,
                max_length: int, tokens_per_batch: int, seed: int,
                start_step: int = 0, row_multiple: int = 1,
-               length_multiple: int = 8, host: tuple[int, int] = (0, 1)):
-    if min(row_multiple, tokens_per_batch, length_multiple) < 1:
+               length_multiple: int = 8, host: tuple[int, int] = (0, 1),
+               rows_per_batch: int = 0):
+    if min(row_multiple, tokens_per_batch, length_multiple) < 1 or (
+        rows_per_batch < 0):
       raise ValueError(f'tokens_per_batch={tokens_per_batch}, row_multiple='
                        f'{row_multiple} and length_multiple={length_multiple}'
                        ' must be positive.')
@@ -301,6 +304,8 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
                   length_multiple), max_length)
     # Rows of a batch of each width 0 ... max_length.
     rows = tokens_per_batch // np.maximum(np.arange(max_length + 1), 1)
+    if rows_per_batch:
+      rows = np.full(max_length + 1, rows_per_batch)
     self._rows_of_width = np.maximum(row_multiple, rows - rows % row_multiple)
     self.batch_shapes = [(int(self._rows_of_width[w]), int(w))
                          for w in np.unique(self._widths)]

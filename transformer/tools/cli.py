@@ -67,6 +67,7 @@ def check_flag(name: str, value: float | None, *,
 # The command that reads each task's workdirs.
 TASK_COMMANDS = {'translation': 'translate', 'language_modeling': 'generate',
                  'image_classification': 'predict',
+                 'text_classification': 'predict',
                  'visual_question_answering': 'ask'}
 
 

@@ -1,9 +1,19 @@
-"""Classify image files with a trained image-classification workdir.
+"""Classify image files with a trained image-classification workdir, or
+texts with a text-classification one (fine-tuned here, or a converted
+BertForSequenceClassification).
 
     python -m transformer.tools.predict --workdir=workdirs/vit_offline \
         cat.png dog.jpg
     python -m transformer.tools.predict --workdir=DIR --top_k=3 \
         --attention_dir=maps/ images/*.png
+    echo "a gripping, funny film" | python -m transformer.tools.predict \
+        --workdir=workdirs/sst2
+    python -m transformer.tools.predict --workdir=workdirs/rte pairs.tsv
+
+Texts: one per line, of the files given (stdin without any); a line with a
+tab is a sentence pair (`a<TAB>b`, as GLUE's pair tasks read them). Prints
+each line with its top-k classes and their probabilities (a regression
+model, STS-B's: its score).
 
 Each image is read (RGB or grey, as the model was trained), its shorter
 side resized to the training's stored size and the centre cropped to the
@@ -26,19 +36,20 @@ import numpy as np
 
 from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
+from transformer.data import text
 from transformer.tools import cli
 
 
 def define_flags() -> None:
   """The command's flags, defined when it runs (`run`): importing the
   module for its function defines none, so tools import side by side."""
-  flags.DEFINE_string('workdir', None, 'An image-classification workdir.',
-                      required=True)
+  flags.DEFINE_string('workdir', None, 'An image- or text-classification '
+                      'workdir.', required=True)
   flags.DEFINE_integer('top_k', 5, 'Classes to print per image.')
   flags.DEFINE_string('attention_dir', None,
                       'Write attention maps (PNG) here.')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
-  flags.DEFINE_integer('batch_size', 64, 'Images per batch.')
+  flags.DEFINE_integer('batch_size', 64, 'Images (or texts) per batch.')
 
 
 # (path, [(class name, probability)] best first) per image.
@@ -86,12 +97,53 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
   return predictions, restored.step
 
 
+def classify_texts(workdir: str, lines: Sequence[str], *, top_k: int = 5,
+                   average: int = 1) -> tuple[Predictions, int]:
+  """The top-k classes (or the regression score) of each text line, a tab
+  separating a pair's two sentences, and the step of the checkpoint used."""
+  for name, value in (('top_k', top_k), ('average', average)):
+    cli.check_flag(name, value, at_least=1)
+  cli.workdir_config(workdir, 'text_classification')
+  rows = [(*(line.split('\t', 1) + [None])[:2], 0.0) for line in lines]
+  if not rows:
+    raise ValueError('No texts to classify: give lines on stdin or text '
+                     'files after the flags.')
+  restored = workdir_lib.restore(workdir, average=average)
+  task = restored.task
+  with restored.active():
+    scores = task.scores(restored.params, rows)
+  names = task.class_names
+  if task.num_classes == 1:
+    return [(line, [('score', float(row[0]))])
+            for line, row in zip(lines, scores)], restored.step
+  return [(line, [(names[i], float(row[i]))
+                  for i in np.argsort(-row)[:top_k]])
+          for line, row in zip(lines, scores)], restored.step
+
+
+def _text_lines(paths: Sequence[str]) -> list[str]:
+  if not paths:
+    return text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
+                                             'standard input'))
+  return [line for path in paths for line in text.utf8_lines(path)]
+
+
 def main(argv):
   args = flags.FLAGS
-  predictions, step = classify(
-      args.workdir, argv[1:], top_k=args.top_k,
-      attention_dir=args.attention_dir, average=args.average,
-      batch_size=args.batch_size)
+  if workdir_lib.load_config(args.workdir).task == 'text_classification':
+    if args.attention_dir:
+      raise ValueError('--attention_dir draws image attention maps; for a '
+                       'text model, python -m transformer.tools.explore '
+                       f'--workdir={args.workdir} --input=TEXT shows every '
+                       'layer and head.')
+    predictions, step = classify_texts(
+        args.workdir, _text_lines(argv[1:]), top_k=args.top_k,
+        average=args.average)
+  else:
+    predictions, step = classify(
+        args.workdir, argv[1:], top_k=args.top_k,
+        attention_dir=args.attention_dir, average=args.average,
+        batch_size=args.batch_size)
   for path, best in predictions:
     sys.stdout.write(path + '\t' + '  '.join(
         f'{name} {probability:.3f}' for name, probability in best) + '\n')
