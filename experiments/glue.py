@@ -9,7 +9,8 @@ fine-tuned from a masked-language-model workdir or from scratch.
 
 Arguments: task=cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli (GLUE, from
 source=tsv, the official files under path=DIR: train.tsv and dev.tsv, MNLI's
-dev_matched.tsv and dev_mismatched.tsv; or source=tfds, `glue/TASK`
+dev_matched.tsv and dev_mismatched.tsv, or under glue_dir=ROOT laid out as
+GLUE's download is, ROOT/RTE, ROOT/STS-B, ...; or source=tfds, `glue/TASK`
 prepared with `tfds build`) or task=entailment|paraphrase (offline pairs
 generated from the grammar, the default source for them); init_from=WORKDIR
 (a bert_mlm run or a converted BERT: its sizes, context and vocabulary);
@@ -29,6 +30,8 @@ experiments/bert_mlm.py (after 250 steps: 77.8% and 87.6%);
 task=paraphrase stays at chance either way (51.4% and 45.2%).
 """
 
+import os
+
 from transformer import configs
 from transformer import workdir
 from transformer.data import glue
@@ -37,8 +40,8 @@ from transformer.tasks import text_classification
 
 def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/glue.py',
-                            known=('task', 'source', 'path', 'init_from',
-                                   'epochs', 'runlocal'))
+                            known=('task', 'source', 'path', 'glue_dir',
+                                   'init_from', 'epochs', 'runlocal'))
   task = args.get('task', 'entailment')
   spec = glue.spec(task)
   offline = task in glue.OFFLINE
@@ -46,7 +49,7 @@ def get_config(arg: str = ''):
   config = text_classification.default_config()
   tsv = source == 'tsv'
   config.data.update(dict(
-      glue_task=task, source=source, path=args.get('path', ''),
+      glue_task=task, source=source, path=_path(task, args),
       train_split='train',
       eval_split=spec.eval_split[1] if tsv else spec.eval_split[0],
       max_length=128, tokens_per_batch=4_096))
@@ -90,6 +93,12 @@ CONVERTED = dict(
     optimizer=dict(schedule='linear', learning_rate=5e-5, warmup_steps=0,
                    b2=0.999, eps=1e-8, weight_decay=0.0, grad_clip_norm=1.0),
     epochs=3)
+
+
+def _path(task: str, args: dict[str, str]) -> str:
+  if 'glue_dir' in args and task in glue.FOLDERS:
+    return os.path.join(args['glue_dir'], glue.FOLDERS[task])
+  return args.get('path', '')
 
 
 def _steps(data, epochs: int) -> int:

