@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 import json
 import os
+import re
 
 import numpy as np
 import sentencepiece as spm
@@ -360,3 +361,292 @@ class BertTokenizer(_Batches):
 
   def id_to_piece(self, token_id: int) -> str:
     return self._wordpiece.id_to_token(int(self.order[int(token_id)]))
+
+
+LLAMA_IDS = 'llama_ids.json'
+LLAMA_JSON = 'llama_tokenizer.json'  # a published tokenizer.json
+LLAMA_SPM = 'llama.model'  # a published tokenizer.model, without one
+_BYTE_PIECE = re.compile(r'<0x([0-9A-Fa-f]{2})>')
+
+
+class _LlamaJson:
+  """Llama's published ids through a tokenizer.json (the `tokenizers`
+  library): SentencePiece-style BPE with byte fallback (Llama 2, Mistral:
+  '▁' for spaces, '<0xNN>' for bytes) or byte-level BPE (Llama 3)."""
+
+  file = LLAMA_JSON
+
+  def __init__(self, tokenizer):
+    self._bpe = tokenizer
+    settings = json.loads(tokenizer.to_str())
+    unk = (settings.get('model') or {}).get('unk_token')
+    self.unk_id = None if unk is None else tokenizer.token_to_id(unk)
+    self.byte_level = 'ByteLevel' in json.dumps(
+        [settings.get('pre_tokenizer'), settings.get('decoder')])
+    self._special = {i for i, token in
+                     tokenizer.get_added_tokens_decoder().items()
+                     if token.special}
+
+  @classmethod
+  def load(cls, folder: str) -> _LlamaJson:
+    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+    return cls(Tokenizer.from_file(os.path.join(folder, cls.file)))
+
+  def save(self, folder: str) -> None:
+    self._bpe.save(os.path.join(folder, self.file))
+
+  @property
+  def vocab_size(self) -> int:
+    return self._bpe.get_vocab_size(with_added_tokens=True)
+
+  def token_id(self, token: str) -> int | None:
+    return self._bpe.token_to_id(token)
+
+  def encode(self, text: str) -> list[int]:
+    return self._bpe.encode(text, add_special_tokens=False).ids
+
+  def decode(self, ids: list[int]) -> str:
+    return self._bpe.decode(ids, skip_special_tokens=True)
+
+  def piece(self, token_id: int) -> str:
+    return self._bpe.id_to_token(token_id)
+
+  def piece_bytes(self, token_id: int) -> bytes:
+    """The bytes of text a token stands for; none for special tokens."""
+    if token_id in self._special or token_id == self.unk_id:
+      return b''
+    piece = self.piece(token_id)
+    if self.byte_level:
+      if not hasattr(self, '_alphabet'):
+        self._alphabet = _byte_level_alphabet()
+      if all(c in self._alphabet for c in piece):
+        return bytes(self._alphabet[c] for c in piece)
+      return piece.encode()  # an added token that is text as it stands
+    return _sentencepiece_bytes(piece)
+
+
+def _sentencepiece_bytes(piece: str) -> bytes:
+  """'▁' is a space; a byte-fallback piece '<0xNN>' is that byte."""
+  byte = _BYTE_PIECE.fullmatch(piece)
+  if byte:
+    return bytes([int(byte.group(1), 16)])
+  return piece.replace('\u2581', ' ').encode()
+
+
+def _fallback_text(pieces: list[str]) -> str:
+  """The text of SentencePiece pieces as a published tokenizer.json's
+  decoder writes it (Replace '▁' by ' ', ByteFallback, Fuse, Strip one
+  leading space): each run of byte pieces '<0xNN>' its UTF-8 text, or one
+  '\ufffd' per byte when the run is not UTF-8."""
+  parts, run = [], []
+  for piece in pieces + [None]:
+    byte = piece and _BYTE_PIECE.fullmatch(piece)
+    if byte:
+      run.append(int(byte.group(1), 16))
+      continue
+    if run:
+      try:
+        parts.append(bytes(run).decode())
+      except UnicodeDecodeError:
+        parts.append('\ufffd' * len(run))
+      run = []
+    if piece is not None:
+      parts.append(piece.replace('\u2581', ' '))
+  text = ''.join(parts)
+  return text[1:] if text.startswith(' ') else text
+
+
+class _LlamaSentencePiece:
+  """Llama's published ids through its SentencePiece tokenizer.model (the
+  `sentencepiece` library), for a directory without a tokenizer.json."""
+
+  file = LLAMA_SPM
+
+  def __init__(self, path: str):
+    with open(path, 'rb') as f:
+      self._proto = f.read()
+    try:
+      self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f'{path} is not a SentencePiece model ({e}): damaged '
+                       f'or cut short; download it again.') from e
+    unk = self._sp.unk_id()
+    self.unk_id = unk if unk >= 0 else None
+
+  @classmethod
+  def load(cls, folder: str) -> _LlamaSentencePiece:
+    return cls(os.path.join(folder, cls.file))
+
+  def save(self, folder: str) -> None:
+    with open(os.path.join(folder, self.file), 'wb') as f:
+      f.write(self._proto)
+
+  @property
+  def vocab_size(self) -> int:
+    return self._sp.get_piece_size()
+
+  def token_id(self, token: str) -> int | None:
+    i = self._sp.piece_to_id(token)
+    # piece_to_id answers the unknown id for a piece it lacks.
+    return i if self._sp.id_to_piece(i) == token else None
+
+  def encode(self, text: str) -> list[int]:
+    return self._sp.encode(text)
+
+  def decode(self, ids: list[int]) -> str:
+    """As the tokenizer.json of the same model decodes (transformers'
+    conversion of it), which writes bytes that are no UTF-8 otherwise than
+    SentencePiece: one '\ufffd' for each byte of the run they are in."""
+    return _fallback_text([self.piece(i) for i in ids
+                           if not self._special(i)])
+
+  def piece(self, token_id: int) -> str:
+    return self._sp.id_to_piece(token_id)
+
+  def _special(self, token_id: int) -> bool:
+    return self._sp.is_control(token_id) or self._sp.is_unknown(token_id)
+
+  def piece_bytes(self, token_id: int) -> bytes:
+    if self._special(token_id):
+      return b''
+    return _sentencepiece_bytes(self.piece(token_id))
+
+
+def published_llama(source: str):
+  """A Llama directory's tokenizer: its tokenizer.json (`published_bpe`)
+  where it has one, else its SentencePiece tokenizer.model.
+
+  Raises:
+    FileNotFoundError: the directory has neither.
+  """
+  if os.path.exists(os.path.join(source, 'tokenizer.json')):
+    return _LlamaJson(published_bpe(source, 'llama'))
+  path = os.path.join(source, 'tokenizer.model')
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'{source} has neither tokenizer.json nor tokenizer.model: download '
+        f'the tokenizer files with the weights (the whole model '
+        f'repository).')
+  return _LlamaSentencePiece(path)
+
+
+def _token_text(value) -> str | None:
+  """A tokenizer_config.json token: a string, or a dict with its content."""
+  return value.get('content') if isinstance(value, dict) else value
+
+
+def llama_special_ids(hf: dict, source: str, published
+                      ) -> tuple[int | None, int]:
+  """Llama's (BOS, EOS) ids: config.json's bos_token_id and eos_token_id,
+  else tokenizer_config.json's bos_token and eos_token, else LlamaConfig's
+  defaults (1, 2). Of a list of EOS ids (Llama 3.1 Instruct's) the one the
+  tokenizer names eos_token, else the first: our tasks stop at one EOS.
+
+  Raises:
+    ValueError: an id outside the tokenizer's vocabulary.
+  """
+  settings = _tokenizer_config(source)
+  ids = {}
+  for name, default in (('bos', 1), ('eos', 2)):
+    text = _token_text(settings.get(f'{name}_token'))
+    named = None if text is None else published.token_id(text)
+    value = hf.get(f'{name}_token_id', named if named is not None
+                   else default)
+    if isinstance(value, list):
+      value = named if named in value else (value[0] if value else None)
+    if value is not None and not 0 <= value < published.vocab_size:
+      raise ValueError(
+          f'{name}_token_id={value} is not an id of the tokenizer '
+          f'({published.vocab_size} tokens): config.json and the tokenizer '
+          f'files come from different models; download them together.')
+    ids[name] = value
+  if ids['eos'] is None:
+    raise ValueError('config.json has eos_token_id=null: our tasks end '
+                     'every text with EOS; set it to the end-of-text id.')
+  return ids['bos'], ids['eos']
+
+
+class LlamaTokenizer(_Batches):
+  """A Llama tokenizer (`published_llama`: tokenizer.json through the
+  `tokenizers` library, or tokenizer.model through `sentencepiece`) with
+  our ids: padding 0 (Llama has none; a converted model never predicts
+  it), Llama's EOS 1, its unknown 2 where it has one, then its other ids
+  in order (`llama_order`). Texts encode without BOS, as every tokenizer
+  here; `start_id` is our id of BOS, which the language-modelling task
+  puts before a prompt, as transformers' tokenizer does."""
+
+  def __init__(self, folder: str):
+    ids_path, = _workdir_files(folder, (LLAMA_IDS,), 'Llama')
+    meta = _read_ids(ids_path)
+    backend = (_LlamaJson if os.path.exists(os.path.join(folder, LLAMA_JSON))
+               else _LlamaSentencePiece)
+    self._published = backend.load(folder)
+    self.order = np.asarray(meta['order'])  # order[our_id - 1] = Llama id
+    self._ours = np.empty(len(self.order), np.int64)
+    self._ours[self.order] = np.arange(1, len(self.order) + 1)
+    bos = meta.get('bos_id')
+    self.start_id = (tokenizers.EOS_ID if bos is None
+                     else int(self._ours[bos]))
+
+  @staticmethod
+  def llama_order(published, eos_id: int) -> np.ndarray:
+    """order[our_id - 1] = Llama id: EOS, the unknown token (if any), the
+    other ids in order."""
+    first = [eos_id] + ([published.unk_id] if published.unk_id not in
+                        (None, eos_id) else [])
+    rest = np.setdiff1d(np.arange(published.vocab_size), first)
+    return np.concatenate([np.asarray(first, np.int64), rest])
+
+  @staticmethod
+  def save(folder: str, published, bos_id: int | None,
+           eos_id: int) -> np.ndarray:
+    """Writes the published tokenizer and our id order (with Llama's BOS
+    and EOS ids) into `folder`; returns the order."""
+    os.makedirs(folder, exist_ok=True)
+    published.save(folder)
+    order = LlamaTokenizer.llama_order(published, eos_id)
+    with open(os.path.join(folder, LLAMA_IDS), 'w') as f:
+      json.dump({'order': order.tolist(), 'bos_id': bos_id,
+                 'eos_id': eos_id}, f)
+    return order
+
+  def llama_to_ours(self, ids) -> np.ndarray:
+    return self._ours[np.asarray(ids, np.int64)]
+
+  def ours_to_llama(self, ids) -> np.ndarray:
+    """The inverse of `llama_to_ours` (padding has no Llama id)."""
+    ids = np.asarray(ids, np.int64)
+    if (ids == tokenizers.PAD_ID).any():
+      raise ValueError('Padding (0) has no Llama id.')
+    return self.order[ids - 1]
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.order) + 1
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    ids = self._published.encode(text)
+    ids = self.llama_to_ours(ids).tolist() if ids else []
+    return ids + [tokenizers.EOS_ID] if add_eos else ids
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS; padding and special tokens
+    (BOS, unknown) skipped."""
+    ids = _ids_before_eos(ids)
+    return (self._published.decode(self.ours_to_llama(ids).tolist())
+            if ids else '')
+
+  def token_bytes(self, token_id: int) -> bytes:
+    """The UTF-8 bytes a token stands for ('▁' a space, '<0xNN>' that
+    byte; a token may hold part of a character); none for padding and
+    special tokens."""
+    if int(token_id) == tokenizers.PAD_ID:
+      return b''
+    return self._published.piece_bytes(int(self.ours_to_llama(token_id)))
+
+  def id_to_piece(self, token_id: int) -> str:
+    """Llama's token ('▁' marks a space, 'Ġ' in byte-level BPE), '<pad>'
+    for padding."""
+    if int(token_id) == tokenizers.PAD_ID:
+      return '<pad>'
+    return self._published.piece(int(self.ours_to_llama(token_id)))
