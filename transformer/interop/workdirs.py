@@ -4,10 +4,10 @@
 (config.json), what the task needs besides (the vocabulary in vocab/, or the
 class names in dataset.json) and an orbax checkpoint at step 0, so that the
 tools work on it as on a trained run: Marian (OPUS-MT) -> translate; GPT-2
--> generate; BERT -> fine-tuning with `experiments/sst2.py:init_from=`; ViT
-(`google/vit-*`, or the original .npz) -> predict, and
-`--config.train.init_from=WORKDIR` fine-tunes it. `python -m
-transformer.tools.convert` is the command.
+and Llama -> generate (and training goes on in the workdir); BERT ->
+fine-tuning with `experiments/sst2.py:init_from=`; ViT (`google/vit-*`, or
+the original .npz) -> predict, and `--config.train.init_from=WORKDIR`
+fine-tunes it. `python -m transformer.tools.convert` is the command.
 
 A workdir is written into a staging folder beside it and checked there
 (`write_workdir`: tensor shapes against the model, then a restore and a
@@ -34,6 +34,7 @@ from transformer import workdir as workdir_lib
 from transformer.interop import bert
 from transformer.interop import files
 from transformer.interop import gpt2
+from transformer.interop import llama
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
 from transformer.interop import vocabularies
@@ -83,6 +84,16 @@ def gpt2_experiment(config) -> ml_collections.ConfigDict:
                            tokenizer='gpt2', source='local',
                            max_length=config.max_length)
   experiment.model.size = 'gpt2'
+  return experiment
+
+
+def llama_experiment(config) -> ml_collections.ConfigDict:
+  """The language-modelling config of a converted Llama (our ids): every
+  model field, the rotary ones included."""
+  experiment = _experiment(language_modeling.default_config(), config,
+                           tokenizer='llama', source='local',
+                           max_length=config.max_length)
+  experiment.model.size = 'llama2-7b'
   return experiment
 
 
@@ -274,7 +285,8 @@ def convert(kind: str, source: str, workdir: str, *,
     raise ValueError(f'kind={kind!r}; choose one of {KINDS}.')
   hf = files.read_config(source)
   writers = {'vit': _convert_vit, 'marian': _convert_marian,
-             'gpt2': _convert_gpt2, 'bert': _convert_bert}
+             'gpt2': _convert_gpt2, 'bert': _convert_bert,
+             'llama': _convert_llama}
   if hf.get('model_type') not in writers:
     raise ValueError(
         f"model_type={hf.get('model_type')!r}: choose a directory of one of "
@@ -355,6 +367,28 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
           gpt2_vocab_size))
   return (f'GPT-2, {config.num_layers} layers, width {config.d_model}, '
           f'context {config.max_length}, {gpt2_vocab_size:,} tokens (+ '
+          f'padding at id 0)')
+
+
+def _convert_llama(source: str, workdir: str, hf: dict) -> str:
+  config, params = llama.load(source)
+  published = vocabularies.published_llama(source)
+  if published.vocab_size != config.vocab_size:
+    raise ValueError(
+        f'The tokenizer has {published.vocab_size:,} tokens, config.json '
+        f'vocab_size={config.vocab_size:,}: every id needs its token (and '
+        f'every token its row); download the tokenizer files of this '
+        f'checkpoint, or correct vocab_size.')
+  bos_id, eos_id = vocabularies.llama_special_ids(hf, source, published)
+  order = vocabularies.LlamaTokenizer.llama_order(published, eos_id)
+  llama_vocab_size = config.vocab_size
+  config, params = llama.with_our_ids(config, params, order)
+  write_workdir(
+      workdir, llama_experiment(config), params,
+      lambda workdir: vocabularies.LlamaTokenizer.save(
+          os.path.join(workdir, 'vocab'), published, bos_id, eos_id))
+  return (f'Llama, {config.num_layers} layers, width {config.d_model}, '
+          f'context {config.max_length}, {llama_vocab_size:,} tokens (+ '
           f'padding at id 0)')
 
 

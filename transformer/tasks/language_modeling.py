@@ -285,6 +285,9 @@ class LanguageModelingTask(CorpusTask):
     self.model = decoder.build(self.model_config)
     self.decoder = decoder.build(self.model_config, decode=True)
     self.token_lengths = _token_lengths(self.tokenizer)
+    # What a prompt or a text read whole starts with: EOS (as training
+    # documents do), or a converted Llama's BOS, as its tokenizer puts it.
+    self.start_id = getattr(self.tokenizer, 'start_id', tokenizers.EOS_ID)
 
   # -- Task interface -------------------------------------------------------
 
@@ -365,7 +368,7 @@ class LanguageModelingTask(CorpusTask):
                        f'(0, 1].')
     context = self.model_config.max_length
     prompt_ids = [self.tokenizer.encode(p, add_eos=False) for p in prompts]
-    sequences = [[tokenizers.EOS_ID] + ids for ids in prompt_ids]
+    sequences = [[self.start_id] + ids for ids in prompt_ids]
     new = [[] for _ in prompts]
     finished = [False] * len(prompts)
     remaining, round_ = max_new_tokens, 0
@@ -417,7 +420,7 @@ class LanguageModelingTask(CorpusTask):
     if last < 1:
       raise ValueError(f'last={last}: show at least one token.')
     context = self.model_config.max_length
-    ids = ([tokenizers.EOS_ID]
+    ids = ([self.start_id]
            + self.tokenizer.encode(text_, add_eos=False))[-context:]
     # Right padding (to a multiple of 8: few compiles) changes nothing
     # before it under a causal mask; one row per data-parallel shard.

@@ -61,7 +61,8 @@ def _sync(filename: str) -> None:
 # writes them into the workdir's vocab/ folder).
 PUBLISHED_TOKENIZERS = {'marian': published.MarianTokenizer,
                         'gpt2': published.GPT2Tokenizer,
-                        'bert': published.BertTokenizer}
+                        'bert': published.BertTokenizer,
+                        'llama': published.LlamaTokenizer}
 
 
 def fingerprint(workdir: str, tokenizer: str) -> str:
