@@ -5,7 +5,8 @@
         --input=ViT-B_16.npz --output=WORKDIR [--image_size=384]
 
 Marian (OPUS-MT) -> `python -m transformer.tools.translate --workdir=WORKDIR`;
-GPT-2 -> `python -m transformer.tools.generate --workdir=WORKDIR`;
+GPT-2 and Llama (tokenizer.json or tokenizer.model) -> `python -m
+transformer.tools.generate --workdir=WORKDIR`;
 BERT -> fine-tuning with `experiments/sst2.py:init_from=WORKDIR`;
 ViT (`google/vit-*`, or the original .npz) -> `python -m
 transformer.tools.predict --workdir=WORKDIR`, and
