@@ -47,8 +47,10 @@ the fields a config.json omits):
   attention_bias, mlp_bias, pretraining_tp above 1, a head_dim other than
   hidden_size / num_attention_heads.
 - ignored, as they do not change the logits: initializer_range, use_cache,
-  bos/eos/pad token ids (generation), and every model's architectures,
-  transformers_version, torch_dtype, output_* and generation settings.
+  pad_token_id, bos/eos token ids (generation; a workdir conversion
+  takes BOS and EOS from them, `vocabularies.llama_special_ids`), and
+  every model's architectures, transformers_version, torch_dtype,
+  output_* and generation settings.
 
 `to_hf` writes the rotary settings in transformers 4's layout (top-level
 rope_theta and rope_scaling), which transformers 5 reads as well; transformers
