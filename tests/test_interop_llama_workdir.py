@@ -226,10 +226,6 @@ def test_generate_command_matches_reference_greedy_search(converted):
                                   for e in expected)
 
 
-@pytest.mark.xfail(
-    strict=True, reason='train._restore_or_initialise resumes only from a '
-    'step above 0 (`if start:`), so it initialises the model afresh over a '
-    "converted workdir's checkpoint 0 (moved by 0.77, not < 0.01)")
 def test_training_goes_on_in_the_converted_workdir(from_spm, tmp_path):
   """Two steps on local text in a copy of the workdir (its config, a
   corpus of its own): the parameters move from the converted ones."""

@@ -285,3 +285,27 @@ def test_a_nonfinite_step_is_flagged_and_kept_out_when_skipping(
       np.testing.assert_array_equal(after, before)
   moved = not np.array_equal(new.params['w'], params['w'])
   assert moved is not kept
+
+
+def test_training_starts_from_a_checkpoint_at_step_0(tmp_path):
+  """A converted checkpoint is written at step 0: training in its workdir
+  goes on from those parameters instead of initialising new ones."""
+  config = load_experiment('lm_offline', 'runlocal')
+  config.train.update(num_steps=1, log_every=1, eval_every=1,
+                      checkpoint_every=1)
+  config.optimizer.update(learning_rate=1e-9, warmup_steps=0,
+                          schedule='constant')
+  workdir = str(tmp_path / 'converted')
+  trainer = train.Trainer(config, workdir)
+  workdir_lib.save_config(config, workdir)
+  with sharding.active(trainer.mesh, trainer.rules):
+    state = trainer.initialise()
+    marked = jax.tree.map(lambda x: x + 0.5, state.params)
+  mngr = checkpoints.manager(workdir)
+  checkpoints.save(mngr, 0, marked, state.opt_state)
+  mngr.wait_until_finished()
+  mngr.close()
+  train.train_and_evaluate(config, workdir)
+  trained = workdir_lib.restore(workdir).params
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
+               trained, marked)

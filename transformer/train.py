@@ -342,7 +342,7 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
       workdir, mngr, {'params': trainer.abstract.params,
                       'opt_state': trainer.abstract.opt_state}, changes)
   workdir_lib.save_config(config, workdir)
-  if start:
+  if restored is not None:  # step 0 too: a converted checkpoint's
     logging.info('Resumed from %s at step %d.', mngr.directory, start)
     progress = restored.pop(checkpoints.PROGRESS)
     return (TrainState(step=jnp.asarray(start, jnp.int32), **restored),
