@@ -1,26 +1,25 @@
 """The attention explorer page, in a real headless Chromium (playwright):
 it loads without console errors, the layer and head controls change what
 is drawn, hovering a token shows the attention row the workdir's weights
-give, the model view holds every layer and head, and a screenshot is not
-blank. Skipped, saying why, where no browser is installed (.ci/run
-installs Debian's Chromium)."""
+give, the model view holds every layer and head, a screenshot is not
+blank, and hostile text (`</script>`, `<!--<script>`, ...) comes back
+exactly, both from the written HTML and in the browser. The browser tests
+skip, saying why, where no browser is installed (.ci/run installs Debian's
+Chromium)."""
 
 import io
+import json
+import re
 import shutil
 
 import numpy as np
 import pytest
 
+from transformer.tasks import base
 from transformer.tools import explore
 
-sync_api = pytest.importorskip(
-    'playwright.sync_api', reason='playwright is not installed (pip install '
-    '-e ".[test]")')
 CHROMIUM = next((path for path in map(shutil.which, (
     'chromium', 'chromium-browser', 'google-chrome')) if path), None)
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason='no Chromium to run the page in: apt-get '
-    'install chromium (.ci/run does)')
 
 TEXT = 'the red house sees a cat'
 
@@ -33,6 +32,12 @@ def written(trained, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def browser():
+  sync_api = pytest.importorskip(
+      'playwright.sync_api', reason='playwright is not installed (pip '
+      'install -e ".[test]")')
+  if CHROMIUM is None:
+    pytest.skip('no Chromium to run the page in: apt-get install chromium '
+                '(.ci/run does)')
   with sync_api.sync_playwright() as playwright:
     browser = playwright.chromium.launch(executable_path=CHROMIUM,
                                          args=['--no-sandbox'])
@@ -180,5 +185,68 @@ def test_a_vit_page_overlays_each_tokens_attention_on_the_image(vit_page,
     assert page.get_attribute('#overlay', 'data-query') == str(query)
     overlays.append(page.eval_on_selector('#overlay', 'c => c.toDataURL()'))
   assert overlays[0] != overlays[1]  # each token's own map
+  assert not errors, errors
+  page.close()
+
+
+# Text that ends or re-opens the inlined script, comments, quotes, the
+# page's own placeholders, entities, emoji, right-to-left text (with an
+# override mark) and JavaScript's line terminators.
+HOSTILE = ['</script>', '<!--<script>', '</SCRIPT >', '<!--', '-->',
+           '"\'`', '&amp;', '<img src=x onerror=alert(1)>', '/*DATA*/',
+           '/*SCRIPT*/', '<!--FORM-->', '\\u003c', '😀👩‍🔬', 'שלום עולם',
+           '\u202eevil', 'a\u2028b\u2029c']
+
+
+@pytest.fixture(scope='module')
+def hostile(tmp_path_factory):
+  """A page whose title, input, view name and tokens are all hostile."""
+  n = len(HOSTILE)
+  weights = np.random.default_rng(0).random((1, 2, n, n))
+  weights /= weights.sum(-1, keepdims=True)
+  view = base.AttentionView(name=' '.join(HOSTILE), queries=HOSTILE,
+                            keys=HOSTILE[::-1], weights=weights)
+  path = tmp_path_factory.mktemp('hostile') / 'page.html'
+  path.write_text(explore.page('<!--<script> ' + HOSTILE[-1], ''.join(HOSTILE),
+                               [view]), encoding='utf-8')
+  return path, view
+
+
+def test_hostile_text_stays_inside_the_inlined_data(hostile):
+  path, view = hostile
+  page = path.read_text(encoding='utf-8')
+  # The page's two scripts end where the page ends them, and hold nothing
+  # that switches the HTML parser's script states ('<!--' then '<script'
+  # makes it skip the next '</script>': the page was blank).
+  scripts = re.findall(r'<script>(.*?)</script>', page, re.S)
+  assert len(scripts) == 2 and page.lower().count('</script') == 2
+  for script in scripts:
+    assert '<!--' not in script and '<script' not in script.lower()
+  # The data decodes, as written, back to the exact strings.
+  data = json.loads(scripts[0].removeprefix('const DATA = ').removesuffix(';'))
+  assert data['title'] == '<!--<script> ' + HOSTILE[-1]
+  assert data['input'] == ''.join(HOSTILE)
+  [shown] = data['views']
+  assert (shown['name'], shown['queries'], shown['keys']) == (
+      view.name, HOSTILE, HOSTILE[::-1])
+  assert '\u2028' not in scripts[0] and '\u2029' not in scripts[0]
+
+
+def test_hostile_text_is_shown_as_text_in_the_browser(hostile, browser):
+  path, view = hostile
+  page = browser.new_page()
+  errors = []
+  page.on('pageerror', lambda e: errors.append(str(e)))
+  page.on('dialog', lambda d: errors.append(f'dialog {d.message}'))
+  page.goto(f'file://{path}')
+  texts = lambda selector: page.eval_on_selector_all(
+      selector, 'es => es.map(e => e.textContent)')
+  assert texts('#qcol .token') == HOSTILE
+  assert texts('#kcol .token') == HOSTILE[::-1]
+  assert texts('#view option') == [view.name]
+  assert texts('#title') == ['<!--<script> ' + HOSTILE[-1]]
+  assert texts('#input') == [''.join(HOSTILE)]
+  assert page.eval_on_selector_all('#modelview canvas', 'cs => cs.length') == 2
+  assert page.eval_on_selector_all('img', 'is => is.length') == 1  # #picture
   assert not errors, errors
   page.close()

@@ -39,6 +39,7 @@ import base64
 import io
 import json
 import os
+import re
 import sys
 from typing import Sequence
 
@@ -93,14 +94,20 @@ def page(title: str, text: str, views: Sequence[base.AttentionView],
            'image': _png_data_url(v.image), 'grid': v.grid,
            'first_patch': v.first_patch})}
       for v in views]}
-  # Inside <script>, '</' could end the element early: JSON allows '<\/'.
-  blob = json.dumps(data, ensure_ascii=False).replace('</', '<\\/')
+  # Inside <script>, '</script' ends the element and '<!--' then '<script'
+  # makes the HTML parser skip the next '</script>' (the page went blank):
+  # no '<' may reach it. JSON's \u escapes keep the strings exact; '>' and
+  # '&' go too, and U+2028/9, which older JavaScript reads as line ends.
+  blob = json.dumps(data, ensure_ascii=False).translate(
+      {ord(c): f'\\u{ord(c):04x}' for c in '<>&\u2028\u2029'})
   with open(os.path.join(_HERE, 'explorer.html'), encoding='utf-8') as f:
     html = f.read()
   with open(os.path.join(_HERE, 'explorer.js'), encoding='utf-8') as f:
     script = f.read()
-  return (html.replace('<!--FORM-->', form, 1)
-          .replace('/*DATA*/', blob, 1).replace('/*SCRIPT*/', script, 1))
+  # One pass over the template: a placeholder inside the inserted text (an
+  # input of '/*SCRIPT*/') is text, not a place to insert at.
+  parts = {'<!--FORM-->': form, '/*DATA*/': blob, '/*SCRIPT*/': script}
+  return re.sub('|'.join(map(re.escape, parts)), lambda m: parts[m[0]], html)
 
 
 # What each task's model reads: (text, an image file).
