@@ -9,6 +9,7 @@ Chromium)."""
 
 import io
 import json
+import pathlib
 import re
 import shutil
 
@@ -250,3 +251,42 @@ def test_hostile_text_is_shown_as_text_in_the_browser(hostile, browser):
   assert page.eval_on_selector_all('img', 'is => is.length') == 1  # #picture
   assert not errors, errors
   page.close()
+
+
+def test_an_image_sent_as_bytes_reads_as_its_file(vit_page):
+  """`explore --serve` passes an image sent by its form as bytes (it opens
+  no path a request names): the same attention as the file."""
+  path, [view] = vit_page
+  root = pathlib.Path(path).parent
+  model = explore.Explorer(str(root / 'run'))
+  [sent] = model.views(image=(root / 'image.png').read_bytes())
+  np.testing.assert_allclose(sent.weights, view.weights, atol=1e-6)
+  with pytest.raises(ValueError, match='file sent cannot be decoded'):
+    model.views(image=b'not an image')
+
+
+def test_the_served_form_sends_the_chosen_image_file(vit_page, browser):
+  """`explore --serve` of a ViT: the browser sends the file chosen in the
+  form (never a path), and the page shows that image's attention."""
+  import threading  # pylint: disable=g-import-not-at-top
+  from transformer.tools import explorer_server  # pylint: disable=g-import-not-at-top
+  path, [view] = vit_page
+  root = pathlib.Path(path).parent
+  server = explorer_server.make_server(explore.Explorer(str(root / 'run')), 0)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  page = browser.new_page()
+  try:
+    page.goto(f'http://localhost:{server.server_address[1]}/')
+    assert not page.is_visible('#picture')  # the form alone
+    page.set_input_files('input[name="image"]', str(root / 'image.png'))
+    with page.expect_navigation():
+      page.click('#ask button')
+    assert page.is_visible('#picture')
+    assert page.text_content('#input') == 'image.png'
+    page.select_option('#head', '0')
+    np.testing.assert_allclose(_row(page, 3), view.weights[0, 0, 3],
+                               atol=1e-4)
+  finally:
+    page.close()
+    server.shutdown()
+    server.server_close()

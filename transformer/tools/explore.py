@@ -13,9 +13,10 @@ trained workdir's model on one input.
     python -m transformer.tools.explore --workdir=workdirs/mt_offline --serve
 
 With --serve the model is restored once and a page on
-http://127.0.0.1:PORT/ (this machine only: never another interface) takes
-new inputs from a form (text, and for image models an image file's path on
-this machine), each answered with the same explorer page.
+http://127.0.0.1:PORT/ (this machine only: never another interface, and
+only for pages opened at a loopback address) takes new inputs from a form
+(text, and for image models an image file sent from the browser), each
+answered with the same explorer page.
 
 In the page one picks the kind of attention (a translation model: the
 encoder's and decoder's self-attention and the decoder's attention over the
@@ -134,11 +135,11 @@ class Explorer:
     self.needs_text, self.needs_image = _READS[self.config.task]
     self.restored = workdir_lib.restore(workdir, average=average)
 
-  def views(self, text: str = '', image: str | None = None
+  def views(self, text: str = '', image: str | bytes | None = None
             ) -> list[base.AttentionView]:
-    """Every kind of attention of the model reading `text` and/or the
-    `image` file; ValueError, naming the fix, for an input it cannot
-    read."""
+    """Every kind of attention of the model reading `text` and/or `image`
+    (a file's path, or the bytes of a file sent to --serve's form);
+    ValueError, naming the fix, for an input it cannot read."""
     task = self.config.task
     if self.needs_text and not text:
       raise ValueError(f'A {task} model reads text: give --input.')
@@ -149,13 +150,20 @@ class Explorer:
                                 'reads no image: leave out --image.'))
     reads = [text] if self.needs_text else []
     if self.needs_image:
-      if not os.path.isfile(image):
+      sent = isinstance(image, bytes)
+      if not sent and not os.path.isfile(image):
         raise ValueError(f'No image file {image!r}: give the path of a PNG '
                          f'or JPEG file.')
-      reads.append(image_data.read_image(
-          image, self.config.data.get('load_size') or
-          self.config.data.image_size,
-          getattr(self.restored.task, 'num_channels', 3)))
+      try:
+        reads.append(image_data.read_image(
+            io.BytesIO(image) if sent else image,
+            self.config.data.get('load_size') or self.config.data.image_size,
+            getattr(self.restored.task, 'num_channels', 3)))
+      except image_data.BadImageError as e:
+        if not sent:
+          raise
+        raise ValueError('The file sent cannot be decoded as an image: '
+                         'choose a PNG or JPEG file.') from e
     with self.restored.active():
       return self.restored.task.attention_views(self.restored.params, *reads)
 
@@ -163,13 +171,16 @@ class Explorer:
     name = os.path.basename(os.path.normpath(self.workdir))
     return f'{self.config.task} · {name} · step {self.restored.step}'
 
-  def page(self, text: str = '', image: str | None = None, form: str = ''
+  def page(self, text: str = '', image: str | bytes | None = None,
+           form: str = '', image_name: str | None = None
            ) -> tuple[str, list[base.AttentionView]]:
-    """The page of the model reading `text` and/or the `image` file, and
-    its views (`views` says what it cannot read)."""
+    """The page of the model reading `text` and/or `image` (as `views`;
+    `image_name` names sent bytes), and its views (`views` says what it
+    cannot read)."""
     views = self.views(text, image)
-    shown = ' · '.join(x for x in (text, image and os.path.basename(image))
-                       if x)
+    if isinstance(image, str):
+      image_name = os.path.basename(image)
+    shown = ' · '.join(x for x in (text, image_name) if x)
     return page(self.title(), shown, views, form), views
 
 
