@@ -2,12 +2,17 @@
 for a loopback host name (DNS rebinding gets 403), a typed input gives the
 same page `explore` writes for it (with the form above), an image is sent
 as a file and never opened from a path a request names, hostile text comes
-back exactly, and bad input a 400 that names the fix."""
+back exactly, bad input a 400 that names the fix, and a bad or busy --port
+a one-line error."""
 
 import html.parser
 import http.client
 import json
+import os
 import re
+import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.parse
@@ -18,6 +23,7 @@ import pytest
 from transformer.tools import explore
 from transformer.tools import explorer_server
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = 'the red house sees a cat'
 
 
@@ -213,3 +219,30 @@ def test_the_form_alone_and_bad_input_named(served):
                          headers=headers)
   assert status == 400 and 'reads no image' in page
   assert get(url + '/elsewhere')[0] == 404
+
+
+def command(*args):
+  return subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.explore', *args], cwd=REPO,
+      capture_output=True, text=True, timeout=300, check=False,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+@pytest.mark.parametrize('port', ['-1', '65536', 'eighty', '80.5'])
+def test_a_port_out_of_range_is_a_flag_error(port, trained):
+  out = command(f'--workdir={trained}', '--serve', f'--port={port}')
+  assert out.returncode == 2, out.stderr
+  assert f'--port={port}' in out.stderr and 'Traceback' not in out.stderr
+  assert len(out.stderr.strip().splitlines()) <= 2, out.stderr
+
+
+def test_a_port_in_use_is_named_with_another_to_try(trained):
+  with socket.socket() as taken:
+    taken.bind(('127.0.0.1', 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    out = command(f'--workdir={trained}', '--serve', f'--port={port}')
+  assert out.returncode == 2, out.stderr
+  assert 'Traceback' not in out.stderr
+  [line] = [l for l in out.stderr.splitlines() if l.startswith('Error')]
+  assert f'--port={port} is in use' in line and '--port=0' in line

@@ -70,7 +70,7 @@ def define_flags() -> None:
   flags.DEFINE_bool('serve', False, 'Serve a page on 127.0.0.1 that takes '
                     'new inputs, instead of writing one page.')
   flags.DEFINE_integer('port', 8000, 'The port --serve listens on (0: any '
-                       'free port).')
+                       'free port).', lower_bound=0, upper_bound=65535)
 
 
 def _png_data_url(image: np.ndarray) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import email.parser
 import email.policy
+import errno
 import html
 import http.server
 import re
@@ -49,7 +50,7 @@ def make_server(explorer: Any, port: int, text: str = '',
   `explorer` is a `tools.explore.Explorer`: `page(text, image, form,
   image_name)` returns (HTML, views) or raises ValueError naming what to
   fix, which the server shows with status 400. One request at a time: the
-  model is one.
+  model is one. OSError naming --port where the port is taken.
   """
 
   class Handler(http.server.BaseHTTPRequestHandler):
@@ -132,4 +133,11 @@ def make_server(explorer: Any, port: int, text: str = '',
     def log_message(self, format, *args):  # noqa: A002 (the base's name)
       print(f'explorer: {format % args}', file=sys.stderr)
 
-  return http.server.HTTPServer((HOST, port), Handler)
+  try:
+    return http.server.HTTPServer((HOST, port), Handler)
+  except OSError as e:
+    if e.errno != errno.EADDRINUSE:
+      raise
+    raise OSError(f'--port={port} is in use on {HOST}: give another, e.g. '
+                  f'--port={port + 1 if port < 65535 else 8000}, or --port=0 '
+                  f'for any free port.') from e
