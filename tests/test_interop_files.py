@@ -90,3 +90,142 @@ def test_missing_shards_and_garbled_json_name_the_file(tmp_path):
   os.remove(tmp_path / 'model.safetensors.index.json')
   with pytest.raises(FileNotFoundError, match='only safetensors'):
     files.read_safetensors(str(tmp_path))
+
+
+def _cache_repository(root, shards):
+  """A Hugging Face cache repository as `from_pretrained` leaves it:
+  models--org--tiny/{blobs/HASH, snapshots/REV/NAME -> ../../blobs/HASH,
+  refs/main}; `shards`: name -> tensors."""
+  repository = root / 'models--org--tiny'
+  blobs, snapshot = repository / 'blobs', repository / 'snapshots' / 'abc123'
+  blobs.mkdir(parents=True)
+  snapshot.mkdir(parents=True)
+  (repository / 'refs').mkdir()
+  (repository / 'refs' / 'main').write_text('abc123')
+
+  def link(name, write):
+    blob = blobs / f'blob{len(os.listdir(blobs))}'
+    write(str(blob))
+    os.symlink(os.path.relpath(blob, snapshot), snapshot / name)
+
+  weight_map = {}
+  for name, tensors in shards.items():
+    link(name, lambda path, t=tensors: safetensors_numpy.save_file(t, path))
+    weight_map.update({k: name for k in tensors})
+  link('model.safetensors.index.json', lambda path: open(path, 'w').write(
+      json.dumps({'weight_map': weight_map})))
+  return repository, snapshot
+
+
+def test_the_hugging_face_cache_layout_is_read(tmp_path):
+  """Snapshot files are symlinks into the repository's blobs: read, and
+  the repository itself leads to its current snapshot; a link leaving the
+  repository is still refused."""
+  repository, snapshot = _cache_repository(tmp_path, {
+      'model-00001-of-00002.safetensors': {'a': np.ones(2, np.float32)},
+      'model-00002-of-00002.safetensors': {'b': np.zeros(3, np.float32)}})
+  assert sorted(files.read_safetensors(str(snapshot))) == ['a', 'b']
+  assert files.snapshot(str(repository)) == str(snapshot)
+  assert files.snapshot(str(snapshot)) == str(snapshot)
+  outside = tmp_path / 'elsewhere.safetensors'
+  safetensors_numpy.save_file({'a': np.ones(2, np.float32)}, str(outside))
+  shard = snapshot / 'model-00001-of-00002.safetensors'
+  os.remove(shard)
+  os.symlink(outside, shard)
+  with pytest.raises(ValueError, match='not a file of .*refused'):
+    files.read_safetensors(str(snapshot))
+  (repository / 'refs' / 'main').write_text('../../etc')
+  with pytest.raises(FileNotFoundError, match='refs/main names the snapshot'):
+    files.snapshot(str(repository))
+
+
+def test_a_cache_repository_converts(tmp_path):
+  """`convert --input=models--org--tiny` reads the snapshot refs/main
+  names: a GPT-2 of ours in the cache layout becomes a workdir."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  tokenizers_lib = pytest.importorskip('tokenizers')
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  from transformer.models import decoder  # pylint: disable=g-import-not-at-top
+  bpe = tokenizers_lib.ByteLevelBPETokenizer()
+  bpe.train_from_iterator(text.offline_splits(50, 0, seed=0)['train'],
+                          vocab_size=280, show_progress=False)
+  bpe.add_tokens(['<|endoftext|>'])
+  size = bpe.get_vocab_size()
+  config = decoder.config_for('tiny', vocab_size=size, max_length=16)
+  params = nn.unbox(decoder.Decoder(config).init(
+      jax.random.key(0), jnp.ones((1, 4), jnp.int32),
+      deterministic=True)['params'])
+  hf, tensors = gpt2.to_hf(params, config)
+  repository, snapshot = _cache_repository(tmp_path, {
+      'model-00001-of-00001.safetensors': tensors})
+  (snapshot / 'config.json').write_text(json.dumps(
+      {**hf, 'eos_token_id': size - 1}))
+  bpe.save(str(snapshot / 'tokenizer.json'))
+  written = workdirs.convert('hf', str(repository), str(tmp_path / 'out'))
+  assert 'GPT-2' in written
+
+
+@pytest.mark.parametrize('fields,named', [
+    ({'n_layer': '2'}, "n_layer='2' is not an integer"),
+    ({'layer_norm_epsilon': 'small'}, "layer_norm_epsilon='small' is not a "
+                                      'number'),
+    ({'activation_function': 3}, 'activation_function=3 is not a string'),
+    ({'scale_attn_weights': 1}, 'scale_attn_weights=1 is not true or false'),
+    ({'n_embd': True}, 'n_embd=True is not an integer'),
+])
+def test_config_fields_of_the_wrong_type_are_named(fields, named):
+  from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError) as error:
+    gpt2.config_from_hf({'model_type': 'gpt2', **fields})
+  assert named in str(error.value) and '\n' not in str(error.value)
+
+
+def test_a_model_type_that_is_not_a_name_is_refused(tmp_path):
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': ['gpt2']}))
+  with pytest.raises(ValueError, match=r"model_type=\['gpt2'\], not a model"):
+    workdirs.convert('hf', str(tmp_path), str(tmp_path / 'out'))
+
+
+def test_a_config_without_its_sizes_names_the_omitted_fields(tmp_path):
+  """A GPT-2 of 2 layers of width 32 whose config.json lost its sizes:
+  transformers' defaults (12 layers of 768) stand in, the tensors do not
+  fit, and the message says which fields config.json omits."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
+  from transformer.models import decoder  # pylint: disable=g-import-not-at-top
+  config = decoder.config_for('tiny', vocab_size=50, max_length=16)
+  params = nn.unbox(decoder.Decoder(config).init(
+      jax.random.key(0), jnp.ones((1, 4), jnp.int32),
+      deterministic=True)['params'])
+  gpt2.save_hf(str(tmp_path), params, config)
+  (tmp_path / 'config.json').write_text(json.dumps({'model_type': 'gpt2'}))
+  with pytest.raises(ValueError) as error:
+    gpt2.load(str(tmp_path))
+  message = str(error.value)
+  assert 'does not match' in message and '\n' not in message
+  assert 'config.json omits' in message and 'n_layer=12' in message
+
+
+def test_garbage_tokenizer_files_are_named(tmp_path):
+  pytest.importorskip('tokenizers')
+  from transformer.interop import vocabularies  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'vocab.json').write_text('not json at all')
+  (tmp_path / 'merges.txt').write_bytes(b'\xff\xfe garbage')
+  with pytest.raises(ValueError, match='vocab.json and .*merges.txt do not '
+                     'make a tokenizer'):
+    vocabularies.published_bpe(str(tmp_path), 'gpt2')
+  (tmp_path / 'tokenizer.json').write_text('{"model": 3}')
+  with pytest.raises(ValueError, match='tokenizer.json is not a tokenizer'):
+    vocabularies.published_bpe(str(tmp_path), 'gpt2')
+  os.remove(tmp_path / 'tokenizer.json')
+  os.remove(tmp_path / 'merges.txt')
+  with pytest.raises(FileNotFoundError, match='no tokenizer.json and lacks '
+                     'merges.txt'):
+    vocabularies.published_bpe(str(tmp_path), 'gpt2')

@@ -251,7 +251,8 @@ def with_bert_ids(params: dict[str, Any], order: np.ndarray
 
 def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face BERT directory."""
-  return files.load_hf(directory, config_from_hf, params_from_hf)
+  return files.load_hf(directory, config_from_hf, params_from_hf,
+                       DEFAULTS)
 
 
 def to_hf(params: dict[str, Any], config: encoder.Config,

@@ -34,8 +34,8 @@ COMMON_REFUSED = {
 
 
 def hf_config(hf: dict, model_type: str, defaults: dict,
-              refused: dict[str, tuple[tuple, str]], activation_key: str
-              ) -> tuple[dict, str]:
+              refused: dict[str, tuple[tuple, str]], activation_key: str,
+              pairs: tuple[str, ...] = ()) -> tuple[dict, str]:
   """A family's config.json checked: its model type, every refused field
   (`refused` and `COMMON_REFUSED`) and its activation.
 
@@ -48,6 +48,7 @@ def hf_config(hf: dict, model_type: str, defaults: dict,
     refused: field -> (values we compute as the reference does, what any
       other value makes the reference compute).
     activation_key: the field naming the activation.
+    pairs: fields that may also hold a pair of values (`check_types`).
 
   Returns:
     (config.json with the defaults, our name of its activation).
@@ -59,6 +60,7 @@ def hf_config(hf: dict, model_type: str, defaults: dict,
   if hf.get('model_type') != model_type:
     raise ValueError(f"config.json has model_type={hf.get('model_type')!r}; "
                      f"this converter reads {model_type!r}.")
+  check_types(hf, defaults, pairs)
   hf = {**defaults, **hf}
   problems = [
       f'{field}={hf[field]!r} is not supported ({reason}; ours computes '
@@ -73,6 +75,44 @@ def hf_config(hf: dict, model_type: str, defaults: dict,
     raise ValueError('; '.join(problems) + ': no exact conversion exists, '
                      'choose another checkpoint.')
   return hf, HF_ACTIVATIONS[activation]
+
+
+def _type_of(default: Any) -> tuple[tuple[type, ...], str]:
+  """The JSON types a field whose default is `default` may take."""
+  if isinstance(default, bool):
+    return (bool,), 'true or false'
+  if isinstance(default, int):
+    return (int,), 'an integer'
+  if isinstance(default, float):
+    return (int, float), 'a number'
+  return (str,), 'a string'
+
+
+def check_types(hf: dict, defaults: dict, pairs: tuple[str, ...] = ()
+                ) -> None:
+  """Every field of config.json that the family reads has the type of
+  transformers' default (an integer for a size, a string for an
+  activation, ...), or for the fields in `pairs` also a pair of integers
+  (ViT's [height, width]); fields whose default is None are checked where
+  read.
+
+  Raises:
+    ValueError: naming each field, its value and the type it needs.
+  """
+  problems = []
+  for field, default in defaults.items():
+    if field not in hf or default is None:
+      continue
+    types, words = _type_of(default)
+    value = hf[field]
+    # A pair of values (square() then refuses unequal ones).
+    values = value if field in pairs and isinstance(value, list) else [value]
+    if not all(isinstance(v, types) and (bool in types or not isinstance(
+        v, bool)) for v in values):
+      problems.append(f'{field}={value!r} is not {words}')
+  if problems:
+    raise ValueError('; '.join(problems) + ': the file is damaged or was '
+                     'edited by hand; download it again.')
 
 
 def square(hf: dict, field: str) -> int:
@@ -124,11 +164,40 @@ def config_of(directory: str, config_from_hf: Callable[[dict], Any]) -> Any:
     raise ValueError(f'{path}: {e}') from e
 
 
-def load_hf(directory: str, config_from_hf, params_from_hf):
+def load_hf(directory: str, config_from_hf, params_from_hf,
+            defaults: dict | None = None):
   """(config, parameters) of a Hugging Face directory, with a family's
-  `config_from_hf(config.json)` and `params_from_hf(tensors, config)`."""
+  `config_from_hf(config.json)` and `params_from_hf(tensors, config)`;
+  `defaults`, the family's, name the size fields config.json omitted when
+  the tensors do not fit (`fitted`)."""
   config = config_of(directory, config_from_hf)
-  return config, params_from_hf(read_safetensors(directory), config)
+  tensors = read_safetensors(directory)
+  return config, fitted(read_config(directory), defaults or {},
+                        lambda: params_from_hf(tensors, config))
+
+
+def fitted(hf: dict, defaults: dict, load: Callable[[], Any]) -> Any:
+  """`load()`; where the tensors do not fit the config and config.json
+  omits size fields (transformers' defaults stood in for them), the error
+  names those fields: a config.json of another model is a likelier cause
+  than a damaged checkpoint.
+
+  Raises:
+    ValueError: `load`'s, with the omitted fields named.
+  """
+  try:
+    return load()
+  except ValueError as e:
+    omitted = [f'{field}={value}' for field, value in defaults.items()
+               if field not in hf and isinstance(value, int)
+               and not isinstance(value, bool)]
+    if 'does not match' not in str(e) or not omitted:
+      raise
+    raise ValueError(
+        f'{e} config.json omits {len(omitted)} size fields, which took '
+        f"transformers' defaults ({', '.join(omitted[:6])}"
+        f"{', ...' if len(omitted) > 6 else ''}): is it the config.json "
+        f'of this checkpoint?') from e
 
 
 def _load_safetensors(path: str) -> dict[str, np.ndarray]:
@@ -148,22 +217,56 @@ def _load_safetensors(path: str) -> dict[str, np.ndarray]:
                      f'download it again.') from e
 
 
+def _allowed_roots(directory: str) -> list[str]:
+  """Where a checkpoint's files may lie once symlinks are resolved: the
+  directory itself and, for a snapshot of the Hugging Face cache
+  (`models--ORG--NAME/snapshots/HASH/`, whose files link into
+  `models--ORG--NAME/blobs/`), that repository's blobs."""
+  root = os.path.realpath(directory)
+  snapshots = os.path.dirname(os.path.abspath(directory))
+  if os.path.basename(snapshots) == 'snapshots':
+    repository = os.path.dirname(snapshots)
+    return [root, os.path.realpath(os.path.join(repository, 'blobs'))]
+  return [root]
+
+
 def _shard_paths(directory: str, index: str) -> list[str]:
   """The shard files an index's weight_map names, each inside
-  `directory` (a name that leaves it, e.g. '../x', is refused)."""
+  `directory` (a name that leaves it, e.g. '../x', is refused) or, for a
+  Hugging Face cache snapshot, a link into its repository's blobs."""
   weight_map = read_json(index).get('weight_map')
   if not isinstance(weight_map, dict) or not weight_map:
     raise ValueError(f'{index} has no weight_map of tensor names to shard '
                      f'files.')
-  root = os.path.realpath(directory)
+  roots = _allowed_roots(directory)
   paths = []
   for shard in sorted(set(map(str, weight_map.values()))):
-    path = os.path.realpath(os.path.join(root, shard))
-    if os.path.dirname(path) != root:
+    named = os.path.normpath(os.path.join(directory, shard))
+    path = os.path.realpath(named)
+    if os.path.dirname(named) != os.path.normpath(directory) or (
+        os.path.dirname(path) not in roots):
       raise ValueError(f'{index} names the shard {shard!r}, which is not a '
                        f'file of {directory}: refused.')
     paths.append(path)
   return paths
+
+
+def snapshot(directory: str) -> str:
+  """A model directory, or, given a Hugging Face cache repository
+  (`~/.cache/huggingface/hub/models--ORG--NAME`), the snapshot its
+  refs/main names (the one `from_pretrained` loads)."""
+  ref = os.path.join(directory, 'refs', 'main')
+  if os.path.isdir(os.path.join(directory, 'snapshots')) and os.path.isfile(
+      ref):
+    with open(ref, encoding='utf-8') as f:
+      name = f.read().strip()
+    path = os.path.join(directory, 'snapshots', name)
+    if not name or os.path.basename(name) != name or not os.path.isdir(path):
+      raise FileNotFoundError(f'{ref} names the snapshot {name!r}, which '
+                              f'{directory}/snapshots lacks: download the '
+                              f'model again.')
+    return path
+  return directory
 
 
 def read_safetensors(directory: str) -> dict[str, np.ndarray]:

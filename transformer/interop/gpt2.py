@@ -173,7 +173,8 @@ def with_gpt2_ids(config: decoder.Config, params: dict[str, Any],
 
 def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face GPT-2 directory."""
-  return files.load_hf(directory, config_from_hf, params_from_hf)
+  return files.load_hf(directory, config_from_hf, params_from_hf,
+                       DEFAULTS)
 
 
 def to_hf(params: dict[str, Any], config: decoder.Config

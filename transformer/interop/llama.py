@@ -260,7 +260,8 @@ def params_from_hf(tensors: dict[str, np.ndarray],
 
 def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face Llama directory."""
-  return files.load_hf(directory, config_from_hf, params_from_hf)
+  return files.load_hf(directory, config_from_hf, params_from_hf,
+                       DEFAULTS)
 
 
 def _reordered(config: decoder.Config, params: dict[str, Any],

@@ -58,7 +58,8 @@ def config_from_hf(hf: dict[str, Any]) -> vit.Config:
   Raises:
     ValueError: another model type, or naming each refused field.
   """
-  hf, activation = files.hf_config(hf, 'vit', DEFAULTS, REFUSED, 'hidden_act')
+  hf, activation = files.hf_config(hf, 'vit', DEFAULTS, REFUSED, 'hidden_act',
+                                   pairs=('image_size', 'patch_size'))
   labels = hf.get('id2label') or {}
   return vit.Config(
       num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],
@@ -161,7 +162,8 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: vit.Config
 
 def load(directory: str) -> tuple[vit.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face ViT directory."""
-  return files.load_hf(directory, config_from_hf, params_from_hf)
+  return files.load_hf(directory, config_from_hf, params_from_hf,
+                       DEFAULTS)
 
 
 # -- The original google-research/vision_transformer .npz checkpoints ------

@@ -276,14 +276,21 @@ def check_round_trip(folder: str, expected: np.ndarray) -> None:
 def convert(kind: str, source: str, workdir: str, *,
             image_size: int | None = None) -> str:
   """Converts the published checkpoint `source` (kind 'hf': a Hugging Face
-  model directory; 'vit_npz': an original ViT .npz, its positions resampled
-  to `image_size`) into `workdir`; returns what was written, in words."""
+  model directory, or a repository of the Hugging Face cache,
+  `models--ORG--NAME`, whose current snapshot is read; 'vit_npz': an
+  original ViT .npz, its positions resampled to `image_size`) into
+  `workdir`; returns what was written, in words."""
   if kind == 'vit_npz':
     config, params = vit_interop.load_npz(source, image_size)
     return _write_vit(workdir, config, params, {})
   if kind != 'hf':
     raise ValueError(f'kind={kind!r}; choose one of {KINDS}.')
+  source = files.snapshot(source)
   hf = files.read_config(source)
+  if not isinstance(hf.get('model_type'), str):
+    raise ValueError(f"{source}/config.json has model_type="
+                     f"{hf.get('model_type')!r}, not a model name: the file "
+                     f"is damaged or is not a Hugging Face model's config.")
   writers = {'vit': _convert_vit, 'marian': _convert_marian,
              'gpt2': _convert_gpt2, 'bert': _convert_bert,
              'llama': _convert_llama}
@@ -399,7 +406,8 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   tokenizer = vocabularies.published_bpe(source, 'bert')
   tensors = files.read_safetensors(source)
   layout = bert.layout(tensors)
-  params = bert.params_from_hf(tensors, config)
+  params = files.fitted(hf, bert.DEFAULTS,
+                        lambda: bert.params_from_hf(tensors, config))
   del tensors
   order = vocabularies.BertTokenizer.bert_order(
       vocabularies.token_list(tokenizer))
