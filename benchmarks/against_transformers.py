@@ -157,8 +157,10 @@ def run_transformers(setting: dict) -> dict:
                         [b for _, b, _ in rows] if spec.pair else None,
                         truncation=True, max_length=128,
                         padding=setting['padding'] == 'max_length')
+    # STS-B's one output is a regression on the float score.
+    kind = float if spec.num_classes == 1 else int
     return [dict(input_ids=i, token_type_ids=t, attention_mask=m,
-                 labels=int(label))
+                 labels=kind(label))
             for i, t, m, (*_, label) in zip(
                 encoded['input_ids'], encoded['token_type_ids'],
                 encoded['attention_mask'], rows)]
@@ -175,7 +177,8 @@ def run_transformers(setting: dict) -> dict:
   result = trainer.train()
   trained = time.time() - start
   logits = trainer.predict(dataset(dev_rows)).predictions
-  predictions = np.asarray(logits).argmax(-1)
+  logits = np.asarray(logits)
+  predictions = logits[:, 0] if spec.num_classes == 1 else logits.argmax(-1)
   return dict(score=_score(setting['task'], predictions,
                            [label for *_, label in dev_rows]),
               seconds=trained, examples=len(train_rows) * setting['epochs'],
