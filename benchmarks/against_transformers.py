@@ -218,7 +218,6 @@ def sweep(out: str) -> None:
       continue
     print(f'{setting["side"]} {setting["task"]} lr {setting["learning_rate"]}'
           f' epochs {setting["epochs"]} seed {setting["seed"]}', flush=True)
-    shutil.rmtree(setting['workdir'], ignore_errors=True)  # a run's own
     env = dict(os.environ, OMP_NUM_THREADS=str(setting['threads']),
                PYTHONPATH=REPO)
     process = subprocess.run(
@@ -274,6 +273,8 @@ def main(argv):
   out = os.path.abspath(_OUT.value)
   if _ONE.value:
     setting = json.loads(_ONE.value)
+    # Each run from scratch: ours would resume a workdir's checkpoints.
+    shutil.rmtree(setting['workdir'], ignore_errors=True)
     run = run_ours if setting['side'] == 'ours' else run_transformers
     print(json.dumps(run(setting)))
     return
