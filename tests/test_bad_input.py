@@ -17,6 +17,7 @@ from conftest import write_idx
 from transformer import configs
 from transformer import train
 from transformer.data import captions
+from transformer.data import glue
 from transformer.data import images
 from transformer.data import parallel_text
 from transformer.data import text
@@ -620,3 +621,30 @@ def test_long_and_unknown_input_translates(trained):
   assert run.returncode == 0, run.stderr.decode()[-2000:]
   assert len(run.stdout.decode().splitlines()) == 2
   assert 'Truncated 1 of 2 source sentences' in run.stderr.decode()
+
+# -- Issue 38: flags, data and the files commands write.
+
+
+def test_glue_scores_that_are_no_finite_number_name_file_and_line(tmp_path):
+  header = ('index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\t'
+            'sentence1\tsentence2\tscore')
+  for score, message in (('nan', "label 'nan' is not a finite number"),
+                         ('inf', "label 'inf' is not a finite number"),
+                         ('-1', "score '-1' is outside 0..5")):
+    path = tmp_path / f'{score}.tsv'
+    path.write_text(f'{header}\n0\tg\tf\ty\t0\tn\tn\ta dog\ta cat\t3.2\n'
+                    f'1\tg\tf\ty\t0\tn\tn\ta dog\ta cat\t{score}\n')
+    with pytest.raises(ValueError, match=f'{path} line 3: {message}; fix '):
+      glue.read_tsv('stsb', str(path))
+
+
+def test_init_from_a_workdir_of_another_task_names_its_task(tmp_path):
+  source = tmp_path / 'mt'
+  source.mkdir()
+  (source / 'config.json').write_text(mt().to_json_best_effort())
+  config = load_experiment('sst2', 'runlocal')
+  config.train.init_from = str(source)
+  with pytest.raises(ValueError, match=f"init_from={source} trained a "
+                     f"'translation' task; fine-tune from a "
+                     f"masked_language_modeling"):
+    train.Trainer(config, str(tmp_path / 'run'))

@@ -11,6 +11,7 @@ tasks as GLUE's files number them); STS-B's is a float similarity in
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import random
 
@@ -87,6 +88,10 @@ def spec(task: str) -> Spec:
                    f'{(*TASKS, *OFFLINE)}.')
 
 
+# The similarity scores of STS-B, the one regression task.
+SCORE_RANGE = (0, 5)
+
+
 def _label(value: str, task: Spec, where: str) -> float:
   value = value.strip()
   if task.label_names and value in task.label_names:
@@ -96,9 +101,16 @@ def _label(value: str, task: Spec, where: str) -> float:
   except ValueError:
     raise ValueError(f'{where}: label {value!r} is not one of '
                      f'{task.label_names or "the numbers"}.') from None
+  if not math.isfinite(number):  # float() reads 'nan' and 'inf' too
+    raise ValueError(f'{where}: label {value!r} is not a finite number; '
+                     f'fix or delete that line.')
   if task.num_classes > 1 and number not in range(task.num_classes):
     raise ValueError(f'{where}: label {value!r} is outside 0..'
                      f'{task.num_classes - 1}.')
+  low, high = SCORE_RANGE
+  if task.num_classes == 1 and not low <= number <= high:
+    raise ValueError(f'{where}: score {value!r} is outside {low}..{high}; '
+                     f'fix or delete that line.')
   return number
 
 

@@ -98,16 +98,30 @@ def take_pretrained(config: ml_collections.ConfigDict,
   """Gives `config` (fine-tuning from `config.train.init_from`) the model
   sizes, context and tokenizer of that masked-LM or classifier workdir's
   config `pretrained`, keeping its own dropout and dtype."""
-  if pretrained.task not in PRETRAINED_TASKS:
-    raise ValueError(f'config.train.init_from={config.train.init_from} '
-                     f'trained a {pretrained.task!r} task; fine-tune from a '
-                     f'masked_language_modeling (experiments/bert_mlm.py) '
-                     f'or text_classification workdir.')
+  check_pretrained_task(config.train.init_from, pretrained.task)
   own = dict(dropout_rate=config.model.dropout_rate, dtype=config.model.dtype)
   config.model.update(pretrained.model.to_dict())
   config.model.update(own)
   config.data.update(dict(max_length=pretrained.data.max_length,
                           tokenizer=pretrained.data.tokenizer))
+
+
+def check_pretrained_task(source: str, task: str | None = None) -> None:
+  """Refuses a `train.init_from` workdir that did not train a task this one
+  fine-tunes from (a masked LM or a classifier), naming the task it
+  trained; `task` is read from its config.json where not given."""
+  if task is None:
+    # workdir builds tasks (this module among them): imported when used.
+    from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+    try:
+      task = workdir_lib.load_config(source).task
+    except (OSError, ValueError) as e:
+      raise type(e)(f'config.train.init_from={source}: {e}') from None
+  if task not in PRETRAINED_TASKS:
+    raise ValueError(f'config.train.init_from={source} trained a {task!r} '
+                     f'task; fine-tune from a masked_language_modeling '
+                     f'(experiments/bert_mlm.py) or text_classification '
+                     f'workdir.')
 
 
 def _read_tsv(path: str) -> list[tuple[str, int]]:
@@ -227,6 +241,7 @@ class TextClassificationTask(base.Task):
       if os.path.exists(path):
         return
       if source:  # the whole folder: WordPiece keeps several files
+        check_pretrained_task(source)  # before its files are looked for
         shutil.copytree(os.path.join(source, 'vocab'), os.path.dirname(path),
                         dirs_exist_ok=True)
       else:
@@ -248,11 +263,7 @@ class TextClassificationTask(base.Task):
     classifier: its head kept when the classes are as many); the position
     table cut to this task's `max_length` (BERT's 512 positions when rows
     are 128 tokens)."""
-    if source.config.task not in PRETRAINED_TASKS:
-      raise ValueError(f'config.train.init_from={source.workdir} trained a '
-                       f'{source.config.task!r} task; fine-tune from a '
-                       f'masked_language_modeling (experiments/bert_mlm.py) '
-                       f'or text_classification workdir.')
+    check_pretrained_task(source.workdir, source.config.task)
     loaded = dict(loaded)
     table = loaded['positions']['embedding']
     if len(table) > self.max_length:
