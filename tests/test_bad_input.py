@@ -648,3 +648,101 @@ def test_init_from_a_workdir_of_another_task_names_its_task(tmp_path):
                      f"'translation' task; fine-tune from a "
                      f"masked_language_modeling"):
     train.Trainer(config, str(tmp_path / 'run'))
+
+
+@pytest.mark.parametrize('args,message', [
+    (('tools.generate', '--prompt=a', f'--seed={2**70}'),
+     f'--seed={2**70} does not fit in 64 bits; give a number from'),
+    (('tools.translate', f'--beam_size={-2**64}'),
+     f'--beam_size={-2**64} does not fit in 64 bits'),
+    (('tools.generate', '--prompt=a', r'--stop=\x4'),
+     r'--stop=\x4: the escape \x4 cannot be read (truncated \xXX escape); '
+     r'write a backslash as \\'),
+    (('tools.generate', '--prompt=a', '--stop=a\\'),
+     '--stop=a\\: the escape \\ cannot be read'),
+])
+def test_flags_that_cannot_be_read_are_named_in_one_line(args, message,
+                                                        tmp_path):
+  run = command(args[0], f'--workdir={tmp_path}', *args[1:])
+  stderr = run.stderr.decode()
+  assert run.returncode == USER_ERROR, stderr[-2000:]
+  assert f'Error: {message}' in stderr and 'Traceback' not in stderr, stderr
+
+
+def test_seed_beyond_64_bits_from_python_is_refused_before_work(tmp_path):
+  with pytest.raises(ValueError, match=r'--seed=\d+ must be in \[0, '
+                     r'9223372036854775807\]'):
+    generate.generate(str(tmp_path), ['a'], seed=2**64)
+
+
+@pytest.mark.parametrize('flag,message', [
+    ('--alignment_layer=7', '--alignment_layer=7 is out of range: the '
+     'model has 1 decoder layers, numbered 0 to 0; give one of them, or '
+     'leave --alignment_layer out for their mean.'),
+    ('--alignment_head=9', '--alignment_head=9 is out of range: the model '
+     'has 4 heads per layer, numbered 0 to 3'),
+])
+def test_alignment_layer_or_head_out_of_range_names_the_flag(
+    flag, message, trained, tmp_path):
+  run = command('tools.translate', f'--workdir={trained}',
+                f'--alignments={tmp_path / "a.jsonl"}', flag,
+                stdin=b'a dog\n')
+  stderr = run.stderr.decode()
+  assert run.returncode == USER_ERROR, stderr[-2000:]
+  assert f'Error: {message}' in stderr and 'Traceback' not in stderr, stderr
+  assert not (tmp_path / 'a.jsonl').exists()
+
+
+@pytest.fixture(scope='module')
+def old_workdirs(tmp_path_factory):
+  """Small image-classification and language-model workdirs with a
+  checkpoint, built without training (tests/test_old_workdirs.py)."""
+  from test_old_workdirs import rebuild  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('old')
+  return {name: rebuild(name, root) for name in ('vit', 'lm')}
+
+
+def test_generation_past_the_context_is_said(old_workdirs, capsys):
+  samples, _, _ = generate.generate(old_workdirs['lm'], ['a'],
+                                    max_new_tokens=40, greedy=True)
+  assert len(samples) == 1
+  assert ("--max_new_tokens=40 runs past the model's context of 32 tokens "
+          "(with the prompt): from there each sample continues from its "
+          "last 16 tokens only; --max_new_tokens=" in capsys.readouterr().err)
+
+
+def test_gs_workdir_without_credentials_says_how_to_provide_them(tmp_path):
+  env = {k: v for k, v in os.environ.items()
+         if k not in ('GOOGLE_APPLICATION_CREDENTIALS',
+                      'STORAGE_EMULATOR_HOST')}
+  env.update(HOME=str(tmp_path), CLOUDSDK_CONFIG=str(tmp_path / 'gcloud'),
+             JAX_PLATFORMS='cpu')
+  run = subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.translate',
+       '--workdir=gs://no-such-bucket-38/run'], cwd=REPO, input=b'a dog\n',
+      capture_output=True, check=False, env=env, timeout=300)
+  stderr = run.stderr.decode()
+  assert run.returncode == USER_ERROR, stderr[-2000:]
+  assert ('Error: gs://no-such-bucket-38/run/config.json: no Google Cloud '
+          'credentials were found' in stderr), stderr[-2000:]
+  assert ('run `gcloud auth application-default login`, or set '
+          'GOOGLE_APPLICATION_CREDENTIALS' in stderr)
+  assert 'Traceback' not in stderr
+
+
+def test_storage_failures_are_one_line(monkeypatch):
+  """The same failure with credentials found: what to check instead."""
+  errors = pytest.importorskip('tensorflow.python.framework.errors_impl')
+  from transformer.data import files  # pylint: disable=g-import-not-at-top
+  error = errors.FailedPreconditionError(
+      None, None, "Error executing an HTTP request: libcurl code 6\n\t when "
+      "reading metadata of gs://bucket/run/config.json")
+  monkeypatch.setattr(files, '_credentials_found', lambda: True)
+  failure = files.storage_failure(error)
+  assert str(failure) == (
+      'gs://bucket/run/config.json: cloud storage failed (Error executing '
+      'an HTTP request: libcurl code 6); check the bucket name, your access '
+      'to it and the network.')
+  monkeypatch.setattr(files, '_credentials_found', lambda: False)
+  assert 'no Google Cloud credentials' in str(files.storage_failure(error))
+  assert files.storage_failure(ValueError('gs://bucket is wrong')) is None

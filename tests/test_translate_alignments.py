@@ -78,8 +78,10 @@ def test_weights_are_the_decoders_cross_attention(trained, aligned):
 
 
 def test_a_layer_or_head_the_model_lacks_is_refused(trained):
-  with pytest.raises(ValueError, match=r'layer 7: the model has \d+ decoder '
-                     r'layers, numbered 0 to'):
+  with pytest.raises(ValueError, match=r'--alignment_layer=7 is out of '
+                     r'range: the model has \d+ decoder layers, numbered 0 '
+                     r'to \d+; give one of them, or leave --alignment_layer '
+                     r'out for their mean.'):
     translate.translate(str(trained), ['a dog'], alignments=True,
                         alignment_layer=7)
   with pytest.raises(ValueError, match='--alignment_head=-1 must be >= 0'):

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import tempfile
 import zlib
 from typing import Iterator
@@ -35,6 +36,60 @@ def check_remote(url: str) -> None:
   import importlib.util  # pylint: disable=g-import-not-at-top
   if not any(importlib.util.find_spec(m) for m in ('gcsfs', 'tensorflow')):
     raise ValueError(f'{url}: reading gs:// needs gcsfs: pip install gcsfs')
+
+
+# The libraries through which workdirs reach cloud storage; an error of
+# theirs that names a bucket is a storage failure (`storage_failure`).
+_STORAGE_LIBRARIES = ('tensorflow', 'gcsfs', 'google.', 'aiohttp')
+_URL = re.compile(r'gs://[^\s\'"]+')
+
+
+def storage_failure(error: BaseException) -> OSError | None:
+  """The failure of a storage library to reach gs:// (TensorFlow's gfile,
+  gcsfs), said in one line: that no credentials were found and how to
+  provide them, when none are; else the library's first line and what to
+  check. None for any other error."""
+  chain, seen = error, set()
+  while chain is not None and id(chain) not in seen:
+    seen.add(id(chain))
+    text = str(chain).strip()
+    if (type(chain).__module__.startswith(_STORAGE_LIBRARIES)
+        and ('gs://' in text or 'googleapis.com' in text)):
+      break
+    chain = chain.__cause__ or chain.__context__
+  else:
+    return None
+  found = _URL.search(text)
+  where = found.group(0).rstrip('.,;:)') if found else 'gs://'
+  if not _credentials_found():
+    return PermissionError(
+        f'{where}: no Google Cloud credentials were found, so cloud storage '
+        f'cannot be reached; run `gcloud auth application-default login`, '
+        f'or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key '
+        f'file, then rerun.')
+  return OSError(f'{where}: cloud storage failed ({text.splitlines()[0]}); '
+                 f'check the bucket name, your access to it and the '
+                 f'network.')
+
+
+def _credentials_found() -> bool:
+  """Whether Google's default credentials (the ones TensorFlow and gcsfs
+  look for) are there; True where that cannot be told, or for the
+  emulator, which needs none."""
+  if os.environ.get('STORAGE_EMULATOR_HOST'):
+    return True
+  try:
+    import google.auth  # pylint: disable=g-import-not-at-top
+    from google.auth import exceptions  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    return True
+  try:
+    google.auth.default()
+  except exceptions.DefaultCredentialsError:
+    return False
+  except Exception:  # pylint: disable=broad-except
+    return True
+  return True
 
 
 def path(name: str | os.PathLike) -> epath.Path:

@@ -40,6 +40,7 @@ from transformer import checkpoints
 from transformer import faults
 from transformer import ranges
 from transformer import workdir as workdir_lib
+from transformer.data import files
 
 RUN_FAILED = 1
 USER_ERROR = 2
@@ -62,6 +63,40 @@ def check_flag(name: str, value: float | None, *,
     ranges.check(f'--{name}', value,
                  low=above if at_least is None else at_least,
                  low_in=at_least is not None, high=at_most, high_in=True)
+
+
+def backslash_escapes(name: str, value: str) -> str:
+  r"""A flag's text with its backslash escapes ('\n', '\t', '\x41',
+  '\u00e9') turned into characters, other text as typed; an escape that
+  cannot be read ('\x4', a backslash at the end) is refused naming the
+  flag."""
+  try:
+    return value.encode('latin-1', 'backslashreplace').decode(
+        'unicode_escape')
+  except UnicodeDecodeError as e:
+    bad = e.object[e.start:e.end].decode('latin-1')
+    raise ValueError(f'--{name}={value}: the escape {bad} cannot be read '
+                     f'({e.reason}); write a backslash as \\\\, a newline '
+                     f'as \\n, a character as \\xHH or \\uHHHH.') from None
+
+
+# What a 64-bit integer holds: absl parses integer flags of any size, and
+# numpy and JAX overflow beyond it (an OverflowError from deep inside).
+INT64 = (-2**63, 2**63 - 1)
+
+
+def _check_integer_flags() -> None:
+  """Refuses an integer flag beyond 64 bits (e.g. --seed=2**70), in one
+  line naming it, before any work."""
+  for name in flags.FLAGS:
+    flag = flags.FLAGS[name]
+    if not isinstance(flag.parser, flags.IntegerParser) or not flag.present:
+      continue
+    values = flag.value if isinstance(flag.value, list) else [flag.value]
+    for value in values:
+      if value is not None and not INT64[0] <= value <= INT64[1]:
+        raise ValueError(f'--{name}={value} does not fit in 64 bits; give a '
+                         f'number from {INT64[0]} to {INT64[1]}.')
 
 
 # The command that reads each task's workdirs.
@@ -160,12 +195,19 @@ def handle_errors(main: Callable[[list[str]], None]
     except faults.Preempted as e:
       print(e, flush=True)
       sys.exit(PREEMPTED)
-    except FileNotFoundError as e:  # also a TFDS dataset not prepared
-      _exit(MISSING_INPUT, e)
-    except (FloatingPointError, checkpoints.WriteFailed) as e:
-      _exit(RUN_FAILED, e)
-    except (OSError, ValueError, app.UsageError) as e:
-      _exit(USER_ERROR, e)
+    except Exception as e:  # pylint: disable=broad-except
+      # gs:// unreachable (no credentials, say): TensorFlow's or gcsfs's
+      # error, whatever reached the bucket first.
+      failure = files.storage_failure(e)
+      if failure is not None:
+        _exit(USER_ERROR, failure)
+      if isinstance(e, FileNotFoundError):  # also a TFDS dataset not prepared
+        _exit(MISSING_INPUT, e)
+      if isinstance(e, (FloatingPointError, checkpoints.WriteFailed)):
+        _exit(RUN_FAILED, e)
+      if isinstance(e, (OSError, ValueError, app.UsageError)):
+        _exit(USER_ERROR, e)
+      raise
   return wrapped
 
 
@@ -180,10 +222,11 @@ def parse_flags(argv: list[str]) -> list[str]:
     _check_experiment_file(spec)
     remaining = flags.FLAGS(argv)
     _check_experiment_loaded(spec)
+    _check_integer_flags()
     return remaining
   except FileNotFoundError as e:
     _exit(MISSING_INPUT, e)
-  except OSError as e:
+  except (OSError, ValueError) as e:
     _exit(USER_ERROR, e)
   except SyntaxError as e:
     _exit(USER_ERROR, ValueError(

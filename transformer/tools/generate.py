@@ -59,9 +59,11 @@ class Generated(NamedTuple):
 
 
 def _check_flags(*, max_new_tokens: int, temperature: float, top_k: int,
-                 top_p: float, greedy: bool, average: int) -> None:
+                 top_p: float, greedy: bool, average: int, seed: int) -> None:
   """Refuses sampling settings that mean nothing, before restoring."""
   cli.check_flag('max_new_tokens', max_new_tokens, at_least=1)
+  # jax.random.key takes a 64-bit integer (the config's seed is >= 0 too).
+  cli.check_flag('seed', seed, at_least=0, at_most=cli.INT64[1])
   cli.check_flag('average', average, at_least=1)
   if not greedy:  # greedy decoding ignores the temperature
     cli.check_flag('temperature', temperature, above=0)
@@ -83,13 +85,15 @@ def generate(workdir: str, prompts: Sequence[str], *,
     raise ValueError('Give --prompt (repeatable) or --prompts_file; '
                      '--prompt="" generates from nothing.')
   _check_flags(max_new_tokens=max_new_tokens, temperature=temperature,
-               top_k=top_k, top_p=top_p, greedy=greedy, average=average)
+               top_k=top_k, top_p=top_p, greedy=greedy, average=average,
+               seed=seed)
   cli.check_flag('attention_tokens', attention_tokens, at_least=1)
   if attention_dir is not None and os.path.isfile(attention_dir):
     raise ValueError(f'--attention_dir={attention_dir} is a file; give a '
                      f'folder to write the figures into.')
   cli.workdir_config(workdir, 'language_modeling')
   restored = workdir_lib.restore(workdir, average=average)
+  _note_past_context(restored.task, prompts, max_new_tokens)
   with restored.active():
     samples = restored.task.generate(
         restored.params, prompts, max_new_tokens=max_new_tokens,
@@ -102,6 +106,22 @@ def generate(workdir: str, prompts: Sequence[str], *,
   return Generated(samples, restored.step, figures)
 
 
+def _note_past_context(task, prompts: Sequence[str],
+                       max_new_tokens: int) -> None:
+  """Says when the samples will outgrow the model's context: beyond it,
+  each continues from its last half context (the model sees no further
+  back), so a long --max_new_tokens is not what the model can read."""
+  context = task.model_config.max_length
+  longest = 1 + max(len(task.tokenizer.encode(p, add_eos=False))
+                    for p in prompts)  # the start token and the prompt
+  if longest + max_new_tokens > context:
+    print(f'Note: --max_new_tokens={max_new_tokens} runs past the model\'s '
+          f'context of {context} tokens (with the prompt): from there each '
+          f'sample continues from its last {context // 2} tokens only; '
+          f'--max_new_tokens={max(context - longest, 1)} stays within it.',
+          file=sys.stderr, flush=True)
+
+
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
@@ -109,8 +129,7 @@ def main(argv):
   if args.prompts_file:
     prompts += text.utf8_lines(args.prompts_file)
   # Backslash escapes ('\\n') become characters; other text stays as typed.
-  stop = [s.encode('latin-1', 'backslashreplace').decode('unicode_escape')
-          for s in args.stop]
+  stop = [cli.backslash_escapes('stop', s) for s in args.stop]
   samples, step, figures = generate(
       args.workdir, prompts, max_new_tokens=args.max_new_tokens,
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,

@@ -92,7 +92,7 @@ def translate(workdir: str, sentences: Sequence[str], *,
       workdir, average=pick(average, config.eval.average_checkpoints))
   task = restored.task
   if alignments:  # a layer or head the model lacks is refused first
-    task.alignment_layers(alignment_layer, alignment_head)
+    _check_alignment_flags(task, alignment_layer, alignment_head)
   with restored.active():
     pairs = task.translate_ids(
         restored.params, sentences,
@@ -116,6 +116,34 @@ def translate(workdir: str, sentences: Sequence[str], *,
                for source, translation, (ids, output), matrix
                in zip(sentences, translations, pairs, weights)]
   return Translated(translations, restored.step, records)
+
+
+def _check_alignment_flags(task, layer: int | None, head: int | None
+                           ) -> None:
+  """Refuses --alignment_layer or --alignment_head beyond the model's
+  decoder layers and heads (or given at all for the RNN's one alignment),
+  naming the flag and the range."""
+  given = {'alignment_layer': layer, 'alignment_head': head}
+  if task.config.model.family == 'rnn':
+    named = ' '.join(f'--{name}={value}' for name, value in given.items()
+                     if value is not None)
+    try:
+      task.alignment_layers(layer, head)
+    except ValueError as e:
+      raise ValueError(f'{named or "--alignments"}: {e}') from None
+    return
+  counts = {'alignment_layer': (task.model_config.num_layers,
+                                'decoder layers'),
+            'alignment_head': (getattr(task.model_config, 'num_heads', 1),
+                               'heads per layer')}
+  for name, value in given.items():
+    count, what = counts[name]
+    if value is not None and not 0 <= value < count:
+      raise ValueError(f'--{name}={value} is out of range: the model has '
+                       f'{count} {what}, numbered 0 to {count - 1}; give '
+                       f'one of them, or leave --{name} out for their '
+                       f'mean.')
+  task.alignment_layers(layer, head)
 
 
 def pharaoh(weights: np.ndarray) -> str:
