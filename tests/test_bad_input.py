@@ -24,6 +24,7 @@ from transformer.data import text
 from transformer.data import tokenizers
 from transformer.tasks import language_modeling
 from transformer.tasks import text_classification
+from transformer.tools import cli
 from transformer.tools import generate
 from transformer.tools import predict
 from transformer.tools import translate
@@ -622,6 +623,7 @@ def test_long_and_unknown_input_translates(trained):
   assert len(run.stdout.decode().splitlines()) == 2
   assert 'Truncated 1 of 2 source sentences' in run.stderr.decode()
 
+
 # -- Issue 38: flags, data and the files commands write.
 
 
@@ -709,6 +711,129 @@ def test_generation_past_the_context_is_said(old_workdirs, capsys):
   assert ("--max_new_tokens=40 runs past the model's context of 32 tokens "
           "(with the prompt): from there each sample continues from its "
           "last 16 tokens only; --max_new_tokens=" in capsys.readouterr().err)
+
+
+def test_images_of_one_name_in_two_folders_get_maps_of_their_own(
+    old_workdirs, tmp_path):
+  pictures, _, _ = images.offline_shapes(2, 99, image_size=16)
+  paths = []
+  for folder, picture in zip(('a', 'b'), pictures):
+    (tmp_path / folder).mkdir()
+    paths.append(str(tmp_path / folder / 'cat.png'))
+    from PIL import Image  # pylint: disable=g-import-not-at-top
+    Image.fromarray(picture).save(paths[-1])
+  maps = tmp_path / 'maps'
+  predict.classify(old_workdirs['vit'], paths, top_k=1,
+                   attention_dir=str(maps))
+  written = sorted(str(p.relative_to(maps)) for p in maps.rglob('*.png'))
+  assert written == ['a/cat_attention.png', 'a/cat_layer_0.png',
+                     'b/cat_attention.png', 'b/cat_layer_0.png']
+  assert (maps / 'a' / 'cat_attention.png').read_bytes() != (
+      maps / 'b' / 'cat_attention.png').read_bytes()
+  # Again: refused before any work, until --overwrite says so.
+  before = (maps / 'a' / 'cat_layer_0.png').stat().st_mtime_ns
+  with pytest.raises(FileExistsError, match=r'maps/a/cat_attention.png is '
+                     r'already there \(and 3 more of its files\).*give '
+                     r'--overwrite to replace them, or another '
+                     r'--attention_dir'):
+    predict.classify(old_workdirs['vit'], paths, attention_dir=str(maps))
+  assert (maps / 'a' / 'cat_layer_0.png').stat().st_mtime_ns == before
+  predict.classify(old_workdirs['vit'], paths, attention_dir=str(maps),
+                   overwrite=True)
+  assert (maps / 'a' / 'cat_layer_0.png').stat().st_mtime_ns != before
+
+
+def test_output_names_are_distinct_for_distinct_inputs():
+  names = cli.output_names(['x/a/cat.png', 'x/b/cat.png', 'x/a/dog.jpg',
+                            'x/a/dog.png', 'x/a/dog.png.gif', 'x/a/cat.png'])
+  assert names == ['a/cat', 'b/cat', 'a/dog.jpg', 'a/dog.png',
+                   'a/dog.png.gif', 'a/cat']
+  assert cli.output_names(['/p/q/cat.png']) == ['cat']
+
+
+def test_outputs_are_checked_by_one_rule(tmp_path):
+  out = lambda flag, name, **kw: cli.Output(flag, str(tmp_path / name), **kw)
+  (tmp_path / 'src.txt').write_text('a\n')
+  (tmp_path / 'folder').mkdir()
+  (tmp_path / 'maps_layer_3.png').write_text('old')
+  cases = [
+      ([out('--output', 'o.txt'), out('--alignments', 'o.txt')], {},
+       ValueError, '--output and --alignments would both write'),
+      ([out('--output', 'src.txt')], {'inputs': [str(tmp_path / 'src.txt')],
+                                      'overwrite': True},
+       ValueError, 'is an input of this command'),
+      ([out('--output', 'folder')], {}, ValueError, 'is a folder'),
+      ([out('--attention_dir', 'src.txt/x/cat.png')], {}, ValueError,
+       'src.txt is a file, not a folder to write'),
+      ([out('--attention_dir', 'maps_layer_.png', numbered=True)], {},
+       FileExistsError, 'maps_layer_3.png is already there'),
+  ]
+  for outputs, options, error, message in cases:
+    with pytest.raises(error, match=message):
+      cli.check_outputs(outputs, **options)
+  cli.check_outputs([out('--attention_dir', 'maps_layer_.png',
+                         numbered=True), out('--output', 'new/o.txt')],
+                    overwrite=True)
+
+
+def fake_workdir(path, task):
+  """A workdir with the config of `task` and nothing else: enough for what
+  commands check before they restore a checkpoint."""
+  from transformer import tasks  # pylint: disable=g-import-not-at-top
+  path.mkdir()
+  config = tasks.default_config(task)
+  (path / 'config.json').write_text(config.to_json_best_effort())
+  return str(path)
+
+
+@pytest.mark.parametrize('tool', ['predict', 'generate', 'ask', 'figure'])
+def test_files_already_there_are_refused_before_any_work(tool, tmp_path):
+  from transformer.tools import ask  # pylint: disable=g-import-not-at-top
+  from transformer.tools import figure  # pylint: disable=g-import-not-at-top
+  image = tmp_path / 'scene.png'
+  save_image(image)
+  maps = tmp_path / 'maps'
+  maps.mkdir()
+  existing, call = {
+      'predict': ('scene_attention.png', lambda: predict.classify(
+          fake_workdir(tmp_path / 'w', 'image_classification'), [str(image)],
+          attention_dir=str(maps))),
+      'generate': ('sample_1_layer_0.png', lambda: generate.generate(
+          fake_workdir(tmp_path / 'w', 'language_modeling'), ['a', 'b'],
+          attention_dir=str(maps))),
+      'ask': ('scene_question0.png', lambda: ask.ask(
+          fake_workdir(tmp_path / 'w', 'visual_question_answering'),
+          str(image), ['what colour?'], attention_dir=str(maps))),
+      'figure': ('f.png', lambda: figure.figure(
+          str(tmp_path / 'w'), str(maps / 'f.png'), text='a')),
+  }[tool]
+  (maps / existing).write_bytes(b'kept')
+  with pytest.raises(FileExistsError, match=f'{maps / existing} is already '
+                     f'there: this command does not replace files; give '
+                     f'--overwrite'):
+    call()
+  assert (maps / existing).read_bytes() == b'kept'
+
+
+@pytest.mark.parametrize('tool', ['translate', 'heads', 'kernel_regression'])
+def test_commands_refuse_files_already_there(tool, trained, tmp_path):
+  kept = tmp_path / {'translate': 'hyp.txt', 'heads': 'heads.md',
+                     'kernel_regression': 'kernel_regression.png'}[tool]
+  kept.write_text('kept')
+  args = {'translate': (f'--workdir={trained}', f'--output={kept}'),
+          'heads': (f'--workdir={trained}', f'--output_dir={tmp_path}',
+                    '--steps=1', '--batches=1'),
+          'kernel_regression': (f'--output_dir={tmp_path}', '--steps=2')}
+  run = command(f'tools.{tool}', *args[tool], stdin=b'a dog\n')
+  stderr = run.stderr.decode()
+  assert run.returncode == USER_ERROR, stderr[-2000:]
+  assert f'Error: {kept} is already there' in stderr, stderr
+  assert kept.read_text() == 'kept'
+  if tool == 'translate':  # --overwrite says so
+    run = command(f'tools.{tool}', *args[tool], '--overwrite',
+                  stdin=b'a dog\n')
+    assert run.returncode == 0, run.stderr.decode()[-2000:]
+    assert kept.read_text() != 'kept'
 
 
 def test_gs_workdir_without_credentials_says_how_to_provide_them(tmp_path):

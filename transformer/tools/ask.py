@@ -8,7 +8,8 @@ The image is read as RGB and resized to the model's input size, as the
 scenes it was trained on. Prints, per question, the top-k answers with their
 probabilities; with --attention_dir also writes each question's
 co-attention figure (every word's attention over the image patches,
-overlaid on the image). `ask(workdir, image, questions, ...)` does the same
+overlaid on the image), NAME_question{i}.png (figures already there are
+refused before any work unless --overwrite). `ask(workdir, image, questions, ...)` does the same
 from python.
 """
 
@@ -36,6 +37,7 @@ def define_flags() -> None:
   flags.DEFINE_integer('top_k', 5, 'Answers to print per question.')
   flags.DEFINE_string('attention_dir', None,
                       'Write co-attention figures (PNG) here.')
+  cli.define_overwrite_flag()
 
 
 # (question, [(answer, probability)] best first) per question.
@@ -43,8 +45,8 @@ Answers = list[tuple[str, list[tuple[str, float]]]]
 
 
 def ask(workdir: str, image: str, questions: Sequence[str], *,
-        top_k: int = 5, attention_dir: str | None = None
-        ) -> tuple[Answers, int]:
+        top_k: int = 5, attention_dir: str | None = None,
+        overwrite: bool = False) -> tuple[Answers, int]:
   """The top-k answers to each question about the image file, and the step
   of the checkpoint used; with `attention_dir`, figures written there."""
   if not os.path.isfile(image):
@@ -53,6 +55,11 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
     raise ValueError('Give at least one --question.')
   cli.check_flag('top_k', top_k, at_least=1)
   config = cli.workdir_config(workdir, 'visual_question_answering')
+  [name] = cli.output_names([image])
+  figures = [os.path.join(attention_dir, f'{name}_question{number}.png')
+             for number in range(len(questions))] if attention_dir else []
+  cli.check_outputs([cli.Output('--attention_dir', f) for f in figures],
+                    overwrite=overwrite)
   restored = workdir_lib.restore(workdir)
   task = restored.task
   picture = image_data.read_image(image, config.data.image_size, 3)
@@ -65,12 +72,10 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
       best = np.argsort(-row)[:top_k]
       results.append((question, [(scenes.ANSWERS[i], float(row[i]))
                                  for i in best]))
-      if attention_dir:
-        name = os.path.splitext(os.path.basename(image))[0]
+      if figures:
         task.figure(restored.params, picture, tokens[number],
                     f'{question} -> {scenes.ANSWERS[best[0]]}',
-                    os.path.join(attention_dir,
-                                 f'{name}_question{number}.png'))
+                    figures[number])
   return results, restored.step
 
 
@@ -78,7 +83,8 @@ def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
   answers, step = ask(args.workdir, args.image, args.question,
-                      top_k=args.top_k, attention_dir=args.attention_dir)
+                      top_k=args.top_k, attention_dir=args.attention_dir,
+                      overwrite=args.overwrite)
   for question, best in answers:
     sys.stdout.write(question + '\t' + '  '.join(
         f'{answer} {probability:.3f}' for answer, probability in best)

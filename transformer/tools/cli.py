@@ -19,17 +19,25 @@ logs (orbax's checkpointing, JAX's backends, ...) stay off it, and go to
 WORKDIR/logs/ for training runs. So do orbax's warnings and errors: the
 checkpoint code reports every failure itself, in one line (`checkpoints`).
 `--verbosity=0` shows them all again.
+
+Files a command writes follow one rule (`check_outputs`), checked before
+any work: each is written once per run (distinct inputs get distinct names,
+`output_names`), none replaces an input, and none replaces a file that was
+there before the command started unless `--overwrite` says so. (The
+reports that `compare` and `reproduce` keep in the workdir they run are that
+workdir's own, and each run brings them up to date.)
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging as std_logging
 import os
 import re
 import sys
 import threading
-from typing import Callable
+from typing import Callable, Iterable, NamedTuple, Sequence
 
 from absl import app
 from absl import flags
@@ -97,6 +105,129 @@ def _check_integer_flags() -> None:
       if value is not None and not INT64[0] <= value <= INT64[1]:
         raise ValueError(f'--{name}={value} does not fit in 64 bits; give a '
                          f'number from {INT64[0]} to {INT64[1]}.')
+
+
+# -- The files a command writes (see the module docstring).
+
+
+def define_overwrite_flag() -> None:
+  flags.DEFINE_bool('overwrite', False, 'Replace files that are already '
+                    'where this command writes (without it, the command '
+                    'refuses them before any work).')
+
+
+class Output(NamedTuple):
+  """A file a command will write, and the flag that chose its place.
+
+  `numbered`: a series whose length is known only once the model is
+  restored (one file per layer): the path with a number before its
+  extension, 'maps/cat_layer_.png' standing for maps/cat_layer_0.png,
+  maps/cat_layer_1.png, ...
+  """
+  flag: str  # e.g. '--attention_dir'
+  path: str
+  numbered: bool = False
+
+
+def output_names(inputs: Sequence[str]) -> list[str]:
+  """A name per input file (without extension) for the files a command
+  writes about it, distinct for distinct files: its path relative to the
+  inputs' common folder without its extension ('cat'; a/cat.png and
+  b/cat.png: 'a/cat' and 'b/cat'), with the extension where two inputs
+  would share one (cat.png and cat.jpg: 'cat.png' and 'cat.jpg'). The same
+  file given twice gets the same name."""
+  absolute = [os.path.abspath(p) for p in inputs]
+  distinct = list(dict.fromkeys(absolute))
+  if not distinct:
+    return []
+  folder = os.path.commonpath([os.path.dirname(p) for p in distinct])
+  relative = {p: os.path.relpath(p, folder) for p in distinct}
+  names = {p: os.path.splitext(r)[0] for p, r in relative.items()}
+  while True:  # each round gives a shared name its full relative path
+    counts = collections.Counter(names.values())
+    shared = [p for p in distinct
+              if counts[names[p]] > 1 and names[p] != relative[p]]
+    if not shared:
+      return [names[p] for p in absolute]
+    for p in shared:
+      names[p] = relative[p]
+
+
+def _key(path: str) -> str:
+  return path if files.is_remote(path) else os.path.realpath(path)
+
+
+def _existing(output: Output) -> list[str]:
+  """The files already where `output` goes (for a series, its members)."""
+  if not output.numbered:
+    return [output.path] if files.exists(output.path) else []
+  folder, name = os.path.split(output.path)
+  root, extension = os.path.splitext(name)
+  pattern = re.compile(re.escape(root) + r'\d+' + re.escape(extension))
+  folder = folder or '.'
+  return [files.join(folder, n) for n in files.listdir(folder)
+          if pattern.fullmatch(n)]
+
+
+def _blocking_file(path: str) -> str | None:
+  """A file where `path` needs a folder (its parent or one above), if
+  any."""
+  folder = os.path.dirname(path.rstrip('/'))
+  while folder and not files.exists(folder):
+    parent = os.path.dirname(folder)
+    if parent == folder:
+      return None
+    folder = parent
+  return folder if folder and not files.path(folder).is_dir() else None
+
+
+def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
+                  inputs: Sequence[str] = ()) -> None:
+  """The one rule for the files a command writes, checked before any work:
+  no two outputs of the run share a path, none is an input of the run,
+  none is a folder or lies under a file, and none is already there unless
+  `overwrite` (a file from an earlier run, or one the user keeps there, is
+  never replaced silently).
+
+  Raises:
+    ValueError: two outputs share a path, or one is an input or a folder.
+    FileExistsError: outputs already there, without `overwrite`.
+  """
+  outputs = list(outputs)
+  claimed = {}
+  read = {_key(p): p for p in inputs if p != '-'}
+  for output in outputs:
+    key = _key(output.path)
+    if key in claimed:
+      other = claimed[key].flag
+      raise ValueError(
+          f'{other} and {output.flag} would both write {output.path}; give '
+          f'them different files.' if other != output.flag else
+          f'{output.flag}: {output.path} would be written twice in one run; '
+          f'give inputs of different names.')
+    claimed[key] = output
+    if key in read:
+      raise ValueError(f'{output.flag}={output.path} is an input of this '
+                       f'command; give another file to write.')
+    blocking = _blocking_file(output.path)
+    if blocking:
+      raise ValueError(f'{output.flag}: {blocking} is a file, not a folder '
+                       f'to write {output.path} in; give another place.')
+    if not output.numbered and files.path(output.path).is_dir():
+      raise ValueError(f'{output.flag}: {output.path} is a folder; give the '
+                       f'path of the file to write.')
+  if overwrite:
+    return
+  found = [(output, path) for output in outputs
+           for path in _existing(output)]
+  if found:
+    output, path = found[0]
+    more = f' (and {len(found) - 1} more of its files)' if len(found) > 1 \
+        else ''
+    raise FileExistsError(
+        f'{path} is already there{more}: this command does not replace '
+        f'files; give --overwrite to replace them, or another '
+        f'{output.flag}.')
 
 
 # The command that reads each task's workdirs.

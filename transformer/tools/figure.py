@@ -58,6 +58,7 @@ def define_flags() -> None:
   flags.DEFINE_string('output', None, 'The PNG file to write.',
                       required=True)
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+  cli.define_overwrite_flag()
 
 
 def choose_view(views: list[base.AttentionView], name: str
@@ -119,12 +120,15 @@ def panels(view: base.AttentionView, layer: str, head: str
 
 def figure(workdir: str, output: str, *, text: str = '',
            image: str | None = None, view: str = '', layer: str = '-1',
-           head: str = 'mean', query: str = '', average: int = 1
-           ) -> tuple[str, list[str]]:
-  """Writes the figure; returns its path and, with `query`, one line per
-  panel naming the key that query attends to most."""
+           head: str = 'mean', query: str = '', average: int = 1,
+           overwrite: bool = False) -> tuple[str, list[str]]:
+  """Writes the figure (a file already at `output` is refused before any
+  work unless `overwrite`); returns its path and, with `query`, one line
+  per panel naming the key that query attends to most."""
   if not output.endswith('.png'):
     raise ValueError(f'--output={output} must name a .png file.')
+  cli.check_outputs([cli.Output('--output', output)], overwrite=overwrite,
+                    inputs=[image] if image else [])
   explorer = explore.Explorer(workdir, average)
   chosen = choose_view(explorer.views(text, image), view)
   maps, titles = panels(chosen, layer, head)
@@ -169,7 +173,7 @@ def main(argv):
   path, lines = figure(args.workdir, args.output, text=args.input,
                        image=args.image, view=args.view, layer=args.layer,
                        head=args.head, query=args.query,
-                       average=args.average)
+                       average=args.average, overwrite=args.overwrite)
   for line in lines:
     print(line)
   print(f'Written: {path}', file=sys.stderr)

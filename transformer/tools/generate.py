@@ -50,6 +50,7 @@ def define_flags() -> None:
                       'self-attention figures (per layer) into this folder.')
   flags.DEFINE_integer('attention_tokens', 32, 'The last tokens of each '
                        'sample that the attention figures show.')
+  cli.define_overwrite_flag()
 
 
 class Generated(NamedTuple):
@@ -75,12 +76,13 @@ def generate(workdir: str, prompts: Sequence[str], *,
              max_new_tokens: int = 200, temperature: float = 1.0,
              top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
              seed: int = 0, stop: Sequence[str] = (), average: int = 1,
-             attention_dir: str | None = None, attention_tokens: int = 32
-             ) -> Generated:
+             attention_dir: str | None = None, attention_tokens: int = 32,
+             overwrite: bool = False) -> Generated:
   """The continuation of each prompt, the step of the checkpoint used, and
   with `attention_dir` the self-attention figures of each prompt and its
   continuation (see the module docstring; `LanguageModelingTask.generate`
-  for the options)."""
+  for the options). Figures already in `attention_dir` are refused before
+  any work unless `overwrite`."""
   if not prompts:
     raise ValueError('Give --prompt (repeatable) or --prompts_file; '
                      '--prompt="" generates from nothing.')
@@ -88,10 +90,12 @@ def generate(workdir: str, prompts: Sequence[str], *,
                top_k=top_k, top_p=top_p, greedy=greedy, average=average,
                seed=seed)
   cli.check_flag('attention_tokens', attention_tokens, at_least=1)
-  if attention_dir is not None and os.path.isfile(attention_dir):
-    raise ValueError(f'--attention_dir={attention_dir} is a file; give a '
-                     f'folder to write the figures into.')
   cli.workdir_config(workdir, 'language_modeling')
+  if attention_dir is not None:
+    cli.check_outputs(
+        [cli.Output('--attention_dir', os.path.join(
+            attention_dir, f'sample_{i}_layer_.png'), numbered=True)
+         for i in range(len(prompts))], overwrite=overwrite)
   restored = workdir_lib.restore(workdir, average=average)
   _note_past_context(restored.task, prompts, max_new_tokens)
   with restored.active():
@@ -135,7 +139,7 @@ def main(argv):
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
       greedy=args.greedy, seed=args.seed, stop=stop, average=args.average,
       attention_dir=args.attention_dir,
-      attention_tokens=args.attention_tokens)
+      attention_tokens=args.attention_tokens, overwrite=args.overwrite)
   for prompt, sample in zip(prompts, samples):
     sys.stdout.write(f'{prompt}{sample}\n')
     if len(prompts) > 1:

@@ -24,7 +24,9 @@ to (`head_patterns`).
 
 Writes into --output_dir (default WORKDIR/heads): heads.md (importance,
 entropy and distance per layer and head, and the metrics per pruning
-step), importance.png, entropy.png, distance.png and pruning.png.
+step), importance.png, entropy.png, distance.png and pruning.png; those
+already there (an earlier run's) are refused before any work unless
+--overwrite.
 `head_importance`, `head_patterns` and `prune_heads` do the same from
 python.
 """
@@ -51,6 +53,9 @@ from transformer import workdir as workdir_lib
 from transformer.tools import cli
 
 _PROJECTIONS = ('query', 'key', 'value', 'out')
+# What `write_report` writes (entropy and distance only with patterns).
+REPORT_FILES = ('heads.md', 'importance.png', 'pruning.png', 'entropy.png',
+                'distance.png')
 
 
 def define_flags() -> None:
@@ -63,6 +68,7 @@ def define_flags() -> None:
   flags.DEFINE_integer('batches', 0, 'Evaluation batches for the '
                        'importance (0: all).')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
+  cli.define_overwrite_flag()
 
 
 def attention_layers(params: Any) -> list[tuple[str, ...]]:
@@ -341,6 +347,9 @@ def main(argv):
   cli.check_flag('batches', args.batches, at_least=0)
   cli.check_flag('average', args.average, at_least=1)
   workdir_lib.load_config(args.workdir)  # a workdir, or a clear error
+  folder = args.output_dir or os.path.join(args.workdir, 'heads')
+  cli.check_outputs([cli.Output('--output_dir', os.path.join(folder, name))
+                     for name in REPORT_FILES], overwrite=args.overwrite)
   restored = workdir_lib.restore(args.workdir, average=args.average)
   names, importance = head_importance(restored, batches=args.batches)
   try:
@@ -349,7 +358,6 @@ def main(argv):
     print(f'No entropy or distance: {e}', file=sys.stderr)
     patterns = None
   rows = prune_heads(restored, importance, steps=args.steps)
-  folder = args.output_dir or os.path.join(args.workdir, 'heads')
   sys.stdout.write(write_report(names, importance, rows, folder, patterns))
   written = ['heads.md', 'importance.png', 'pruning.png'] + (
       ['entropy.png', 'distance.png'] if patterns else [])

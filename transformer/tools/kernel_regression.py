@@ -13,7 +13,8 @@ error on the training points (each point predicted from the others: with
 itself among the keys, h -> 0 would fit the noise exactly). Prints each
 method's test error, bandwidth and mean attention entropy, and writes
 DIR/kernel_regression.png: the fitted curves and each kernel's weights
-(test points x training points).
+(test points x training points); a figure already there is refused before
+any work unless --overwrite.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ def define_flags() -> None:
   flags.DEFINE_float('bandwidth', 1.0, 'The fixed kernel\'s bandwidth h.')
   flags.DEFINE_integer('steps', 200, 'Adam steps learning the bandwidth.')
   flags.DEFINE_integer('seed', 0, 'Seed of the training sample.')
+  cli.define_overwrite_flag()
 
 
 def target(x: np.ndarray) -> np.ndarray:
@@ -123,6 +125,9 @@ def fit(*, bandwidth: float = 1.0, steps: int = 200, seed: int = 0
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
+  figure = os.path.join(args.output_dir, 'kernel_regression.png')
+  cli.check_outputs([cli.Output('--output_dir', figure)],
+                    overwrite=args.overwrite)
   results = fit(bandwidth=args.bandwidth, steps=args.steps, seed=args.seed)
   training = results.pop('learned')
   x_train, y_train, x_test, _ = training['sample']
@@ -137,7 +142,7 @@ def main(argv):
       x_train, y_train, x_test,
       {'truth': target(x_test), **{n: r['curve'] for n, r in results.items()}},
       {n: r['weights'] for n, r in results.items() if 'kernel' in n},
-      os.path.join(args.output_dir, 'kernel_regression.png'))
+      figure)
   print(f'Written: {path}', file=sys.stderr)
 
 

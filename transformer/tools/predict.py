@@ -21,7 +21,10 @@ model's input size, as in evaluation. Prints the top-k classes with their
 probabilities; with --attention_dir also writes, per image, the class
 token's attention over the patches (last layer's heads and the rollout,
 NAME_attention.png, and every layer's heads and their mean,
-NAME_layer_K.png).
+NAME_layer_K.png), NAME the image's path from the images' common folder
+without its extension (a/cat.png and b/cat.png: a/cat_attention.png and
+b/cat_attention.png); maps already there are refused before any work
+unless --overwrite.
 `classify(workdir, paths, ...)` does the same from python.
 """
 
@@ -50,6 +53,7 @@ def define_flags() -> None:
                       'Write attention maps (PNG) here.')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
   flags.DEFINE_integer('batch_size', 64, 'Images (or texts) per batch.')
+  cli.define_overwrite_flag()
 
 
 # (path, [(class name, probability)] best first) per image.
@@ -58,9 +62,11 @@ Predictions = list[tuple[str, list[tuple[str, float]]]]
 
 def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
              attention_dir: str | None = None, average: int = 1,
-             batch_size: int = 64) -> tuple[Predictions, int]:
+             batch_size: int = 64, overwrite: bool = False
+             ) -> tuple[Predictions, int]:
   """The top-k classes of each image file, and the step of the checkpoint
-  used; with `attention_dir`, attention maps written there."""
+  used; with `attention_dir`, attention maps written there (see the module
+  docstring; maps already there are refused unless `overwrite`)."""
   if not paths:
     raise ValueError('Give image files to classify after the flags.')
   missing = [p for p in paths if not os.path.isfile(p)]
@@ -70,6 +76,10 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
                       ('batch_size', batch_size)):
     cli.check_flag(name, value, at_least=1)
   config = cli.workdir_config(workdir, 'image_classification')
+  names = dict(zip(paths, cli.output_names(paths)))
+  if attention_dir:
+    cli.check_outputs(_attention_maps(attention_dir, set(names.values())),
+                      overwrite=overwrite)
   restored = workdir_lib.restore(workdir, average=average)
   task = restored.task
   if attention_dir and task.model_config.pooling != 'token':
@@ -77,7 +87,7 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
                      'this model pools with "gap" and has none.')
   size = config.data.load_size or config.data.image_size
   top_k = min(top_k, len(task.class_names))
-  predictions = []
+  predictions, drawn = [], set()
   with restored.active():
     for begin in range(0, len(paths), batch_size):
       batch = paths[begin:begin + batch_size]
@@ -88,13 +98,22 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
         best = np.argsort(-row)[:top_k]
         predictions.append(
             (path, [(task.class_names[i], float(row[i])) for i in best]))
-        if attention_dir:
-          name = os.path.splitext(os.path.basename(path))[0]
+        if attention_dir and names[path] not in drawn:  # once per file
+          drawn.add(names[path])
           task.plot_attention(restored.params, picture, os.path.join(
-              attention_dir, f'{name}_attention.png'))
+              attention_dir, f'{names[path]}_attention.png'))
           task.plot_layer_attention(restored.params, picture, os.path.join(
-              attention_dir, name))
+              attention_dir, names[path]))
   return predictions, restored.step
+
+
+def _attention_maps(folder: str, names: set[str]) -> list[cli.Output]:
+  """The maps `classify` writes for images of these names."""
+  return [output for name in sorted(names) for output in (
+      cli.Output('--attention_dir',
+                 os.path.join(folder, f'{name}_attention.png')),
+      cli.Output('--attention_dir',
+                 os.path.join(folder, f'{name}_layer_.png'), numbered=True))]
 
 
 def classify_texts(workdir: str, lines: Sequence[str], *, top_k: int = 5,
@@ -143,7 +162,7 @@ def main(argv):
     predictions, step = classify(
         args.workdir, argv[1:], top_k=args.top_k,
         attention_dir=args.attention_dir, average=args.average,
-        batch_size=args.batch_size)
+        batch_size=args.batch_size, overwrite=args.overwrite)
   for path, best in predictions:
     sys.stdout.write(path + '\t' + '  '.join(
         f'{name} {probability:.3f}' for name, probability in best) + '\n')

@@ -7,6 +7,8 @@
 Reads one sentence per line (a file or stdin), writes one translation per
 line (a file or stdout), from the workdir's latest checkpoint or the average
 of its last `--average` checkpoints. Defaults come from the workdir's config.
+An --output (or --alignments) file that is already there is refused before
+any work unless --overwrite.
 `translate(workdir, sentences)` does the same from python.
 
 `--alignments=FILE` also writes, one JSON line per sentence, where the
@@ -58,6 +60,7 @@ def define_flags() -> None:
                        '--alignments (from 0); default: the mean of all.')
   flags.DEFINE_integer('alignment_head', None, 'The head of --alignments '
                        '(from 0); default: the mean of all.')
+  cli.define_overwrite_flag()
 
 
 class Translated(NamedTuple):
@@ -154,7 +157,9 @@ def pharaoh(weights: np.ndarray) -> str:
 
 def _check_output(path: str, flag: str = 'output',
                   example: str = 'hyp.txt') -> None:
-  """Refuses an output file that cannot be written, before any decoding."""
+  """Refuses an output file that cannot be written, before any decoding
+  (a flag that names a file needs its folder; `cli.check_outputs` then
+  applies the rule of every command's outputs)."""
   folder = os.path.dirname(os.path.abspath(path))
   if not os.path.isdir(folder):
     raise FileNotFoundError(f'--{flag}={path}: the folder {folder} does not '
@@ -174,6 +179,11 @@ def main(argv):
   elif args.alignment_layer is not None or args.alignment_head is not None:
     raise ValueError('--alignment_layer and --alignment_head choose what '
                      '--alignments=FILE writes; give --alignments too.')
+  cli.check_outputs(
+      [cli.Output(f'--{flag}', path) for flag, path in
+       (('output', args.output), ('alignments', args.alignments))
+       if path and path != '-'],
+      overwrite=args.overwrite, inputs=[args.input])
   if args.input == '-':
     sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
                                                   'standard input'))
