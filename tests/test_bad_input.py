@@ -801,7 +801,7 @@ def test_files_already_there_are_refused_before_any_work(tool, tmp_path):
       'generate': ('sample_1_layer_0.png', lambda: generate.generate(
           fake_workdir(tmp_path / 'w', 'language_modeling'), ['a', 'b'],
           attention_dir=str(maps))),
-      'ask': ('scene_question0.png', lambda: ask.ask(
+      'ask': ('scene_question0_regions.png', lambda: ask.ask(
           fake_workdir(tmp_path / 'w', 'visual_question_answering'),
           str(image), ['what colour?'], attention_dir=str(maps))),
       'figure': ('f.png', lambda: figure.figure(

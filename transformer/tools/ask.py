@@ -8,8 +8,9 @@ The image is read as RGB and resized to the model's input size, as the
 scenes it was trained on. Prints, per question, the top-k answers with their
 probabilities; with --attention_dir also writes each question's
 co-attention figure (every word's attention over the image patches,
-overlaid on the image), NAME_question{i}.png (figures already there are
-refused before any work unless --overwrite). `ask(workdir, image, questions, ...)` does the same
+overlaid on the image), NAME_question{i}.png with its _heads.png and
+_regions.png (figures already there are refused before any work unless
+--overwrite). `ask(workdir, image, questions, ...)` does the same
 from python.
 """
 
@@ -58,7 +59,10 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
   [name] = cli.output_names([image])
   figures = [os.path.join(attention_dir, f'{name}_question{number}.png')
              for number in range(len(questions))] if attention_dir else []
-  cli.check_outputs([cli.Output('--attention_dir', f) for f in figures],
+  # Each figure has two companions (`VisualQuestionAnsweringTask.figure`).
+  cli.check_outputs([cli.Output('--attention_dir', f'{f[:-4]}{suffix}.png')
+                     for f in figures for suffix in ('', '_heads',
+                                                     '_regions')],
                     overwrite=overwrite)
   restored = workdir_lib.restore(workdir)
   task = restored.task
