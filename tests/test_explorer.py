@@ -290,3 +290,15 @@ def test_the_served_form_sends_the_chosen_image_file(vit_page, browser):
     page.close()
     server.shutdown()
     server.server_close()
+
+
+def test_a_page_already_there_is_kept_unless_overwrite(trained, tmp_path):
+  """The one rule of the commands that write files: an existing page is
+  refused before any work, and replaced only with overwrite."""
+  path = tmp_path / 'page.html'
+  path.write_text('mine')
+  with pytest.raises(FileExistsError, match='--overwrite'):
+    explore.explore(str(trained), TEXT, str(path))
+  assert path.read_text() == 'mine'
+  explore.explore(str(trained), TEXT, str(path), overwrite=True)
+  assert 'sees' in path.read_text()

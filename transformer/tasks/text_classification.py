@@ -392,7 +392,7 @@ class TextClassificationTask(base.Task):
   @property
   def class_names(self) -> list[str]:
     """The config's, a GLUE task's label names, or the labels' numbers."""
-    names = list(self.config.data.get('class_names') or [])
+    names = list(self.config.data.class_names)
     if not names and self.glue is not None:
       names = list(self.glue.label_names)
     return names or [str(i) for i in range(self.num_classes)]

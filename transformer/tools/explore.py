@@ -71,6 +71,7 @@ def define_flags() -> None:
                     'new inputs, instead of writing one page.')
   flags.DEFINE_integer('port', 8000, 'The port --serve listens on (0: any '
                        'free port).', lower_bound=0, upper_bound=65535)
+  cli.define_overwrite_flag()
 
 
 def _png_data_url(image: np.ndarray) -> str:
@@ -185,15 +186,18 @@ class Explorer:
 
 
 def explore(workdir: str, text: str = '', output: str | None = None, *,
-            image: str | None = None, average: int = 1
-            ) -> tuple[str, list[base.AttentionView]]:
+            image: str | None = None, average: int = 1,
+            overwrite: bool = False) -> tuple[str, list[base.AttentionView]]:
   """Writes the explorer page of `workdir`'s model reading `text` and/or
-  the `image` file (default WORKDIR/explorer.html); the path and the views
+  the `image` file (default WORKDIR/explorer.html; a page already there
+  only with `overwrite`, checked before any work); the path and the views
   it shows."""
   output = output or os.path.join(workdir, 'explorer.html')
   if os.path.isdir(output):
     raise ValueError(f'--output={output} is a folder; give the path of the '
                      f'page to write, e.g. --output={output}/page.html.')
+  cli.check_outputs([cli.Output('--output', output)], overwrite=overwrite,
+                    inputs=[image] if image else [])
   html, views = Explorer(workdir, average).page(text, image)
   folder = os.path.dirname(os.path.abspath(output))
   os.makedirs(folder, exist_ok=True)
@@ -219,7 +223,8 @@ def main(argv):
       server.server_close()
     return
   path, views = explore(args.workdir, args.input, args.output,
-                        image=args.image, average=args.average)
+                        image=args.image, average=args.average,
+                        overwrite=args.overwrite)
   print(f'Written: {path} ({", ".join(v.name for v in views)}); open it in '
         f'a browser.', file=sys.stderr)
 
