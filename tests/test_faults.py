@@ -157,8 +157,10 @@ def test_unreadable_checkpoints_everywhere_are_reported_not_moved(
     for path in (workdir / 'checkpoints' / step / 'params').rglob('*'):
       if path.is_file() and path.parent.name == 'd':
         path.unlink()
-  with pytest.raises(RuntimeError, match=r'No checkpoint .* could be '
-                     r'restored \(steps \[4, 2\]\)'):
+  with pytest.raises(checkpoints.Unrestorable, match=r'No checkpoint in .* '
+                     r'can be restored \(checkpoints 4, 2, each reported '
+                     r'above\)\. Restore them from a copy, or train into a '
+                     r'new --workdir\.'):
     train.train_and_evaluate(tiny_config(steps=6), str(workdir))
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']
 

@@ -3,32 +3,44 @@ that really restores (resume), averaging, and warm starts.
 
 A checkpoint holds three items under `workdir/checkpoints/<step>`: 'params',
 'opt_state' and 'progress' (the training seconds and units counted up to
-that step), and `checksums.json`, a digest of every file recorded once the
-asynchronous write is complete and verified on restore. The data position is
-the step itself: the input pipelines are deterministic functions of (seed,
-step).
+that step), and `checksums.json`, a digest of every file, written by the
+save itself once its data is complete and before the folder is renamed into
+place (so no finished checkpoint lacks it), and verified on restore. The
+data position is the step itself: the input pipelines are deterministic
+functions of (seed, step).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
 import re
+import threading
+import time
 from typing import Any, Iterator, Sequence
+import warnings
 
-from absl import logging
 import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
+# Private: the threads of one asynchronous write, which a failed write
+# leaves waiting (`Manager._end_threads`).
+from orbax.checkpoint._src.futures import future as orbax_future
+from orbax.checkpoint._src.futures import synchronization as orbax_sync
 
 from transformer.data import files
 
 ITEMS = ('params', 'opt_state')
 PROGRESS = 'progress'
 CHECKSUMS = 'checksums.json'
+# What orbax writes into a step folder after the checksums (its commit time
+# and mark): left out of them.
+_WRITTEN_AFTER_CHECKSUMS = ('_CHECKPOINT_METADATA', 'commit_success.txt')
+_UNFINISHED = '.orbax-checkpoint-tmp'  # orbax's suffix of a write under way
 
 
 def directory(workdir: str) -> str:
@@ -49,32 +61,52 @@ class WriteFailed(OSError):
 class Manager(ocp.CheckpointManager):
   """Orbax's manager, with asynchronous write failures made plain.
 
-  A write that fails in orbax's background threads surfaces at the next
+  Each save records its checksums before orbax commits it (renames its
+  temporary folder): a checkpoint is complete with them or not at all. A
+  write that fails in orbax's background threads surfaces at the next
   save, at `raise_write_errors` (each log step) or at the final wait, as one
   `WriteFailed` naming the step that failed, the cause and the last complete
-  checkpoint; its temporary folder is removed. Each finished write gets its
-  checksums recorded.
+  checkpoint; the write's other threads are ended (orbax leaves them
+  waiting 5 minutes for signals the failed thread never sends, which holds
+  the process at exit) and its temporary folder is removed.
   """
 
-  def __init__(self, *args, **kwargs):
-    super().__init__(*args, **kwargs)
+  def __init__(self, directory: str, *, options, item_handlers):
+    if options.enable_async_checkpointing:
+      options = dataclasses.replace(options, async_options=ocp.AsyncOptions(
+          post_finalization_callback=self._record_checksums))
+    self._writing: int | None = None  # the step of the save under way
+    self._operation: str | None = None  # orbax's id of that save
+    super().__init__(directory, options=options, item_handlers=item_handlers)
     self._pending: int | None = None  # the step being written
     self._failed = False
 
   def save(self, step: int, *args, **kwargs) -> bool:
     self.wait_until_finished()  # the previous write's failure is its own
+    self._writing = step
     try:
       saved = super().save(step, *args, **kwargs)
     except WriteFailed:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      # Threads orbax started for this step may still be writing into its
-      # temporary folder: let them end before the folder is removed.
-      with contextlib.suppress(Exception):
-        super().wait_until_finished()
+      self._operation = _current_operation()
       raise self._write_failed(step, e) from e
+    self._operation = _current_operation()
     self._pending = step
     return saved
+
+  def _record_checksums(self) -> None:
+    """Called by orbax (process 0, once every process has written its part
+    and the items are final) just before it commits the step folder."""
+    step, folder = self._writing, os.fspath(self.directory)
+    # The temporary folder where orbax renames on commit; the step folder
+    # itself where it marks completion with a file (cloud storage).
+    names = [name for name in files.listdir(folder)
+             if name == str(step) or name.startswith(f'{step}{_UNFINISHED}')]
+    if len(names) != 1:
+      raise OSError(f'The folder of checkpoint {step} in {folder} is not '
+                    f'there to record its checksums (found {names}).')
+    record_checksums(files.join(folder, names[0]))
 
   def wait_until_finished(self) -> None:
     if self._failed:  # orbax would raise the same failure again
@@ -82,8 +114,6 @@ class Manager(ocp.CheckpointManager):
     step, self._pending = self._pending, None
     try:
       super().wait_until_finished()
-      if step is not None and jax.process_index() == 0:
-        record_checksums(os.fspath(self.directory / str(step)))
     except Exception as e:  # pylint: disable=broad-except
       raise self._write_failed(step, e) from e
 
@@ -97,13 +127,40 @@ class Manager(ocp.CheckpointManager):
       self.wait_until_finished()  # raises it with its step
       raise
 
+  def _end_threads(self, timeout: float = 60.0) -> None:
+    """Ends the threads of the failed write: each waits for signals from the
+    others (the folder created, ...) and a thread that failed sends none, so
+    they would wait 5 minutes and hold the process at exit. Cancelled and
+    sent those signals, they end without writing."""
+    # pylint: disable=protected-access
+    threads = [thread for thread in threading.enumerate()
+               if isinstance(thread, orbax_future._SignalingThread)
+               and getattr(thread, '_operation_id', None) == self._operation]
+    for thread in threads:
+      with contextlib.suppress(Exception):
+        thread.cancel()
+        orbax_future.set_signals(thread._receive_signals,
+                                 operation_id=self._operation)
+    # pylint: enable=protected-access
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+      threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
+    # Their coroutines, never started, would each warn at exit.
+    warnings.filterwarnings('ignore', r'coroutine .* was never awaited',
+                            RuntimeWarning)
+
   def _write_failed(self, step: int | None, error: Exception) -> WriteFailed:
     self._failed = True
+    # Orbax's other threads of this write end first, or they would go on
+    # writing into the folder removed below.
+    self._end_threads()
+    with contextlib.suppress(Exception):
+      super().wait_until_finished()
     folder = os.fspath(self.directory)
     complete = []
     for name in files.listdir(folder):
       if (jax.process_index() == 0 and step is not None
-          and name.startswith(f'{step}.orbax-checkpoint-tmp')):
+          and name.startswith(f'{step}{_UNFINISHED}')):
         with contextlib.suppress(OSError):
           (self.directory / name).rmtree()
       elif name.isdigit() and int(name) != step:
@@ -114,6 +171,11 @@ class Manager(ocp.CheckpointManager):
         f'Writing checkpoint {step} into {folder} failed: '
         f'{_cause(error)}. The run stopped; {last}. Free space or fix the '
         f'storage first.')
+
+
+def _current_operation() -> str:
+  """Orbax's id of the save last started, which its threads carry."""
+  return orbax_sync.OperationIdGenerator.get_current_operation_id()
 
 
 def _cause(error: BaseException) -> str:
@@ -136,7 +198,10 @@ def manager(workdir: str, *, max_to_keep: int | None = None,
   """Checkpoint manager of a workdir; writes asynchronously."""
   options = ocp.CheckpointManagerOptions(
       max_to_keep=max_to_keep, create=not read_only, read_only=read_only,
-      enable_async_checkpointing=not read_only)
+      enable_async_checkpointing=not read_only,
+      # What a killed or failed write left (its temporary folder) would
+      # take the name of that step's next write, and disk space.
+      cleanup_tmp_directories=not read_only)
   # Orbax writes each checkpoint into a temporary folder and renames it
   # when every process has finished: an interrupted write is never listed.
   handlers = {name: ocp.StandardCheckpointHandler() for name in ITEMS}
@@ -148,11 +213,12 @@ def manager(workdir: str, *, max_to_keep: int | None = None,
 # -- Checksums ----------------------------------------------------------------
 
 
-def _digests(folder: str) -> dict[str, str]:
-  """{path relative to `folder`: blake2b digest} of every file in it."""
+def _digests(folder: str, skip: Sequence[str] = ()) -> dict[str, str]:
+  """{path relative to `folder`: blake2b digest} of every file in it but
+  checksums.json and `skip`."""
   digests = {}
   for relative, path in files.walk_files(folder):
-    if relative == CHECKSUMS:
+    if relative == CHECKSUMS or relative in skip:
       continue
     digest = hashlib.blake2b(digest_size=16)
     with path.open('rb') as f:
@@ -163,26 +229,34 @@ def _digests(folder: str) -> dict[str, str]:
 
 
 def record_checksums(folder: str) -> None:
-  """Writes `folder`/checksums.json for a finished checkpoint (TensorStore
-  and orbax store no checksum: flipped bytes would restore silently)."""
-  files.write_atomically(files.join(folder, CHECKSUMS),
-                         json.dumps(_digests(folder), indent=0))
+  """Writes `folder`/checksums.json for a checkpoint whose data is complete
+  (TensorStore and orbax store no checksum: flipped bytes would restore
+  silently)."""
+  files.write_atomically(
+      files.join(folder, CHECKSUMS),
+      json.dumps(_digests(folder, skip=_WRITTEN_AFTER_CHECKSUMS), indent=0))
 
 
-def verify_checksums(folder: str) -> None:
-  """Checks a checkpoint's files against its checksums.json (checkpoints
-  written before checksums were recorded pass unchecked).
+def verify_checksums(folder: str) -> bool:
+  """Checks a checkpoint's files against its checksums.json.
+
+  Returns:
+    Whether it was verified: False for a checkpoint without checksums.json
+    (written by a version that recorded them only after the write, and
+    killed before).
 
   Raises:
     ValueError: naming the files that changed or went missing.
   """
   path = files.join(folder, CHECKSUMS)
   if not files.exists(path):
-    return
+    return False
   try:
     expected = json.loads(files.read_text(path))
-  except ValueError as e:
-    raise ValueError(f'{path} is damaged ({e})') from e
+    if not isinstance(expected, dict):
+      raise ValueError('not a JSON object')
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f'{CHECKSUMS} is damaged ({e})') from e
   found = _digests(folder)
   changed = sorted(name for name, digest in expected.items()
                    if found.get(name) != digest)
@@ -191,6 +265,7 @@ def verify_checksums(folder: str) -> None:
                                       if len(changed) > 3 else '')
     raise ValueError(f'{len(changed)} of its files changed or went missing '
                      f'since it was written (checksum mismatch: {shown})')
+  return True
 
 
 @contextlib.contextmanager
@@ -249,8 +324,31 @@ def saved_progress(mngr: ocp.CheckpointManager, step: int
 
 
 def verified(mngr: ocp.CheckpointManager, step: int) -> None:
-  """Raises ValueError if checkpoint `step`'s files fail their checksums."""
-  verify_checksums(os.fspath(mngr.directory / str(step)))
+  """Raises ValueError if checkpoint `step`'s files fail their checksums;
+  one without checksums is used, and said to be unverified."""
+  if not verify_checksums(os.fspath(mngr.directory / str(step))):
+    print(f'Checkpoint {step} in {mngr.directory} has no {CHECKSUMS} (an '
+          f'older version wrote it and was stopped before recording them): '
+          f'using it unverified.', flush=True)
+
+
+class Unrestorable(ValueError):
+  """No checkpoint of a workdir can be read (each was reported)."""
+
+
+def _unrestorable(folder: Any, steps: Sequence[int]) -> Unrestorable:
+  listed = ', '.join(map(str, steps))
+  return Unrestorable(
+      f'No checkpoint in {folder} can be restored (checkpoint'
+      f'{"s" if len(steps) > 1 else ""} {listed}, each reported above). '
+      f'Restore them from a copy, or train into a new --workdir.')
+
+
+def _reason(error: BaseException) -> str:
+  """The first line of why a checkpoint cannot be read (orbax and
+  TensorStore raise plain Exceptions for damaged files)."""
+  text = str(error).strip()
+  return text.splitlines()[0][:300] if text else repr(error)
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, abstract: dict[str, Any]
@@ -267,6 +365,8 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
                     count: int) -> tuple[Any, Sequence[int]]:
   """Mean of the parameters of the last `count` checkpoints (paper: 5 for
   base, 20 for big models; checkpoints written every 10 minutes there).
+  A damaged one is named and left out; the steps averaged are named when
+  they are fewer than `count`.
 
   Returns:
     The averaged parameters and the steps averaged.
@@ -274,18 +374,28 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
   steps = sorted(mngr.all_steps())[-count:]
   if not steps:
     raise FileNotFoundError(f'No checkpoints in {mngr.directory}.')
-  if len(steps) < count:
-    logging.warning('Averaging %d checkpoints; %d were asked for.',
-                    len(steps), count)
-  total = None
+  total, used = None, []
   for step in steps:
-    verified(mngr, step)
-    params = restore(mngr, step, {'params': abstract_params})['params']
+    try:
+      verified(mngr, step)
+      params = restore(mngr, step, {'params': abstract_params})['params']
+    except Exception as e:  # pylint: disable=broad-except
+      print(f'Checkpoint {step} in {mngr.directory} is damaged: '
+            f'{_reason(e)}; averaging without it.', flush=True)
+      continue
     params = jax.tree.map(lambda a: a.astype(jnp.float32), params)
     total = params if total is None else jax.tree.map(jnp.add, total, params)
+    used.append(step)
+  if not used:
+    raise _unrestorable(mngr.directory, steps[::-1])
+  if len(used) < count:
+    plural = 's' if len(used) > 1 else ''
+    print(f'Averaged {len(used)} checkpoint{plural} (step{plural} '
+          f'{", ".join(map(str, used))}) of the {count} asked for.',
+          flush=True)
   return jax.tree.map(
-      lambda t, a: (t / len(steps)).astype(a.dtype), total,
-      abstract_params), steps
+      lambda t, a: (t / len(used)).astype(a.dtype), total,
+      abstract_params), used
 
 
 def restore_params(workdir: str, abstract_params: Any, average: int = 1
@@ -318,9 +428,7 @@ def _latest_intact(mngr: ocp.CheckpointManager) -> int:
     except ValueError as e:
       print(f'Checkpoint {step} in {mngr.directory} is damaged: {e}; '
             f'trying the one before.', flush=True)
-  raise ValueError(f'Every checkpoint in {mngr.directory} is damaged '
-                   f'(steps {steps}); retrain, or restore the files from a '
-                   f'copy.')
+  raise _unrestorable(mngr.directory, steps)
 
 
 # -- Resuming -----------------------------------------------------------------
@@ -373,8 +481,9 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
   A checkpoint that cannot be read (truncated, missing or changed files) is
   reported and the one before it is tried; once one restores, the
   unreadable newer ones are set aside under workdir/unreadable_checkpoints/
-  (so the run can save those steps again). If none restores, nothing is moved. A checkpoint
-  of another model is refused (`check_shapes`; `changes` are the config
+  (so the run can save those steps again). If none restores, nothing is
+  moved and `Unrestorable` names them. A checkpoint of another model is
+  refused (`check_shapes`; `changes` are the config
   fields that changed since, for the message).
   """
   failures = []
@@ -392,12 +501,11 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
     except IncompatibleCheckpoint:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      # Orbax and TensorStore raise plain Exceptions for damaged files.
-      reason = str(e).strip().splitlines()[0][:300] if str(e) else repr(e)
-      print(f'Checkpoint {step} cannot be restored: {reason}', flush=True)
-      failures.append((step, e))
+      print(f'Checkpoint {step} cannot be restored: {_reason(e)}',
+            flush=True)
+      failures.append(step)
       continue
-    for failed, _ in failures:
+    for failed in failures:
       target = set_aside(workdir, failed)
       print(f'Moved unreadable checkpoint {failed} to {target}; resuming '
             f'from checkpoint {step}.', flush=True)
@@ -405,10 +513,7 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
       mngr.reload()
     return restored, step
   if failures:
-    raise RuntimeError(
-        f'No checkpoint in {directory(workdir)} could be restored (steps '
-        f'{[s for s, _ in failures]}). Fix the storage, or start a new '
-        f'--workdir.') from failures[0][1]
+    raise _unrestorable(directory(workdir), failures)
   return None, 0
 
 
