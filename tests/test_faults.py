@@ -218,7 +218,8 @@ def test_damaged_progress_file_is_reported_and_training_goes_on(
 def test_damaged_config_file_names_the_file(trained, tmp_path):
   workdir = copy_of(trained, tmp_path)
   (workdir / 'config.json').write_text('{"task": "transl')
-  with pytest.raises(ValueError, match=r'config.json is not valid JSON'):
+  with pytest.raises(ValueError,
+                     match=r'config.json is damaged: not valid JSON'):
     workdir_lib.load_config(str(workdir))
   (workdir / 'config.json').write_text('{"seed": 0}')
   with pytest.raises(ValueError, match='not an experiment config'):

@@ -9,10 +9,12 @@
       events.out.tfevents.*  TensorBoard scalars (`metrics.MetricWriter`)
       reports/, plots/       what evaluations write
 
-`restore(workdir)` gives a trained workdir's task, parameters and step, with
-no optimizer or train step built: the one way commands, fine-tuning and
-tests open a workdir. A workdir may be a local folder or a URL
-(`gs://bucket/path`): every file goes through `data.files`.
+The workdir's own files are checked against their schema whenever they are
+read (`read_checked`: types, ranges, required keys), and a damaged one is
+named with its field. `restore(workdir)` gives a trained workdir's task,
+parameters and step, with no optimizer or train step built: the one way
+commands, fine-tuning and tests open a workdir. A workdir may be a local
+folder or a URL (`gs://bucket/path`): every file goes through `data.files`.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ import dataclasses
 import datetime
 import fcntl
 import json
+import math
 import os
 import re
 import socket
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import jax
 import ml_collections
@@ -80,31 +83,43 @@ def lock(workdir: str) -> Iterator[None]:
     return
   path = os.path.join(workdir, LOCK_FILE)
   # Appending: opening never empties the record of a holder still running.
-  handle = open(path, 'a+', encoding='utf-8')  # pylint: disable=consider-using-with
+  handle = open(path, 'a+b')  # pylint: disable=consider-using-with
   held = False
   try:
     handle.seek(0)
-    previous = handle.read().strip()
+    previous, damaged = _lock_record(path, handle.read())
     try:
       fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError as e:
-      holder = previous or 'holder unknown'
+      holder = previous or damaged or 'holder unknown'
       raise WorkdirBusy(
           f'{workdir} is in use by another training run ({holder}): wait '
           f'for it to end or stop it, or train into another --workdir.'
       ) from e
     held = True
-    if previous:
+    if damaged:
+      print(f'{damaged}; no run holds it, so this run takes it over.',
+            flush=True)
+    elif previous:
       print(f'Taking over {path} from a run that ended without releasing it '
             f'({previous}).', flush=True)
     handle.truncate(0)
-    handle.write(_holder())
+    handle.write(_holder().encode('utf-8'))
     handle.flush()
     yield
   finally:
     if held:
       handle.truncate(0)  # released cleanly: no holder to name
     handle.close()  # which releases the lock
+
+
+def _lock_record(path: str, raw: bytes) -> tuple[str, str]:
+  """(the holder record of run.lock, '' when released; the damage, '' when
+  there is none)."""
+  try:
+    return read_checked(path, raw), ''
+  except DamagedFile as e:
+    return '', str(e)
 
 
 def _holder() -> str:
@@ -121,14 +136,15 @@ def _remote_lock(workdir: str) -> Iterator[None]:
   is gone (a preempted VM's run, say)."""
   path = files.path(files.join(workdir, LOCK_FILE))
   if path.exists():
-    previous = path.read_text().strip()
-    match = re.fullmatch(r'host (\S+), pid (\d+), since .*', previous)
+    previous, damaged = _lock_record(os.fspath(path), path.read_bytes())
+    match = re.fullmatch(_LOCK_RECORD, previous)
     if not (match and match.group(1) == socket.gethostname()
             and not _alive(int(match.group(2)))):
       raise WorkdirBusy(
-          f'{workdir} is in use by another training run ({previous}): wait '
-          f'for it to end or stop it, or train into another --workdir. If '
-          f'that run is gone, delete {path}.')
+          f'{workdir} is in use by another training run ('
+          f'{previous or damaged or "holder unknown"}): wait for it to end '
+          f'or stop it, or train into another --workdir. If that run is '
+          f'gone, delete {path}.')
     print(f'Taking over {path} from a run that ended without releasing it '
           f'({previous}).', flush=True)
   files.write_atomically(os.fspath(path), _holder())
@@ -163,16 +179,11 @@ def _saved(workdir: str) -> dict[str, Any]:
     raise FileNotFoundError(
         f'{path} not found: {workdir} is not a training workdir. Train into '
         f'it first: python -m transformer.main --workdir={workdir}')
-  text = files.read_text(path)
   try:
-    saved = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise ValueError(f'{path} is not valid JSON ({e}): the file is damaged. '
-                     f'Restore it, or train into a new --workdir.') from e
-  if not isinstance(saved, dict) or 'task' not in saved:
-    raise ValueError(f'{path} is not an experiment config (no "task"): '
-                     f'restore it, or train into a new --workdir.')
-  return saved
+    return read_checked(path)
+  except DamagedFile as e:
+    raise DamagedFile(f'{e}. Correct it, restore it from a copy, or train '
+                      f'into a new --workdir.') from e
 
 
 def load_config(workdir: str) -> ml_collections.ConfigDict:
@@ -251,21 +262,144 @@ def load_progress(workdir: str) -> dict[str, float]:
   if not files.exists(path):
     return {}
   try:
-    progress = json.loads(files.read_text(path))
-    if not isinstance(progress, dict) or not all(
-        isinstance(v, (int, float)) for v in progress.values()):
-      raise ValueError('not a JSON object of numbers')
-  except (ValueError, UnicodeDecodeError) as e:
-    print(f'{path} is damaged ({e}); training time and token counts start '
-          f'again from here, the checkpoints are unaffected.', flush=True)
+    return read_checked(path)
+  except DamagedFile as e:
+    print(f'{e}; training time and token counts start again from here, the '
+          f'checkpoints are unaffected.', flush=True)
     return {}
-  return progress
 
 
 def save_progress(workdir: str, progress: dict[str, float]) -> None:
   if jax.process_index() == 0:
     files.write_atomically(files.join(workdir, PROGRESS_FILE),
                            json.dumps(progress))
+
+
+# -- The workdir's own files: one schema check each ----------------------------
+
+
+class DamagedFile(ValueError):
+  """A workdir file whose content does not fit its schema; the message
+  names the file and the field."""
+
+
+_LOCK_RECORD = r'host (\S+), pid (\d+), since .*'
+
+
+def _lock_problem(record: str) -> str:
+  if record and not re.fullmatch(_LOCK_RECORD, record):
+    return (f'{record[:60]!r} is not a holder record ("host H, pid N, since '
+            f'TIME")')
+  return ''
+
+
+def _progress_problem(progress: Any) -> str:
+  """progress.json: {"step": int >= 0, unit: number >= 0, ...}."""
+  if not isinstance(progress, dict):
+    return f'not a JSON object but {type(progress).__name__}'
+  if 'step' not in progress:
+    return 'no "step"'
+  for key, value in progress.items():
+    if key == 'step':
+      if not (_is_int(value) and value >= 0):
+        return f'"step" is {_shown(value)}, not a whole number >= 0'
+    elif not (_is_number(value) and math.isfinite(value) and value >= 0):
+      return f'"{key}" is {_shown(value)}, not a finite number >= 0'
+  return ''
+
+
+def _config_problem(saved: Any) -> str:
+  """config.json: an object naming its task, whose sections and values
+  have the types of that task's default config (fields it no longer has
+  are ignored)."""
+  if not isinstance(saved, dict) or not isinstance(saved.get('task'), str):
+    return 'not an experiment config (no "task")'
+  if saved['task'] not in tasks.TASKS:
+    return (f'"task" is {_shown(saved["task"])}, not one of '
+            f'{", ".join(tasks.TASKS)}')
+  return _fields_problem(saved, tasks.default_config(saved['task']), '')
+
+
+def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
+                    prefix: str) -> str:
+  for key, value in saved.items():
+    field = f'{prefix}{key}'
+    if key not in schema or key == 'task':
+      continue
+    if isinstance(schema[key], ml_collections.ConfigDict):
+      if not isinstance(value, dict):
+        return f'"{field}" is {_shown(value)}, not a section (a JSON object)'
+      problem = _fields_problem(value, schema[key], f'{field}.')
+      if problem:
+        return problem
+      continue
+    kind = schema.get_type(key)
+    if value is None and schema[key] is None:
+      continue  # a placeholder: the named size's value
+    expected = _TYPES.get(kind)
+    if expected and not expected[1](value):
+      return f'"{field}" is {_shown(value)}, not {expected[0]}'
+  return ''
+
+
+def _shown(value: Any) -> str:
+  """A value as the file has it (JSON), cut short."""
+  text = json.dumps(value)
+  return text if len(text) <= 60 else text[:57] + '...'
+
+
+def _is_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+# A config field's type: (in words, the test of a JSON value).
+_TYPES = {
+    bool: ('true or false', lambda v: isinstance(v, bool)),
+    int: ('a whole number', _is_int),
+    float: ('a number', _is_number),
+    str: ('a string', lambda v: isinstance(v, str)),
+    tuple: ('a list', lambda v: isinstance(v, (list, tuple))),
+    list: ('a list', lambda v: isinstance(v, (list, tuple))),
+}
+
+# Each file: (whether it is JSON, its schema check: the problem, or '').
+SCHEMAS: dict[str, tuple[bool, Callable[[Any], str]]] = {
+    CONFIG_FILE: (True, _config_problem),
+    PROGRESS_FILE: (True, _progress_problem),
+    LOCK_FILE: (False, _lock_problem),
+}
+
+
+def read_checked(path: str, raw: bytes | None = None) -> Any:
+  """The content of a workdir file (`SCHEMAS`: its JSON value, or its text
+  stripped), read from `path` unless `raw` is given.
+
+  Raises:
+    DamagedFile: '{path} is damaged: <the problem, naming the field>'.
+  """
+  is_json, problem_of = SCHEMAS[os.path.basename(path)]
+  if raw is None:
+    raw = files.path(path).read_bytes()
+  try:
+    value = raw.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise DamagedFile(f'{path} is damaged: not UTF-8 text (byte {e.start} '
+                      f'is {raw[e.start]:#04x})') from e
+  if is_json:
+    try:
+      value = json.loads(value)
+    except json.JSONDecodeError as e:
+      raise DamagedFile(f'{path} is damaged: not valid JSON ({e})') from e
+  else:
+    value = value.strip()
+  problem = problem_of(value)
+  if problem:
+    raise DamagedFile(f'{path} is damaged: {problem}')
+  return value
 
 
 # -- Inference ----------------------------------------------------------------
