@@ -18,6 +18,7 @@ from conftest import tiny_training_config as tiny_config
 from conftest import REPO
 from transformer import checkpoints
 from transformer import faults
+from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.tasks import translation
@@ -345,6 +346,54 @@ def test_too_many_consecutive_skips_stop(tmp_path, monkeypatch):
   with pytest.raises(faults.NonFiniteError, match='Step 4 .*2 steps in a '
                      'row'):
     train.train_and_evaluate(config, workdir)
+
+
+@pytest.mark.parametrize('task, field, value, message', [
+    ('translation', 'beam_size', 0, 'config.eval.beam_size=0 must be >= 1.'),
+    ('translation', 'length_penalty', -0.6,
+     'config.eval.length_penalty=-0.6 must be >= 0.'),
+    ('translation', 'average_checkpoints', 0,
+     'config.eval.average_checkpoints=0 must be >= 1.'),
+    ('translation', 'max_length_offset', -5,
+     'config.eval.max_length_offset=-5 must be >= 0.'),
+    ('translation', 'bleu_tokenize', 'words',
+     "config.eval.bleu_tokenize='words'; choose one of none, zh, 13a"),
+    ('captioning', 'beam_size', 0, 'config.eval.beam_size=0 must be >= 1.'),
+    ('captioning', 'num_plots', -1, 'config.eval.num_plots=-1 must be >= 0.'),
+    ('language_modeling', 'max_new_tokens', 0,
+     'config.eval.max_new_tokens=0 must be >= 1.'),
+    ('language_modeling', 'temperature', 0.0,
+     'config.eval.temperature=0.0 must be > 0.'),
+    ('language_modeling', 'top_p', 1.5,
+     'config.eval.top_p=1.5 must be in (0, 1].'),
+    ('language_modeling', 'top_k', -1, 'config.eval.top_k=-1 must be >= 0.'),
+    ('language_modeling', 'prompts', ('The', 3),
+     "config.eval.prompts=('The', 3) must be a list of strings"),
+    ('vision_language', 'retrieval_images', -1,
+     'config.eval.retrieval_images=-1 must be >= 0.'),
+    ('visual_question_answering', 'num_plots', -2,
+     'config.eval.num_plots=-2 must be >= 0.'),
+])
+def test_evaluation_settings_are_checked_before_anything_is_built(
+    task, field, value, message, tmp_path):
+  config = tasks.default_config(task)
+  config.eval[field] = value
+  with pytest.raises(ValueError, match=re.escape(message)):
+    tasks.build(config, str(tmp_path))
+  assert not os.listdir(tmp_path)  # before any data or vocabulary
+
+
+def test_bad_evaluation_setting_stops_the_run_before_it_trains(tmp_path):
+  """Once the whole run trained, then died in its final evaluation."""
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.main', f'--workdir={tmp_path}',
+       *FLAGS, '--config.eval.beam_size=0'], cwd=REPO, capture_output=True,
+      text=True, timeout=300, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert result.returncode == 2, result.stderr[-2000:]
+  assert result.stderr.strip().splitlines()[-1] == (
+      'Error: config.eval.beam_size=0 must be >= 1.')
+  assert 'Traceback' not in result.stderr
+  assert not (tmp_path / 'checkpoints').exists()
 
 
 def test_unknown_nonfinite_policy_is_refused(tmp_path):

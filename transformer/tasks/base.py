@@ -146,8 +146,9 @@ def _is_number(value: Any) -> bool:
 
 
 def check_data(config: ml_collections.ConfigDict) -> None:
-  """Refuses data settings that cannot mean anything, naming the field and
-  its range, before a task reads data or builds a model."""
+  """Refuses data settings (and evaluation settings, `check_eval`) that
+  cannot mean anything, naming the field and its range, before a task
+  reads data or builds a model."""
   seeds = {'config.seed': config.seed,
            'config.data.seed': config.data.get('seed', 0)}
   for name, value in seeds.items():
@@ -164,6 +165,62 @@ def check_data(config: ml_collections.ConfigDict) -> None:
   if data.get('source') == 'offline' and _is_number(data.get('num_train')):
     ranges.check('config.data.num_train', data.num_train, low=1,
                  why=': the offline data would have no training examples')
+  check_eval(config)
+
+
+# config.eval fields, where a task has them, and their ranges (keywords of
+# `ranges.check`): a value outside would fail only in the evaluation at the
+# end of training, or mean nothing there.
+_EVAL_RANGES = {
+    'average_checkpoints': dict(low=1),
+    'beam_size': dict(low=1),
+    'length_penalty': dict(low=0),  # 0: no length normalisation
+    'max_length_offset': dict(low=0),
+    'max_new_tokens': dict(low=1),
+    'temperature': dict(low=0, low_in=False),
+    'top_k': dict(low=0),  # 0: no top-k cut
+    'top_p': dict(low=0, low_in=False, high=1, high_in=True),
+    'sample_seed': dict(low=0),
+    'plot_example': dict(low=-1),  # -1: no plot
+    # Counts of examples printed, plotted or scored; 0: none (or all, for
+    # num_bleu_examples and num_examples).
+    **{name: dict(low=0) for name in (
+        'num_bleu_examples', 'num_examples', 'num_print', 'num_plots',
+        'retrieval_images')},
+}
+
+
+def _bleu_tokenizers() -> tuple[str, ...]:
+  import sacrebleu  # pylint: disable=g-import-not-at-top
+  return tuple(sacrebleu.BLEU.TOKENIZERS)
+
+
+# config.eval fields with a set of values: the function that gives them.
+_EVAL_CHOICES = {'bleu_tokenize': _bleu_tokenizers}
+
+
+def check_eval(config: ml_collections.ConfigDict) -> None:
+  """Refuses evaluation settings out of range (beam size 0, a negative
+  length penalty, ...), naming the field, before anything trains."""
+  settings = config.get('eval') or {}
+  for name, bounds in _EVAL_RANGES.items():
+    value = settings.get(name)
+    if value is None:
+      continue
+    if not _is_number(value):
+      interval = ranges.describe(**{'high': None, **bounds})
+      raise ValueError(f'config.eval.{name}={value!r} must be a number '
+                       f'{interval}.')
+    ranges.check(f'config.eval.{name}', value, **bounds)
+  for name, choices in _EVAL_CHOICES.items():
+    if name in settings and settings[name] not in choices():
+      raise ValueError(f'config.eval.{name}={settings[name]!r}; choose one '
+                       f'of {", ".join(choices())}.')
+  prompts = settings.get('prompts')
+  if prompts is not None and (isinstance(prompts, str) or not all(
+      isinstance(prompt, str) for prompt in prompts)):
+    raise ValueError(f'config.eval.prompts={prompts!r} must be a list of '
+                     f'strings, e.g. ("Once upon a time",).')
 
 
 # Data settings that change how examples are batched or masked, not their
