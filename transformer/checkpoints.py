@@ -28,9 +28,14 @@ from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
 # Private: the threads of one asynchronous write, which a failed write
-# leaves waiting (`Manager._end_threads`).
-from orbax.checkpoint._src.futures import future as orbax_future
-from orbax.checkpoint._src.futures import synchronization as orbax_sync
+# leaves waiting (`Manager._end_threads`); as laid out in orbax 0.12.8.
+# pylint: disable=g-import-not-at-top
+try:
+  from orbax.checkpoint._src.futures import future as orbax_future
+  from orbax.checkpoint._src.futures import synchronization as orbax_sync
+except ImportError:  # another layout: a failed write may linger at exit
+  orbax_future = orbax_sync = None
+# pylint: enable=g-import-not-at-top
 
 from transformer.data import files
 
@@ -133,8 +138,9 @@ class Manager(ocp.CheckpointManager):
     they would wait 5 minutes and hold the process at exit. Cancelled and
     sent those signals, they end without writing."""
     # pylint: disable=protected-access
+    kind = getattr(orbax_future, '_SignalingThread', None)
     threads = [thread for thread in threading.enumerate()
-               if isinstance(thread, orbax_future._SignalingThread)
+               if kind and isinstance(thread, kind) and self._operation
                and getattr(thread, '_operation_id', None) == self._operation]
     for thread in threads:
       with contextlib.suppress(Exception):
@@ -173,9 +179,11 @@ class Manager(ocp.CheckpointManager):
         f'storage first.')
 
 
-def _current_operation() -> str:
+def _current_operation() -> str | None:
   """Orbax's id of the save last started, which its threads carry."""
-  return orbax_sync.OperationIdGenerator.get_current_operation_id()
+  with contextlib.suppress(AttributeError):
+    return orbax_sync.OperationIdGenerator.get_current_operation_id()
+  return None
 
 
 def _cause(error: BaseException) -> str:
