@@ -203,14 +203,16 @@ def mounted_tmpfs(folder, size):
 def small_disk(tmp_path):
   """A 2 MiB tmpfs."""
   yield mounted_tmpfs(tmp_path / 'disk', '2M')
-  subprocess.run(['umount', str(tmp_path / 'disk')], check=False)
+  # Lazily: a file the test's run left open must not keep it mounted.
+  subprocess.run(['umount', '-l', str(tmp_path / 'disk')], check=False)
 
 
 @pytest.fixture
 def disk(tmp_path):
   """A 6 MiB tmpfs: a 4-step run and its checkpoints fit."""
   yield mounted_tmpfs(tmp_path / 'disk', '6M')
-  subprocess.run(['umount', str(tmp_path / 'disk')], check=False)
+  # Lazily: a file the test's run left open must not keep it mounted.
+  subprocess.run(['umount', '-l', str(tmp_path / 'disk')], check=False)
 
 
 def test_disk_full_at_the_first_checkpoint_leaves_nothing_behind(
