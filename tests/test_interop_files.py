@@ -229,3 +229,69 @@ def test_garbage_tokenizer_files_are_named(tmp_path):
   with pytest.raises(FileNotFoundError, match='no tokenizer.json and lacks '
                      'merges.txt'):
     vocabularies.published_bpe(str(tmp_path), 'gpt2')
+
+
+def _tiny_gpt2(directory, vocab_size, tokens):
+  """Our tiny GPT-2 of `vocab_size` ids in the Hugging Face layout, with a
+  byte-level tokenizer.json of about `tokens` tokens (<|endoftext|> last)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  tokenizers_lib = pytest.importorskip('tokenizers')
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
+  from transformer.models import decoder  # pylint: disable=g-import-not-at-top
+  bpe = tokenizers_lib.ByteLevelBPETokenizer()
+  bpe.train_from_iterator(text.offline_splits(200, 0, seed=0)['train'],
+                          vocab_size=tokens - 1, show_progress=False)
+  bpe.add_tokens(['<|endoftext|>'])
+  config = decoder.config_for('tiny', vocab_size=vocab_size, max_length=16)
+  params = nn.unbox(decoder.Decoder(config).init(
+      jax.random.key(0), jnp.ones((1, 4), jnp.int32),
+      deterministic=True)['params'])
+  hf, tensors = gpt2.to_hf(params, config)
+  os.makedirs(directory, exist_ok=True)
+  files.save_hf(str(directory), {**hf, 'eos_token_id': vocab_size - 1},
+                tensors)
+  bpe.save(str(directory / 'tokenizer.json'))
+  return bpe.get_vocab_size()
+
+
+def test_a_tokenizer_larger_than_the_embedding_is_refused(tmp_path):
+  """Its ids past the table would read other tokens' rows (gathers clamp)
+  silently; a table padded past the tokenizer is fine."""
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  size = _tiny_gpt2(tmp_path / 'big', 300, 400)
+  with pytest.raises(ValueError, match=f'The tokenizer has {size} tokens, '
+                     'config.json vocab_size=300: every id needs its row'):
+    workdirs.convert('hf', str(tmp_path / 'big'), str(tmp_path / 'out'))
+  assert not (tmp_path / 'out').exists()
+
+
+def test_convert_names_what_is_missing_or_left_behind(tmp_path, capsys):
+  """A mistyped --input names the folder; a dangling link of the Hugging
+  Face cache names the link; the staging folder of a killed convert is
+  removed by the next one."""
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  with pytest.raises(FileNotFoundError, match='--input=.*nope is not a '
+                     'folder'):
+    workdirs.convert('hf', str(tmp_path / 'nope'), str(tmp_path / 'out'))
+  model = tmp_path / 'model'
+  model.mkdir()
+  os.symlink(tmp_path / 'blobs' / 'missing', model / 'model.safetensors')
+  with pytest.raises(FileNotFoundError, match='links to .*missing.*download '
+                     'the model again'):
+    files.read_safetensors(str(model))
+  _tiny_gpt2(tmp_path / 'gpt2', 260, 250)
+  abandoned = tmp_path / '.out.converting-999999999'  # no such process
+  (abandoned / 'checkpoints').mkdir(parents=True)
+  workdirs.convert('hf', str(tmp_path / 'gpt2'), str(tmp_path / 'out'))
+  assert not abandoned.exists()
+  assert 'left by a convert that was killed' in capsys.readouterr().out
+
+
+def test_a_width_that_does_not_split_into_heads_is_named_as_published():
+  from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
+  with pytest.raises(ValueError, match='n_embd=33 is not divisible by '
+                     'n_head=4'):
+    gpt2.config_from_hf({'model_type': 'gpt2', 'n_embd': 33, 'n_head': 4})

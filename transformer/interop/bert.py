@@ -95,8 +95,9 @@ def config_from_hf(hf: dict[str, Any]) -> encoder.Config:
   Raises:
     ValueError: another model type, or naming each refused field.
   """
-  hf, activation = files.hf_config(hf, 'bert', DEFAULTS, REFUSED,
-                                   'hidden_act')
+  hf, activation = files.hf_config(
+      hf, 'bert', DEFAULTS, REFUSED, 'hidden_act',
+      heads=('hidden_size', 'num_attention_heads'))
   return encoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['max_position_embeddings'],
       type_vocab_size=hf['type_vocab_size'],

@@ -35,7 +35,8 @@ COMMON_REFUSED = {
 
 def hf_config(hf: dict, model_type: str, defaults: dict,
               refused: dict[str, tuple[tuple, str]], activation_key: str,
-              pairs: tuple[str, ...] = ()) -> tuple[dict, str]:
+              pairs: tuple[str, ...] = (),
+              heads: tuple[str, str] | None = None) -> tuple[dict, str]:
   """A family's config.json checked: its model type, every refused field
   (`refused` and `COMMON_REFUSED`) and its activation.
 
@@ -49,6 +50,7 @@ def hf_config(hf: dict, model_type: str, defaults: dict,
       other value makes the reference compute).
     activation_key: the field naming the activation.
     pairs: fields that may also hold a pair of values (`check_types`).
+    heads: (width field, heads field): the width must split into heads.
 
   Returns:
     (config.json with the defaults, our name of its activation).
@@ -67,6 +69,10 @@ def hf_config(hf: dict, model_type: str, defaults: dict,
       f'{field}={supported[0]!r})'
       for field, (supported, reason) in {**COMMON_REFUSED, **refused}.items()
       if field in hf and hf[field] not in supported]
+  if heads and hf[heads[1]] > 0 and hf[heads[0]] % hf[heads[1]]:
+    problems.append(f'{heads[0]}={hf[heads[0]]} is not divisible by '
+                    f'{heads[1]}={hf[heads[1]]} (no model splits its width '
+                    f'so: the file is damaged or of another architecture)')
   activation = hf[activation_key]
   if activation not in HF_ACTIVATIONS:
     problems.append(f'{activation_key}={activation!r} is not supported '
@@ -273,6 +279,12 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
   """Every tensor of model.safetensors, or of the shards its index lists."""
   single = os.path.join(directory, 'model.safetensors')
   index = os.path.join(directory, 'model.safetensors.index.json')
+  for path in (single, index):
+    if os.path.islink(path) and not os.path.exists(path):
+      raise FileNotFoundError(
+          f'{path} links to {os.readlink(path)}, which is missing (a '
+          f'download of the Hugging Face cache cut short): download the '
+          f'model again.')
   if os.path.exists(single):
     return _load_safetensors(single)
   if os.path.exists(index):

@@ -69,7 +69,8 @@ def config_from_hf(hf: dict[str, Any]) -> decoder.Config:
     ValueError: another model type, or naming each refused field.
   """
   hf, activation = files.hf_config(hf, 'gpt2', DEFAULTS, REFUSED,
-                                   'activation_function')
+                                   'activation_function',
+                                   heads=('n_embd', 'n_head'))
   d_model = hf['n_embd']
   return decoder.Config(
       vocab_size=hf['vocab_size'], max_length=hf['n_positions'],

@@ -58,8 +58,10 @@ def config_from_hf(hf: dict[str, Any]) -> vit.Config:
   Raises:
     ValueError: another model type, or naming each refused field.
   """
-  hf, activation = files.hf_config(hf, 'vit', DEFAULTS, REFUSED, 'hidden_act',
-                                   pairs=('image_size', 'patch_size'))
+  hf, activation = files.hf_config(
+      hf, 'vit', DEFAULTS, REFUSED, 'hidden_act',
+      pairs=('image_size', 'patch_size'),
+      heads=('hidden_size', 'num_attention_heads'))
   labels = hf.get('id2label') or {}
   return vit.Config(
       num_layers=hf['num_hidden_layers'], d_model=hf['hidden_size'],

@@ -194,7 +194,9 @@ class GPT2Tokenizer(_Batches):
       return b''
     if not hasattr(self, '_alphabet'):
       self._alphabet = _byte_level_alphabet()
-    return bytes(self._alphabet[c] for c in self.id_to_piece(token_id))
+    # None: a row of a table padded past the tokenizer (no text).
+    piece = self.id_to_piece(token_id) or ''
+    return bytes(self._alphabet[c] for c in piece)
 
   def id_to_piece(self, token_id: int) -> str:
     """The BPE token ('Ġ' marks a leading space), '<pad>', '</s>'."""

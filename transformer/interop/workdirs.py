@@ -155,6 +155,7 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   # A hidden sibling, so that the final rename stays on one filesystem.
   staging = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}'
                          f'.converting-{os.getpid()}')
+  _remove_abandoned_staging(path)
   shutil.rmtree(staging, ignore_errors=True)  # this process's, if any
   os.mkdir(staging)
   try:
@@ -163,6 +164,30 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
     raise
+
+
+def _remove_abandoned_staging(path: str) -> None:
+  """Removes the staging folders beside `path` of converts that were killed
+  (their process is gone), which would otherwise stay, as large as the
+  checkpoint, for good."""
+  folder, name = os.path.split(path)
+  prefix = f'.{name}.converting-'
+  for entry in os.listdir(folder):
+    pid = entry[len(prefix):] if entry.startswith(prefix) else ''
+    if pid.isdigit() and not _alive(int(pid)):
+      shutil.rmtree(os.path.join(folder, entry), ignore_errors=True)
+      print(f'Removed {os.path.join(folder, entry)}, left by a convert that '
+            f'was killed.')
+
+
+def _alive(pid: int) -> bool:
+  try:
+    os.kill(pid, 0)
+  except ProcessLookupError:
+    return False
+  except PermissionError:  # another user's process
+    return True
+  return True
 
 
 def _write_checked(folder: str, experiment: ml_collections.ConfigDict,
@@ -285,6 +310,10 @@ def convert(kind: str, source: str, workdir: str, *,
     return _write_vit(workdir, config, params, {})
   if kind != 'hf':
     raise ValueError(f'kind={kind!r}; choose one of {KINDS}.')
+  if not os.path.isdir(source):
+    raise FileNotFoundError(f'--input={source} is not a folder: give the '
+                            f'model directory (config.json, the weights and '
+                            f'the tokenizer files).')
   source = files.snapshot(source)
   hf = files.read_config(source)
   if not isinstance(hf.get('model_type'), str):
@@ -357,9 +386,29 @@ def _convert_marian(source: str, workdir: str, hf: dict) -> str:
           f'{config.d_model}, {config.vocab_size:,} shared pieces')
 
 
+def _check_tokenizer_size(tokens: int, vocab_size: int, *,
+                          padded: bool = False) -> None:
+  """Every id the tokenizer gives needs its row of the embedding (a
+  tokenizer larger than the table would read other tokens' rows: gathers
+  clamp), and, unless the family pads its table (`padded`: GPT-2 to a
+  multiple of 64, say), every row its token.
+
+  Raises:
+    ValueError: naming both sizes and the fix.
+  """
+  if tokens > vocab_size or (tokens < vocab_size and not padded):
+    raise ValueError(
+        f'The tokenizer has {tokens:,} tokens, config.json vocab_size='
+        f'{vocab_size:,}: every id needs its row of the embedding'
+        f'{"" if padded else " and every row its token"}; download the '
+        f'tokenizer files of this checkpoint, or correct vocab_size.')
+
+
 def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
   config, params = gpt2.load(source)
   tokenizer = vocabularies.published_bpe(source, 'gpt2')
+  _check_tokenizer_size(len(vocabularies.token_list(tokenizer)),
+                        config.vocab_size, padded=True)
   eos_id = hf.get('eos_token_id', config.vocab_size - 1)
   if eos_id != config.vocab_size - 1:
     raise ValueError(f'eos_token_id={eos_id} is not the last id: GPT-2 '
@@ -380,12 +429,7 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
 def _convert_llama(source: str, workdir: str, hf: dict) -> str:
   config, params = llama.load(source)
   published = vocabularies.published_llama(source)
-  if published.vocab_size != config.vocab_size:
-    raise ValueError(
-        f'The tokenizer has {published.vocab_size:,} tokens, config.json '
-        f'vocab_size={config.vocab_size:,}: every id needs its token (and '
-        f'every token its row); download the tokenizer files of this '
-        f'checkpoint, or correct vocab_size.')
+  _check_tokenizer_size(published.vocab_size, config.vocab_size)
   bos_id, eos_id = vocabularies.llama_special_ids(hf, source, published)
   order = vocabularies.LlamaTokenizer.llama_order(published, eos_id)
   llama_vocab_size = config.vocab_size
@@ -411,9 +455,7 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   del tensors
   order = vocabularies.BertTokenizer.bert_order(
       vocabularies.token_list(tokenizer))
-  if len(order) != config.vocab_size:
-    raise ValueError(f'The tokenizer has {len(order)} tokens, config.json '
-                     f'vocab_size={config.vocab_size}.')
+  _check_tokenizer_size(len(order), config.vocab_size)
   params = bert.with_our_ids(params, order)
   if 'classifier' in params:
     if hf.get('problem_type') == 'multi_label_classification':
