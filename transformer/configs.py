@@ -88,6 +88,11 @@ def load_experiment(spec: str) -> ml_collections.ConfigDict:
   return module.get_config(arg) if arg else module.get_config()
 
 
+# Experiment arguments that name a workdir: one given empty ('init_from=')
+# or without a value would be read as the path '' or 'true'.
+WORKDIR_ARGS = ('init_from',)
+
+
 def parse_args(arg: str, *, name: str, known: Sequence[str],
                required: Sequence[str] = ()) -> dict[str, str]:
   """An experiment's argument string: 'path=DIR,src=de,runlocal' ->
@@ -99,12 +104,17 @@ def parse_args(arg: str, *, name: str, known: Sequence[str],
     known: every accepted key (a misspelt key must not be ignored).
     required: keys that must be given.
   """
-  args = dict((item.split('=', 1) + ['true'])[:2]
-              for item in arg.split(',') if item)
+  items = [item for item in arg.split(',') if item]
+  args = dict((item.split('=', 1) + ['true'])[:2] for item in items)
   unknown = sorted(set(args) - set(known))
   if unknown:
     raise ValueError(f'{name}: unknown arguments {unknown}; known: '
                      f'{", ".join(known)}.')
+  for key in WORKDIR_ARGS:
+    if key in items or args.get(key) == '':
+      raise ValueError(
+          f'{name}: {key} is empty; give the workdir whose parameters start '
+          f'this run, as {key}=WORKDIR.')
   missing = [key for key in required if key not in args]
   if missing:
     raise ValueError(f'{name} needs {", ".join(missing)}, e.g. '
