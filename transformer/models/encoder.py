@@ -103,12 +103,17 @@ class Bert(nn.Module):
   @nn.compact
   def classify(self, tokens: Array, *, token_types: Array | None = None,
                deterministic: bool) -> Array:
-    """[B, num_classes] float32 logits from the pooled [CLS] vector; the
-    classifier starts at zero so fine-tuning starts from the prior."""
+    """[B, num_classes] float32 logits from the pooled [CLS] vector. The
+    classifier starts as BERT's and transformers' do (normal, std 0.02),
+    not at zero: a zero head passes the encoder no gradient at first, then
+    one that grows with the head, which Adam's second moment follows
+    slowly. Fine-tuning all-MiniLM-L6-v2 on CoLA (learning rate 5e-5, 3
+    epochs, seed 0): Matthews 27.6 from this start, 22.1 from zero
+    (transformers: 27.4)."""
     _, pooled = self.encode(tokens, token_types=token_types,
                             deterministic=deterministic)
     pooled = self.dropout(pooled, deterministic=deterministic)
-    return nn.Dense(self.config.num_classes, kernel_init=nn.initializers.zeros,
+    return nn.Dense(self.config.num_classes, kernel_init=HEAD_INIT,
                     dtype=self.config.dtype, param_dtype=self.config.param_dtype,
                     name='classifier')(pooled).astype(jnp.float32)
 
