@@ -339,3 +339,22 @@ def test_averaging_names_a_damaged_checkpoint_and_those_used(
   assert (f'Checkpoint 2 in {workdir}/checkpoints is damaged: 1 of its files '
           f'changed') in out and 'averaging without it' in out
   assert 'Averaged 1 checkpoint (step 4) of the 2 asked for.' in out
+
+
+def test_a_checkpoint_folder_replaced_mid_run_is_named(trained, tmp_path):
+  """Moved away and a file put in its place while the run trains: orbax's
+  own words were about its metadata ("No ArrayMetadata ... ParamInfo")."""
+  workdir = copy_of(trained, tmp_path)
+  mngr = checkpoints.manager(str(workdir), max_to_keep=5)
+  params = mngr.restore(4)
+  folder = workdir / 'checkpoints'
+  folder.rename(tmp_path / 'moved')
+  folder.write_text('')
+  with pytest.raises(checkpoints.WriteFailed) as error:
+    checkpoints.save(mngr, 6, params['params'], params['opt_state'])
+    mngr.wait_until_finished()
+  message = str(error.value)
+  assert f'the checkpoint folder {folder} disappeared or was replaced' in (
+      message)
+  assert 'ParamInfo' not in message and 'ArrayMetadata' not in message
+  assert 'Free space' not in message

@@ -29,6 +29,119 @@ ENV = {**os.environ, 'JAX_PLATFORMS': 'cpu'}
 EXPERIMENT = os.path.join(REPO, 'experiments', 'mt_offline.py:runlocal')
 
 
+def error_lines(stderr):
+  return [line for line in stderr.splitlines() if line.startswith('Error:')]
+
+
+# -- A vocabulary that no longer matches the checkpoints (#47, #48) ----------
+
+
+def other_vocabulary(workdir, pieces=200):
+  """Replaces the workdir's spm.model with another valid one of `pieces`."""
+  sentences = [s for pair in offline_mt.splits(300, 1, 1, seed=7)['train']
+               for s in pair]
+  tokenizers.train_sentencepiece(sentences, str(workdir / 'vocab' /
+                                                'spm.model'), pieces)
+  return tokenizers.SentencePieceTokenizer(
+      str(workdir / 'vocab' / 'spm.model')).vocab_size
+
+
+def test_replaced_vocabulary_is_named_by_the_inference_restore(trained,
+                                                               tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  size = other_vocabulary(workdir)
+  with pytest.raises(checkpoints.IncompatibleCheckpoint) as error:
+    workdir_lib.restore(str(workdir))
+  message = str(error.value)
+  assert f'{workdir}/vocab/spm.model' in message
+  assert f'has {size} tokens' in message and '300' in message
+  assert 'Changed fields' not in message
+
+
+def test_replaced_vocabulary_ends_translate_in_one_line(trained, tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  other_vocabulary(workdir)
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.translate',
+       f'--workdir={workdir}'], cwd=REPO, input='a dog\n', text=True,
+      capture_output=True, timeout=300, env=ENV)
+  assert result.returncode == 2, result.stderr[-3000:]
+  assert 'Traceback' not in result.stderr
+  assert 'Exception ignored' not in result.stderr
+  [error] = error_lines(result.stderr)
+  assert f'{workdir}/vocab/spm.model' in error
+
+
+def test_replaced_vocabulary_is_named_on_resume(trained, tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  size = other_vocabulary(workdir)
+  with pytest.raises(checkpoints.IncompatibleCheckpoint) as error:
+    train.train_and_evaluate(tiny_config(steps=6), str(workdir))
+  message = str(error.value)
+  assert f'{workdir}/vocab/spm.model' in message
+  assert f'has {size} tokens' in message
+  assert 'Changed fields: none' not in message
+
+
+# -- Checkpoints that change while a command reads them (#8, #14, #16) -------
+
+
+@pytest.fixture
+def trainer_deletes(monkeypatch):
+  """Each read of a checkpoint's data first deletes its folder, as a
+  training run's `keep_checkpoints` does, `times` times in all."""
+  left = {'times': 0}
+  original = checkpoints.Manager.restore
+
+  def restore(self, step, *args, **kwargs):
+    if left['times'] > 0:
+      left['times'] -= 1
+      shutil.rmtree(os.path.join(os.fspath(self.directory), str(step)))
+    return original(self, step, *args, **kwargs)
+
+  monkeypatch.setattr(checkpoints.Manager, 'restore', restore)
+  return left
+
+
+def test_a_checkpoint_deleted_while_read_is_listed_again(
+    trained, tmp_path, trainer_deletes, capsys):
+  workdir = copy_of(trained, tmp_path)
+  trainer_deletes['times'] = 1
+  restored = workdir_lib.restore(str(workdir))
+  assert restored.step == 2  # 4 went; the listing again found 2
+  out = capsys.readouterr().out
+  assert 'unverified' not in out and 'damaged' not in out
+
+
+def test_checkpoints_changing_twice_name_the_run_training(
+    trained, tmp_path, trainer_deletes):
+  workdir = copy_of(trained, tmp_path)
+  (workdir / 'run.lock').write_text('host h, pid 99, since 2024-01-01T00:00')
+  trainer_deletes['times'] = 2
+  with pytest.raises(checkpoints.CheckpointsChanged) as error:
+    workdir_lib.restore(str(workdir))
+  message = str(error.value)
+  assert f'The checkpoints of {workdir} changed while they were read' in (
+      message)
+  assert 'being trained' in message and 'host h, pid 99' in message
+  assert 'Rerun the command' in message
+  assert not isinstance(error.value, FileNotFoundError)  # not missing input
+
+
+def test_averaging_names_the_checkpoints_averaged(trained, tmp_path, capsys,
+                                                  trainer_deletes):
+  workdir = copy_of(trained, tmp_path)
+  restored = workdir_lib.restore(str(workdir), average=2)
+  assert restored.step == 4
+  assert 'Averaged 2 checkpoints (steps 2, 4).' in capsys.readouterr().out
+  trainer_deletes['times'] = 1  # the oldest, 2, goes while it is read
+  restored = workdir_lib.restore(str(workdir), average=2)
+  assert restored.step == 4
+  out = capsys.readouterr().out
+  assert 'Averaged 1 checkpoint (step 4) of the 2 asked for.' in out
+  assert 'damaged' not in out
+
+
 # -- Workdir paths and entries of the wrong kind (#34, #118, #44, #83) -------
 
 

@@ -85,6 +85,7 @@ class Manager(ocp.CheckpointManager):
     super().__init__(directory, options=options, item_handlers=item_handlers)
     self._pending: int | None = None  # the step being written
     self._failed = False
+    self._identity = _identity(directory)  # to tell it was replaced
 
   def save(self, step: int, *args, **kwargs) -> bool:
     self.wait_until_finished()  # the previous write's failure is its own
@@ -163,6 +164,17 @@ class Manager(ocp.CheckpointManager):
     with contextlib.suppress(Exception):
       super().wait_until_finished()
     folder = os.fspath(self.directory)
+    if _identity(folder) != self._identity:
+      # Orbax's own words would then be about its metadata ("No
+      # ArrayMetadata found ...") or a temporary folder.
+      said = _os_cause(error)
+      return WriteFailed(
+          f'Writing checkpoint {step} into {folder} failed: the checkpoint '
+          f'folder {folder} disappeared or was replaced while the run wrote '
+          f'into it (moved, deleted, or a file or another folder put in its '
+          f'place{f": {said}" if said else ""}). The run stopped; the '
+          f'checkpoints it held went with that folder. Put it back where it '
+          f'was and rerun to resume.')
     complete = []
     for name in files.listdir(folder):
       if (jax.process_index() == 0 and step is not None
@@ -179,6 +191,19 @@ class Manager(ocp.CheckpointManager):
         f'storage first.')
 
 
+def _identity(folder: Any) -> tuple[int, int] | bool:
+  """What tells a folder from one put in its place: its device and inode
+  where local; on cloud storage whether it is there."""
+  folder = os.fspath(folder)
+  if files.is_remote(folder):
+    return files.path(folder).is_dir()
+  try:
+    stat = os.stat(folder)
+  except OSError:
+    return False
+  return (stat.st_dev, stat.st_ino) if os.path.isdir(folder) else False
+
+
 def _current_operation() -> str | None:
   """Orbax's id of the save last started, which its threads carry."""
   with contextlib.suppress(AttributeError):
@@ -186,10 +211,10 @@ def _current_operation() -> str | None:
   return None
 
 
-def _cause(error: BaseException) -> str:
-  """The root cause of a failed write, in words: the OS error ('No space
-  left on device') where one is in the chain or in TensorStore's text
-  ("... [os_error_code='28']"), else the first line."""
+def _os_cause(error: BaseException) -> str | None:
+  """The OS error of a failed write in words ('No space left on device'),
+  where one is in the chain or in TensorStore's text ("...
+  [os_error_code='28']")."""
   seen = error
   while seen is not None:
     code = seen.errno if isinstance(seen, OSError) else None
@@ -197,8 +222,15 @@ def _cause(error: BaseException) -> str:
     if code or match:
       return os.strerror(code or int(match.group(1) or match.group(2)))
     seen = seen.__cause__ or seen.__context__
+  return None
+
+
+def _cause(error: BaseException) -> str:
+  """The root cause of a failed write, in words: the OS error, else the
+  first line."""
   text = str(error).strip()
-  return text.splitlines()[0][:300] if text else type(error).__name__
+  return _os_cause(error) or (text.splitlines()[0][:300] if text
+                              else type(error).__name__)
 
 
 def manager(workdir: str, *, max_to_keep: int | None = None,
@@ -331,13 +363,62 @@ def saved_progress(mngr: ocp.CheckpointManager, step: int
       **{PROGRESS: ocp.args.JsonRestore()}))[PROGRESS])
 
 
+class CheckpointsChanged(OSError):
+  """Checkpoints went away between being listed and read, again after
+  listing them anew: a run trains into the workdir and deletes its older
+  checkpoints as it saves new ones (`train.keep_checkpoints`)."""
+
+  def __init__(self, workdir: str, step: int, holder: str = ''):
+    run = f' ({holder})' if holder else ''
+    super().__init__(
+        f'The checkpoints of {workdir} changed while they were read '
+        f'(checkpoint {step} was deleted after it was listed, twice): the '
+        f'workdir is being trained{run}, and its run deletes older '
+        f'checkpoints as it saves new ones. Rerun the command, or wait for '
+        f'the run to end.')
+    self.workdir, self.step = workdir, step
+
+
+class _Vanished(Exception):
+  """Checkpoint `step` was deleted after it was listed."""
+
+  def __init__(self, step: int):
+    super().__init__(f'checkpoint {step} was deleted while it was read')
+    self.step = step
+
+
+def _gone(mngr: ocp.CheckpointManager, step: int) -> bool:
+  return not (mngr.directory / str(step)).is_dir()
+
+
+@contextlib.contextmanager
+def _reading(mngr: ocp.CheckpointManager, step: int) -> Iterator[None]:
+  """Reads of checkpoint `step`, whose failure once its folder is gone is
+  `_Vanished` (a run training into the workdir deleted it), not damage:
+  orbax says "Checkpoint at ... not found", or the OS "No such file"."""
+  try:
+    yield
+  except (IncompatibleCheckpoint, _Vanished):
+    raise
+  except Exception as e:  # pylint: disable=broad-except
+    if _gone(mngr, step):
+      raise _Vanished(step) from e
+    raise
+
+
 def verified(mngr: ocp.CheckpointManager, step: int) -> None:
   """Raises ValueError if checkpoint `step`'s files fail their checksums;
   one without checksums is used, and said to be unverified."""
-  if not verify_checksums(os.fspath(mngr.directory / str(step))):
-    print(f'Checkpoint {step} in {mngr.directory} has no {CHECKSUMS} (an '
-          f'older version wrote it and was stopped before recording them): '
-          f'using it unverified.', flush=True)
+  with _reading(mngr, step):
+    if _gone(mngr, step):
+      raise _Vanished(step)
+    if verify_checksums(os.fspath(mngr.directory / str(step))):
+      return
+    if _gone(mngr, step):  # its checksums.json went with it
+      raise _Vanished(step)
+  print(f'Checkpoint {step} in {mngr.directory} has no {CHECKSUMS} (an '
+        f'older version wrote it and was stopped before recording them): '
+        f'using it unverified.', flush=True)
 
 
 class Unrestorable(ValueError):
@@ -369,12 +450,17 @@ def restore(mngr: ocp.CheckpointManager, step: int, abstract: dict[str, Any]
   return {name: restored[name] for name in abstract}
 
 
+# The vocabulary of a workdir, for the message when it no longer matches the
+# checkpoints: (its file, or 'the vocabulary files in FOLDER'; its size).
+Vocabulary = tuple[str, int]
+
+
 def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
-                    count: int) -> tuple[Any, Sequence[int]]:
+                    count: int, vocabulary: Vocabulary | None = None
+                    ) -> tuple[Any, Sequence[int]]:
   """Mean of the parameters of the last `count` checkpoints (paper: 5 for
   base, 20 for big models; checkpoints written every 10 minutes there).
-  A damaged one is named and left out; the steps averaged are named when
-  they are fewer than `count`.
+  A damaged one is named and left out; the steps averaged are named.
 
   Returns:
     The averaged parameters and the steps averaged.
@@ -385,8 +471,12 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
   total, used = None, []
   for step in steps:
     try:
-      verified(mngr, step)
-      params = restore(mngr, step, {'params': abstract_params})['params']
+      with _reading(mngr, step):
+        verified(mngr, step)
+        _check_readable_shapes(mngr, step, abstract_params, {}, vocabulary)
+        params = restore(mngr, step, {'params': abstract_params})['params']
+    except (IncompatibleCheckpoint, _Vanished):
+      raise
     except Exception as e:  # pylint: disable=broad-except
       print(f'Checkpoint {step} in {mngr.directory} is damaged: '
             f'{_reason(e)}; averaging without it.', flush=True)
@@ -396,33 +486,47 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
     used.append(step)
   if not used:
     raise _unrestorable(mngr.directory, steps[::-1])
-  if len(used) < count:
-    plural = 's' if len(used) > 1 else ''
-    print(f'Averaged {len(used)} checkpoint{plural} (step{plural} '
-          f'{", ".join(map(str, used))}) of the {count} asked for.',
-          flush=True)
+  plural = 's' if len(used) > 1 else ''
+  asked = f' of the {count} asked for' if len(used) < count else ''
+  print(f'Averaged {len(used)} checkpoint{plural} (step{plural} '
+        f'{", ".join(map(str, used))}){asked}.', flush=True)
   return jax.tree.map(
       lambda t, a: (t / len(used)).astype(a.dtype), total,
       abstract_params), used
 
 
-def restore_params(workdir: str, abstract_params: Any, average: int = 1
-                   ) -> tuple[Any, int]:
+def restore_params(workdir: str, abstract_params: Any, average: int = 1, *,
+                   vocabulary: Vocabulary | None = None) -> tuple[Any, int]:
   """The latest parameters of a workdir (or the mean of its last `average`
-  checkpoints) onto the shardings of `abstract_params`, and the step."""
-  mngr = manager(workdir, read_only=True)
-  if mngr.latest_step() is None:
-    raise FileNotFoundError(
-        f'No checkpoint in {directory(workdir)}; train first: python -m '
-        f'transformer.main --workdir={workdir}')
-  if average > 1:
-    params, steps = averaged_params(mngr, abstract_params, average)
-    step = steps[-1]
-  else:
-    step = _latest_intact(mngr)
-    params = restore(mngr, step, {'params': abstract_params})['params']
-  mngr.close()
-  return params, step
+  checkpoints) onto the shardings of `abstract_params`, and the step.
+
+  A checkpoint of other parameter shapes is refused before it is read (the
+  message names `vocabulary` when that is what no longer matches). One
+  deleted after it was listed (a run training into the workdir keeps only
+  its latest) makes the checkpoints listed again, once; then
+  `CheckpointsChanged`.
+  """
+  for attempt in range(2):
+    mngr = manager(workdir, read_only=True)
+    try:
+      if mngr.latest_step() is None:
+        raise FileNotFoundError(
+            f'No checkpoint in {directory(workdir)}; train first: python -m '
+            f'transformer.main --workdir={workdir}')
+      if average > 1:
+        params, steps = averaged_params(mngr, abstract_params, average,
+                                        vocabulary)
+        return params, steps[-1]
+      step = _latest_intact(mngr)
+      with _reading(mngr, step):
+        _check_readable_shapes(mngr, step, abstract_params, {}, vocabulary)
+        return restore(mngr, step, {'params': abstract_params})['params'], step
+    except _Vanished as e:
+      if attempt:
+        raise CheckpointsChanged(workdir, e.step) from None
+    finally:
+      mngr.close()
+  raise AssertionError('unreachable')
 
 
 def _latest_intact(mngr: ocp.CheckpointManager) -> int:
@@ -459,10 +563,12 @@ def incompatible(changes: dict[str, tuple[Any, Any]], reason: str
 
 
 def check_shapes(mngr: ocp.CheckpointManager, step: int,
-                 abstract_params: Any, changes: dict[str, tuple[Any, Any]]
-                 ) -> None:
+                 abstract_params: Any, changes: dict[str, tuple[Any, Any]],
+                 vocabulary: Vocabulary | None = None) -> None:
   """Refuses a checkpoint whose parameters differ in names or shapes from
-  the model of the config, listing the config fields that changed."""
+  the model of the config, listing the config fields that changed; when
+  none of the model's or data's did, naming the `vocabulary` (replaced
+  since, or rebuilt) where a differing size is its size."""
   saved = param_shapes(mngr, step)
   wanted = {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in
             jax.tree_util.tree_flatten_with_path(abstract_params)[0]}
@@ -473,15 +579,46 @@ def check_shapes(mngr: ocp.CheckpointManager, step: int,
   shown = ', '.join(f'{name} {saved.get(name)} -> {wanted.get(name)}'
                     for name in differing[:6])
   more = f' and {len(differing) - 6} more' if len(differing) > 6 else ''
+  changes = {f: c for f, c in changes.items()
+             if f.startswith(('model.', 'data.'))}
+  if vocabulary is not None and not changes:
+    name, size = vocabulary
+    trained = sorted({old for param in differing
+                      for old, new in zip(saved.get(param, ()),
+                                          wanted.get(param, ()))
+                      if old != new and new == size})
+    if trained:
+      raise IncompatibleCheckpoint(
+          f'{name} does not match the checkpoints of this workdir: it has '
+          f'{size} tokens, checkpoint {step} was trained with a vocabulary '
+          f'of {trained[0]} ({shown}{more}); the file was replaced or '
+          f'rebuilt since. Restore the vocabulary the checkpoints were '
+          f'trained with, or train into a new --workdir.')
   raise incompatible(
-      {f: c for f, c in changes.items() if f.startswith(('model.', 'data.'))},
-      f'checkpoint {step} has parameters of other names or shapes '
+      changes, f'checkpoint {step} has parameters of other names or shapes '
       f'({shown}{more})')
+
+
+def _check_readable_shapes(mngr: ocp.CheckpointManager, step: int,
+                           abstract_params: Any,
+                           changes: dict[str, tuple[Any, Any]],
+                           vocabulary: Vocabulary | None) -> None:
+  """`check_shapes` before orbax reads a checkpoint of other shapes (which
+  it refuses in a wall of text, its reading threads spilling tracebacks);
+  metadata that cannot be read is left to the restore to report."""
+  try:
+    param_shapes(mngr, step)
+  except Exception:  # pylint: disable=broad-except
+    if _gone(mngr, step):
+      raise _Vanished(step) from None
+    return
+  check_shapes(mngr, step, abstract_params, changes, vocabulary)
 
 
 def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
                    abstract: dict[str, Any],
-                   changes: dict[str, tuple[Any, Any]]
+                   changes: dict[str, tuple[Any, Any]],
+                   vocabulary: Vocabulary | None = None
                    ) -> tuple[dict[str, Any] | None, int]:
   """The items of the latest checkpoint that restores, with its 'progress'
   (None if it holds none), and its step ((None, 0) when there is none).
@@ -491,18 +628,14 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
   unreadable newer ones are set aside under workdir/unreadable_checkpoints/
   (so the run can save those steps again). If none restores, nothing is
   moved and `Unrestorable` names them. A checkpoint of another model is
-  refused (`check_shapes`; `changes` are the config
-  fields that changed since, for the message).
+  refused (`check_shapes`; `changes` are the config fields that changed
+  since, `vocabulary` the workdir's, for the message).
   """
   failures = []
   for step in sorted(mngr.all_steps(), reverse=True):
     try:
-      try:
-        param_shapes(mngr, step)
-      except Exception:  # pylint: disable=broad-except
-        pass  # unreadable metadata: the restore below says why
-      else:
-        check_shapes(mngr, step, abstract['params'], changes)
+      _check_readable_shapes(mngr, step, abstract['params'], changes,
+                             vocabulary)
       verified(mngr, step)
       restored = restore(mngr, step, abstract)
       restored[PROGRESS] = saved_progress(mngr, step)

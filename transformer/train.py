@@ -340,7 +340,8 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
     workdir_lib.check_config_change(changes)
   restored, start = checkpoints.restore_latest(
       workdir, mngr, {'params': trainer.abstract.params,
-                      'opt_state': trainer.abstract.opt_state}, changes)
+                      'opt_state': trainer.abstract.opt_state}, changes,
+      workdir_lib.vocabulary(workdir, trainer.task))
   workdir_lib.save_config(config, workdir)
   if restored is not None:  # step 0 too: a converted checkpoint's
     logging.info('Resumed from %s at step %d.', mngr.directory, start)

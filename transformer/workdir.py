@@ -38,6 +38,7 @@ from transformer import sharding
 from transformer import tasks
 from transformer.data import files
 from transformer.tasks import text_classification
+from transformer.tasks import vocabularies
 
 CONFIG_FILE = 'config.json'
 PROGRESS_FILE = 'progress.json'
@@ -435,6 +436,28 @@ def restore(workdir: str, *, average: int = 1,
   with sharding.active(mesh, rules):
     _, abstract = sharding.sharded_init(task.init, jax.random.key(config.seed),
                                         mesh, rules)
-  params, step = checkpoints.restore_params(workdir, abstract, average)
+  try:
+    params, step = checkpoints.restore_params(
+        workdir, abstract, average, vocabulary=vocabulary(workdir, task))
+  except checkpoints.CheckpointsChanged as e:  # naming the run, if any
+    raise checkpoints.CheckpointsChanged(
+        workdir, e.step, _lock_record(*_lock_bytes(workdir))[0]) from None
   return Restored(config, task, params, step, mesh, rules)
 
+
+def vocabulary(workdir: str, task: tasks.Task
+               ) -> checkpoints.Vocabulary | None:
+  """The workdir's vocabulary and its size, for a message when it does not
+  match the checkpoints (None for a task without one)."""
+  tokenizer = getattr(task, 'tokenizer', None)
+  if tokenizer is None:
+    return None
+  return vocabularies.describe(workdir), tokenizer.vocab_size
+
+
+def _lock_bytes(workdir: str) -> tuple[str, bytes]:
+  path = files.join(workdir, LOCK_FILE)
+  try:
+    return path, files.path(path).read_bytes()
+  except OSError:
+    return path, b''

@@ -57,6 +57,15 @@ def _sync(filename: str) -> None:
     multihost_utils.sync_global_devices(f'{filename} written')
 
 
+def describe(workdir: str) -> str:
+  """The workdir's vocabulary file, or its folder where it has several."""
+  folder = files.join(workdir, 'vocab')
+  names = files.listdir(folder)
+  if len(names) == 1:
+    return files.join(folder, names[0])
+  return f'the vocabulary files in {folder}'
+
+
 # Vocabularies that come with converted checkpoints (`tools/convert.py`
 # writes them into the workdir's vocab/ folder).
 PUBLISHED_TOKENIZERS = {'marian': published.MarianTokenizer,
