@@ -7,6 +7,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import jax
 import jax.numpy as jnp
@@ -401,3 +402,69 @@ def test_unknown_nonfinite_policy_is_refused(tmp_path):
   config.train.nonfinite = 'ignore'
   with pytest.raises(ValueError, match="'stop', 'skip'"):
     train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_sigterm_during_the_final_evaluation_stops_it(tmp_path, monkeypatch,
+                                                      capfd):
+  """The signal stops the evaluation (a grace period is shorter than a beam
+  search over a test set) and the run exits 75; it was swallowed, and the
+  run went on to exit 0."""
+  evaluated = []
+  original = train.Trainer.evaluate
+
+  def evaluate(self, params, label):
+    if not evaluated:  # the first (final) evaluation is preempted
+      evaluated.append(label)
+      os.kill(os.getpid(), signal.SIGTERM)
+      time.sleep(60)  # a long evaluation, which the signal must end
+      raise AssertionError('the evaluation went on after SIGTERM')
+    evaluated.append(label)
+    return original(self, params, label)
+
+  monkeypatch.setattr(train.Trainer, 'evaluate', evaluate)
+  config = tiny_config(steps=2)
+  start = time.time()
+  with pytest.raises(faults.Preempted) as error:
+    train.train_and_evaluate(config, str(tmp_path))
+  assert time.time() - start < 50
+  assert 'Preempted at step 2' in str(error.value)
+  assert 'SIGTERM received' in capfd.readouterr().out
+  assert checkpoints.manager(str(tmp_path), read_only=True).all_steps() == [2]
+  # Rerunning evaluates what the run ended with.
+  result = train.train_and_evaluate(config, str(tmp_path))
+  assert evaluated == ['step2', 'step2'] and 'bleu' in result
+
+
+def test_sigint_during_start_up_ends_in_one_line(tmp_path):
+  """Ctrl-C before the training loop's handler is installed: one line and
+  exit code 130, not a KeyboardInterrupt traceback."""
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  # config.json a pipe: the run blocks reading it as it starts (after the
+  # task is built, before training's own handler is installed).
+  fifo = workdir / 'config.json'
+  os.mkfifo(fifo)
+  process = subprocess.Popen(
+      [sys.executable, '-m', 'transformer.main', f'--workdir={workdir}',
+       *FLAGS], cwd=REPO, env={**os.environ, 'JAX_PLATFORMS': 'cpu'},
+      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+  writer = None
+  try:
+    deadline = time.time() + 300
+    while writer is None and time.time() < deadline:
+      try:  # succeeds once the run opens the pipe to read it
+        writer = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+      except OSError:
+        assert process.poll() is None, process.communicate()
+        time.sleep(0.2)
+    assert writer is not None
+    time.sleep(0.5)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+  finally:
+    if writer is not None:
+      os.close(writer)
+    process.kill()
+  assert process.returncode == 130, stderr[-3000:]
+  assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr
+  assert stderr.strip().splitlines()[-1].startswith('Interrupted (SIGINT)')

@@ -2,7 +2,9 @@
 
 Preemption: SIGTERM or SIGINT asks the loop to finish its step, write a
 checkpoint, wait for it, and exit with PREEMPTED_EXIT_CODE; a second signal
-exits at once. Several processes agree on the step through orbax's
+exits at once. An evaluation under way is stopped at once
+(`PreemptionSignals.interrupting`): it may take longer than the grace
+period, and the rerun evaluates again. Several processes agree on the step through orbax's
 preemption sync point (the JAX coordination service sees the signal), so
 they all save the same step.
 
@@ -18,10 +20,11 @@ stops after `config.train.max_consecutive_skips` in a row.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 import numpy as np
@@ -39,6 +42,12 @@ class Preempted(Exception):
     self.step = step
 
 
+class Interrupted(BaseException):
+  """A signal stopped work that `PreemptionSignals.interrupting` guards (a
+  BaseException, as KeyboardInterrupt: no `except Exception` swallows
+  it)."""
+
+
 class PreemptionSignals:
   """While active, SIGTERM and SIGINT request a checkpoint-and-exit.
 
@@ -49,6 +58,19 @@ class PreemptionSignals:
   def __init__(self):
     self.signal = None
     self._previous = {}
+    self._interrupting = False
+
+  @contextlib.contextmanager
+  def interrupting(self) -> Iterator[None]:
+    """Work with no state to save (an evaluation), which a signal, or one
+    received before it began, stops at once with `Interrupted`."""
+    if self.signal is not None:
+      raise Interrupted()
+    self._interrupting = True
+    try:
+      yield
+    finally:
+      self._interrupting = False
 
   def __enter__(self) -> PreemptionSignals:
     if (jax.process_count() == 1
@@ -70,6 +92,11 @@ class PreemptionSignals:
             flush=True)
       os._exit(128 + signum)  # pylint: disable=protected-access
     self.signal = signum
+    if self._interrupting:
+      self._interrupting = False
+      print(f'{name} received: stopping the evaluation (send it again to '
+            f'exit at once).', flush=True)
+      raise Interrupted()
     print(f'{name} received: finishing this step and writing a checkpoint '
           f'(send it again to exit at once).', flush=True)
 

@@ -10,7 +10,25 @@ after a checkpoint, rerun to resume). The other commands are in
 """
 
 import os
+import signal
+import sys
 
+
+def _interrupted(signum, frame) -> None:
+  """Ctrl-C outside the training loop (loading libraries, building the
+  task, restoring; training's own handler checkpoints on it): one line and
+  exit code 130, not a KeyboardInterrupt traceback."""
+  del frame
+  print(f'Interrupted ({signal.Signals(signum).name}) outside the training '
+        f'steps: nothing was trained since the last checkpoint; rerun the '
+        f'same command to resume.', file=sys.stderr, flush=True)
+  sys.exit(128 + signum)
+
+
+if __name__ == '__main__':  # before the libraries load, which takes seconds
+  signal.signal(signal.SIGINT, _interrupted)
+
+# pylint: disable=g-import-not-at-top,wrong-import-position
 from absl import flags
 from absl import logging
 import jax
@@ -20,6 +38,7 @@ from transformer import checkpoints
 from transformer import train
 from transformer.data import files
 from transformer.tools import cli
+# pylint: enable=g-import-not-at-top,wrong-import-position
 
 DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))), 'experiments', 'mt_offline.py')
@@ -92,6 +111,7 @@ def main(argv):
 
 def run() -> None:
   """The `transformer-train` console script."""
+  signal.signal(signal.SIGINT, _interrupted)
   cli.run(main)
 
 

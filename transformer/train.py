@@ -404,7 +404,21 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
       if step % train_cfg.eval_every == 0 or last:
         monitor.flush()
         eval_start = time.time()
-        result = trainer.evaluate(state.params, f'step{step}')
+        try:
+          # A signal stops an evaluation at once: a grace period is
+          # shorter than a beam search over the test set.
+          with signals.interrupting():
+            result = trainer.evaluate(state.params, f'step{step}')
+        except faults.Interrupted:
+          if step % train_cfg.checkpoint_every and not last:
+            log.save(mngr, step, state)
+          mngr.wait_until_finished()
+          mngr.close()
+          writer.close()
+          raise faults.Preempted(step, f'Preempted at step {step} during '
+                                 f'its evaluation: the checkpoint is written; '
+                                 f'rerun the same command to resume.'
+                                 ) from None
         writer.write_scalars(step, {f'eval/{k}': v
                                     for k, v in result.items()})
         print(f'eval at step {step}: ' + '  '.join(
@@ -459,11 +473,19 @@ def _train_and_evaluate(config: ml_collections.ConfigDict,
   with sharding.active(trainer.mesh, trainer.rules), \
       checkpoints.finish_writes_on_error(mngr):
     state, result = _train(trainer, state, start, mngr, writer, progress)
-  if not result:  # resumed a finished run: evaluate what it ended with
-    result = trainer.evaluate(state.params, f'step{start}')
   mngr.wait_until_finished()
   mngr.close()
-  if config.eval.average_checkpoints > 1:
-    result.update(_evaluate_averaged(trainer, writer))
-  writer.close()
+  try:
+    # Every checkpoint is written: a signal stops these evaluations at once.
+    with faults.PreemptionSignals() as signals, signals.interrupting():
+      if not result:  # resumed a finished run: evaluate what it ended with
+        result = trainer.evaluate(state.params, f'step{start}')
+      if config.eval.average_checkpoints > 1:
+        result.update(_evaluate_averaged(trainer, writer))
+  except faults.Interrupted:
+    raise faults.Preempted(config.train.num_steps, (
+        f'Preempted during the final evaluation: every checkpoint is '
+        f'written; rerun the same command to evaluate.')) from None
+  finally:
+    writer.close()
   return result
