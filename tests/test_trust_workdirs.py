@@ -157,3 +157,58 @@ def test_an_empty_init_from_is_refused_naming_it(experiment, arg):
   assert message.startswith(
       f'experiments/{experiment}.py: init_from is empty')
   assert 'init_from=WORKDIR' in message
+
+
+# -- The vocabulary records what it was built from (#130, #129) --------------
+
+
+def vocabulary_of(workdir):
+  return (workdir / 'vocab' / 'spm.model').read_bytes()
+
+
+def test_a_vocabulary_built_from_other_settings_is_rebuilt(tmp_path, capfd):
+  # capfd: SentencePiece's trainer needs the file descriptor of stderr.
+  """A refused or killed run left a vocabulary and no checkpoint: the next
+  run with another vocabulary size or other data builds its own."""
+  workdir = tmp_path / 'run'
+  train.Trainer(tiny_config(), str(workdir))  # killed before step 1
+  first = vocabulary_of(workdir)
+  smaller = configs.override(tiny_config(), {'data.vocab_size': 250})
+  trainer = train.Trainer(smaller, str(workdir))
+  assert trainer.task.tokenizer.vocab_size == 250
+  out = capfd.readouterr().out
+  assert (f'Rebuilding the vocabulary in {workdir}/vocab: it was built with '
+          f'data.vocab_size=300 (this run: 250)') in out
+  other_data = configs.override(smaller, {'data.seed': 5})
+  train.Trainer(other_data, str(workdir))
+  assert 'data.seed=0 (this run: 5)' in capfd.readouterr().out
+  assert vocabulary_of(workdir) != first
+  same = vocabulary_of(workdir)
+  train.Trainer(other_data, str(workdir))  # the same settings: reused
+  assert vocabulary_of(workdir) == same
+  assert 'Rebuilding' not in capfd.readouterr().out
+
+
+def test_a_vocabulary_with_checkpoints_refuses_other_settings(trained,
+                                                              tmp_path):
+  workdir = copy_of(trained, tmp_path)
+  os.remove(workdir / 'config.json')  # only the vocabulary's record is left
+  config = configs.override(tiny_config(steps=6), {'data.vocab_size': 250})
+  with pytest.raises(checkpoints.IncompatibleCheckpoint,
+                     match=r'data.vocab_size: 300 -> 250'):
+    train.train_and_evaluate(config, str(workdir))
+  # Other data with the same vocabulary: the checkpoints go on training.
+  train.train_and_evaluate(configs.override(tiny_config(steps=6),
+                                            {'data.seed': 3}), str(workdir))
+
+
+def test_the_vocabulary_record_is_checked_against_its_schema(tmp_path):
+  workdir = tmp_path / 'run'
+  train.Trainer(tiny_config(), str(workdir))
+  record = workdir / 'vocab_built_from.json'
+  assert json.loads(record.read_text())['data.vocab_size'] == 300
+  record.write_text('[1, 2]')
+  with pytest.raises(workdir_lib.DamagedFile,
+                     match='vocab_built_from.json is damaged: not a JSON '
+                     'object'):
+    train.Trainer(tiny_config(), str(workdir))

@@ -32,6 +32,7 @@ from transformer import ranges
 from transformer import sharding
 from transformer import tasks
 from transformer import workdir as workdir_lib
+from transformer.tasks import vocabularies
 
 
 @flax.struct.dataclass
@@ -190,6 +191,7 @@ class Trainer:
     _validate(config)
     self.mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
     self.rules = sharding.rules_from_config(config.axis_rules)
+    vocabularies.check_built_from(config, workdir)
     # Every micro-batch is split evenly over the data-parallel shards.
     self.task = tasks.build(
         config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *

@@ -6,6 +6,9 @@
       run.lock               held by the run training into it (`lock`)
       checkpoints/<step>/    orbax: params and opt_state (`checkpoints`)
       vocab/, dataset.json   the task's own files (vocabulary, class names)
+      vocab_built_from.json  the settings vocab/ was built from
+      cache/                 the token cache of the training split
+      logs/                  training runs' logs
       events.out.tfevents.*  TensorBoard scalars (`metrics.MetricWriter`)
       reports/, plots/       what evaluations write
 
@@ -367,11 +370,23 @@ _TYPES = {
     list: ('a list', lambda v: isinstance(v, (list, tuple))),
 }
 
+def _record_problem(record: Any) -> str:
+  """vocab_built_from.json: {"data.vocab_size": 300, "task": ..., ...},
+  setting names and their JSON values."""
+  if not isinstance(record, dict):
+    return f'not a JSON object but {type(record).__name__}'
+  for key, value in record.items():
+    if isinstance(value, dict):
+      return f'"{key}" is {_shown(value)}, not a setting\'s value'
+  return ''
+
+
 # Each file: (whether it is JSON, its schema check: the problem, or '').
 SCHEMAS: dict[str, tuple[bool, Callable[[Any], str]]] = {
     CONFIG_FILE: (True, _config_problem),
     PROGRESS_FILE: (True, _progress_problem),
     LOCK_FILE: (False, _lock_problem),
+    vocabularies.RECORD: (True, _record_problem),
 }
 
 

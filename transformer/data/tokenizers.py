@@ -164,7 +164,10 @@ def load_or_train(model_path: str,
   """The cached tokenizer at `model_path`, trained first if there is none.
 
   A model already on disk is always reused (a resumed run must keep the
-  vocabulary of its checkpoint), even if `vocab_size` has changed since.
+  vocabulary of its checkpoint), even if `vocab_size` has changed since:
+  a training run has already removed one built from other settings that
+  nothing is trained on yet, and refused such settings for one that
+  checkpoints depend on (`tasks.vocabularies.check_built_from`).
 
   Args:
     model_path: e.g. `<workdir>/vocab/spm.model`.

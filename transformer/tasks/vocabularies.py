@@ -1,9 +1,17 @@
 """The vocabularies of text tasks: built once from the training text and
-kept in the workdir's vocab/ folder, or a converted checkpoint's."""
+kept in the workdir's vocab/ folder, or a converted checkpoint's.
+
+What a vocabulary was built from (the task, the vocabulary settings and
+the data settings that decide the training text) is recorded beside it in
+WORKDIR/vocab_built_from.json before it is built (`check_built_from`): a
+later run with other settings rebuilds it while no checkpoint depends on
+it, and is refused once one does.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from typing import Any, Callable, Iterable
 
@@ -118,3 +126,96 @@ def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
       lambda path: tokenizers.load_or_train(
           path, texts, data.vocab_size,
           model_type=data.tokenizer_model_type)))
+
+
+# -- What a vocabulary was built from ------------------------------------------
+
+# In the workdir beside vocab/, not in it: tasks starting from
+# `train.init_from` copy that workdir's vocab/ folder.
+RECORD = 'vocab_built_from.json'
+# Settings whose change gives other ids: refused once checkpoints exist.
+VOCABULARY_SETTINGS = ('task', 'data.tokenizer', 'data.vocab_size',
+                       'data.tokenizer_model_type', 'data.character_coverage')
+# Data settings that leave the training text as it is (batching, lengths,
+# evaluation, masking, images, where a dataset is stored); every other
+# data setting may decide it (source, path, languages, split, counts, seed).
+_NOT_TEXT = frozenset({
+    'batch_size', 'eval_batch_size', 'tokens_per_batch', 'batch_rows',
+    'packing', 'length_multiple', 'eval_rows', 'max_length', 'too_long',
+    'eval_split', 'eval_path', 'mask_rate',
+    'next_sentence', 'shift_chunks', 'word_mask_rate', 'region_mask_rate',
+    'swap_rate', 'hard_negative_rate', 'image_size', 'patch_size',
+    'max_objects', 'tfds_data_dir', 'class_names', 'num_classes'})
+
+
+def built_from(config: ml_collections.ConfigDict) -> dict[str, Any] | None:
+  """{setting: value} of what the vocabulary of `config` is built from:
+  the task, `train.init_from` (whose vocabulary some tasks copy) and the
+  data settings but those of `_NOT_TEXT`; None where no vocabulary is
+  built (bytes, images, a converted checkpoint's)."""
+  data = config.get('data')
+  if data is None or data.get('tokenizer') in (None, 'byte',
+                                               *PUBLISHED_TOKENIZERS):
+    return None
+  settings = {'task': config.task,
+              'train.init_from': config.train.get('init_from', '')}
+  for key, value in json.loads(data.to_json_best_effort()).items():
+    if key not in _NOT_TEXT:
+      settings[f'data.{key}'] = value
+  return settings
+
+
+def check_built_from(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Before a training run builds its task: a vocabulary in the workdir
+  built from other settings (`built_from`, recorded in `RECORD`) is
+  rebuilt where no checkpoint depends on it yet (a run refused or killed
+  before its first checkpoint left it), and refused where one does and a
+  setting of `VOCABULARY_SETTINGS` changed (other training text for
+  trained checkpoints is applied, as other config changes are). Where no
+  vocabulary is there yet, what it will be built from is recorded first,
+  so that no vocabulary is ever without its record. A vocabulary without
+  a record (an older version's, or one copied from `train.init_from`) is
+  used as it is."""
+  wanted = built_from(config)
+  if wanted is None:
+    return
+  rebuild = _rebuild(workdir, wanted)
+  _sync(f'{RECORD} read')  # by every process, before process 0 changes it
+  if rebuild is not None and jax.process_index() == 0:
+    if rebuild:
+      files.path(files.join(workdir, 'vocab')).rmtree()
+    files.write_atomically(files.join(workdir, RECORD),
+                           json.dumps(wanted, indent=1))
+  _sync(RECORD)
+
+
+def _rebuild(workdir: str, wanted: dict[str, Any]) -> bool | None:
+  """Whether to remove the vocabulary before recording `wanted` (False: to
+  record it, nothing being built yet; None: to leave both as they are)."""
+  # pylint: disable-next=g-import-not-at-top
+  from transformer import workdir as workdir_lib  # it imports the tasks
+  folder, path = files.join(workdir, 'vocab'), files.join(workdir, RECORD)
+  trained = checkpoints.exist(workdir)
+  if not files.listdir(folder):
+    return None if trained else False
+  if not files.exists(path):
+    return None
+  recorded = workdir_lib.read_checked(path)
+  changed = {key: (recorded.get(key), wanted.get(key))
+             for key in sorted(set(recorded) | set(wanted))
+             if recorded.get(key) != wanted.get(key)}
+  if not changed:
+    return None
+  if trained:
+    refused = {key: change for key, change in changed.items()
+               if key in VOCABULARY_SETTINGS}
+    if refused:
+      raise checkpoints.incompatible(
+          refused, f'the vocabulary in {folder} the checkpoints were '
+          f'trained with was built with other settings')
+    return None
+  listed = ', '.join(f'{key}={old!r} (this run: {new!r})'
+                     for key, (old, new) in changed.items())
+  print(f'Rebuilding the vocabulary in {folder}: it was built with '
+        f'{listed}, and no checkpoint depends on it yet.', flush=True)
+  return True
