@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from conftest import load_experiment
+from conftest import tiny_training_config as tiny_config
 from transformer import checkpoints
+from transformer import configs
 from transformer import metrics
 from transformer import sharding
 from transformer import train
@@ -309,3 +311,20 @@ def test_training_starts_from_a_checkpoint_at_step_0(tmp_path):
   trained = workdir_lib.restore(workdir).params
   jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, atol=1e-6),
                trained, marked)
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('optimizer.name', '', "optimizer.name=''"),
+    ('eval.beam_size', 0, 'beam_size=0 must be >= 1'),
+    ('model.num_heads', 3, 'is not divisible by num_heads=3'),
+    ('train.nonfinite', 'ignore', 'config.train.nonfinite'),
+])
+def test_a_refused_config_writes_nothing(tmp_path, field, value, message):
+  """Every setting that can be checked without data is, before the workdir
+  is created: a refused run left a trained vocabulary behind, which the
+  corrected run then used."""
+  config = configs.override(tiny_config(), {field: value})
+  workdir = tmp_path / 'new'
+  with pytest.raises(ValueError, match=message):
+    train.train_and_evaluate(config, str(workdir))
+  assert not workdir.exists()

@@ -145,6 +145,22 @@ def test_averaging_names_the_checkpoints_averaged(trained, tmp_path, capsys,
 # -- Workdir paths and entries of the wrong kind (#34, #118, #44, #83) -------
 
 
+def test_an_empty_workdir_is_refused_before_anything_is_written(tmp_path,
+                                                              monkeypatch):
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.main', f'--config={EXPERIMENT}',
+       '--workdir='], cwd=tmp_path, env=ENV, capture_output=True, text=True,
+      timeout=300)
+  assert result.returncode == 2, result.stderr[-3000:]
+  [error] = error_lines(result.stderr)
+  assert error.startswith('Error: --workdir is empty')
+  assert os.listdir(tmp_path) == []
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(ValueError, match='empty'):
+    train.train_and_evaluate(tiny_config(), '')
+  assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize('experiment, arg', [
     ('sst2', 'runlocal,init_from='), ('sst2', 'init_from'),
     ('glue', 'task=rte,runlocal,init_from='),
@@ -157,6 +173,29 @@ def test_an_empty_init_from_is_refused_naming_it(experiment, arg):
   assert message.startswith(
       f'experiments/{experiment}.py: init_from is empty')
   assert 'init_from=WORKDIR' in message
+
+
+@pytest.mark.parametrize('entry, make, expected', [
+    ('run.lock', 'folder', 'is a folder, not the lock file'),
+    ('cache', 'file', 'is a file, not the token cache folder'),
+    ('checkpoints', 'file', 'is a file, not the checkpoints folder'),
+    ('config.json', 'folder', 'is a folder, not the config file'),
+])
+def test_a_workdir_entry_of_the_wrong_kind_is_named(tmp_path, entry, make,
+                                                    expected):
+  workdir = tmp_path / 'run'
+  workdir.mkdir()
+  if make == 'folder':
+    (workdir / entry).mkdir()
+  else:
+    (workdir / entry).write_text('')
+  with pytest.raises(OSError) as error:
+    train.train_and_evaluate(tiny_config(), str(workdir))
+  message = str(error.value)
+  assert message.startswith(f'{workdir / entry} {expected}')
+  assert 'remove' in message or 'move' in message
+  assert '[Errno' not in message
+  assert sorted(os.listdir(workdir)) == [entry]  # nothing written
 
 
 # -- The vocabulary records what it was built from (#130, #129) --------------

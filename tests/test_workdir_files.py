@@ -176,3 +176,37 @@ def test_mistyped_config_file_ends_a_command_in_one_line(trained, tmp_path):
       f'Error: {path} is damaged: "model.num_layers" is "two", not a whole '
       f'number. Correct it, restore it from a copy, or train into a new '
       f'--workdir.')
+
+
+@pytest.mark.parametrize('section', workdir_lib.REQUIRED_SECTIONS)
+def test_config_file_without_a_section_is_named(trained, tmp_path, section):
+  """Without its "model" section, the default model was restored (and
+  orbax's 45 KB refusal followed)."""
+  workdir = copy_of(trained, tmp_path)
+  path = workdir / 'config.json'
+  saved = json.loads(path.read_text())
+  del saved[section]
+  path.write_text(json.dumps(saved))
+  with pytest.raises(workdir_lib.DamagedFile) as error:
+    workdir_lib.restore(str(workdir))
+  assert str(error.value).startswith(
+      f'{path} is damaged: no "{section}" section: the task\'s default '
+      f'{section} settings would stand in for those the run had. Correct it')
+
+
+@pytest.mark.parametrize('section, field, value, problem', [
+    ('model', 'd_model', -32, 'd_model=-32 must be >= 1'),
+    ('model', 'num_heads', 3, 'd_model=32 is not divisible by num_heads=3'),
+    ('data', 'max_length', 1, 'config.data.max_length=1 must be >= 2'),
+    ('eval', 'beam_size', 0, 'config.eval.beam_size=0 must be >= 1'),
+])
+def test_config_value_out_of_range_names_the_file(trained, tmp_path, section,
+                                                  field, value, problem):
+  workdir = copy_of(trained, tmp_path)
+  path = workdir / 'config.json'
+  saved = json.loads(path.read_text())
+  saved[section][field] = value
+  path.write_text(json.dumps(saved))
+  with pytest.raises(workdir_lib.DamagedFile) as error:
+    workdir_lib.restore(str(workdir))
+  assert str(error.value).startswith(f'{path} is damaged: {problem}')

@@ -36,6 +36,7 @@ from ml_collections import config_flags
 
 from transformer import checkpoints
 from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.data import files
 from transformer.tools import cli
 # pylint: enable=g-import-not-at-top,wrong-import-position
@@ -66,6 +67,10 @@ def _env_int(name: str) -> int | None:
 
 def _workdir() -> str:
   workdir = _WORKDIR.value
+  if workdir is not None and not workdir.strip():
+    # It would be the current directory, and every file would land there.
+    raise ValueError('--workdir is empty: give the folder the run writes '
+                     'into, e.g. --workdir=workdirs/NAME.')
   if workdir is None:
     if flags.FLAGS['config'].present:
       raise ValueError('Give --workdir=DIR for a --config experiment.')
@@ -80,6 +85,9 @@ def _workdir() -> str:
 def main(argv):
   cli.no_arguments(argv)
   workdir = _workdir()
+  # A refused config or workdir leaves nothing behind, not even a log.
+  train.check_config(_CONFIG.value)
+  workdir_lib.check_layout(workdir)
   if _multi_process():
     # CPU processes (tests, laptops) exchange data over gloo; GPUs and TPUs
     # use their own collectives and ignore this.

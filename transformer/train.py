@@ -32,6 +32,7 @@ from transformer import ranges
 from transformer import sharding
 from transformer import tasks
 from transformer import workdir as workdir_lib
+from transformer.tasks import base as tasks_base
 from transformer.tasks import vocabularies
 
 
@@ -163,6 +164,19 @@ def _format_time(seconds: float) -> str:
   return f'{hours}:{minutes:02d}:{seconds:02d}'
 
 
+def check_config(config: ml_collections.ConfigDict) -> None:
+  """Refuses a config whose values cannot train, before anything is
+  written into the workdir (a refused run leaves no vocabulary, lock or log
+  behind): what can be checked without data or vocabulary, i.e. the
+  trainer's settings, the task's data, evaluation and model settings, and
+  the optimizer's."""
+  tasks.default_config(config.task)  # an unknown task, named
+  _validate(config)
+  tasks_base.check_data(config)
+  tasks_base.check_model(config)
+  optimizers.build(config.optimizer, config.train.num_steps)
+
+
 def _validate(config: ml_collections.ConfigDict) -> None:
   """Checks across config sections, before anything is built or compiled."""
   train_cfg = config.train
@@ -188,7 +202,7 @@ class Trainer:
                devices: Sequence[jax.Device] | None = None):
     """`devices`: the mesh's (default all of every process)."""
     self.config, self.workdir = config, workdir
-    _validate(config)
+    check_config(config)
     self.mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
     self.rules = sharding.rules_from_config(config.axis_rules)
     vocabularies.check_built_from(config, workdir)
@@ -457,6 +471,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
       says.
     workdir.WorkdirBusy: another run trains into the workdir.
   """
+  check_config(config)  # before anything is written into the workdir
   workdir_lib.check_writable(workdir)
   with workdir_lib.lock(workdir):
     return _train_and_evaluate(config, workdir)

@@ -14,7 +14,9 @@
 
 The workdir's own files are checked against their schema whenever they are
 read (`read_checked`: types, ranges, required keys), and a damaged one is
-named with its field. `restore(workdir)` gives a trained workdir's task,
+named with its field; an entry of the wrong kind (a folder where run.lock
+goes, a file where cache/ goes) is refused before a run writes anything
+(`check_layout`). `restore(workdir)` gives a trained workdir's task,
 parameters and step, with no optimizer or train step built: the one way
 commands, fine-tuning and tests open a workdir. A workdir may be a local
 folder or a URL (`gs://bucket/path`): every file goes through `data.files`.
@@ -40,6 +42,7 @@ from transformer import checkpoints
 from transformer import sharding
 from transformer import tasks
 from transformer.data import files
+from transformer.tasks import base
 from transformer.tasks import text_classification
 from transformer.tasks import vocabularies
 
@@ -52,9 +55,46 @@ REFUSED_CHANGES = ('task', 'data.tokenizer', 'data.tokenizer_model_type',
                    'data.vocab_size')
 
 
+# The workdir's entries of a fixed kind: (a folder?, what it is, the fix).
+LAYOUT = {
+    CONFIG_FILE: (False, 'the config file of the run',
+                  'move it away (each run writes its own)'),
+    PROGRESS_FILE: (False, 'the progress file',
+                    'remove it (the checkpoints hold the counts)'),
+    LOCK_FILE: (False, 'the lock file (it names the run training here)',
+                'remove it (each run writes its own)'),
+    vocabularies.RECORD: (False, 'the file of what vocab/ was built from',
+                          'move it away'),
+    'checkpoints': (True, 'the checkpoints folder', 'move it away'),
+    'vocab': (True, 'the vocabulary folder', 'move it away'),
+    'cache': (True, 'the token cache folder',
+              'remove it (the cache is rebuilt from the data)'),
+    'logs': (True, 'the log folder', 'move it away'),
+}
+
+
+def check_layout(workdir: str) -> None:
+  """Refuses, before a run writes anything, an empty workdir path (the
+  current directory) and an entry of the wrong kind (`LAYOUT`: a folder
+  where run.lock goes, a file where cache/ goes), naming it, what it
+  should be and the fix, where the OS would say "Is a directory" or "File
+  exists" in the middle of the run."""
+  if not str(workdir).strip():
+    raise ValueError('The workdir is empty: give the folder the run writes '
+                     'into (an empty path would be the current directory).')
+  for name, (folder, what, fix) in LAYOUT.items():
+    path = files.path(files.join(workdir, name))
+    if not path.exists() or path.is_dir() == folder:
+      continue
+    raise (NotADirectoryError if folder else IsADirectoryError)(
+        f'{path} is a {"file" if folder else "folder"}, not {what}: {fix}, '
+        f'then rerun.')
+
+
 def check_writable(workdir: str) -> None:
   """Refuses, before anything is built, a workdir this process cannot
   write (permissions, read-only or full filesystem)."""
+  check_layout(workdir)
   probe = files.join(workdir, f'.write_test_{jax.process_index()}')
   try:
     files.makedirs(workdir)
@@ -312,16 +352,43 @@ def _progress_problem(progress: Any) -> str:
   return ''
 
 
+# Sections every config.json has: without one, the task's defaults would
+# silently stand for the model, data and training the checkpoints had.
+REQUIRED_SECTIONS = ('model', 'data', 'train', 'optimizer')
+
+
 def _config_problem(saved: Any) -> str:
-  """config.json: an object naming its task, whose sections and values
-  have the types of that task's default config (fields it no longer has
-  are ignored)."""
+  """config.json: an object naming its task, with the sections
+  `REQUIRED_SECTIONS`, whose sections and values have the types of that
+  task's default config (fields it no longer has are ignored; fields added
+  since take their defaults) and values in their ranges (those the run
+  checks before training)."""
   if not isinstance(saved, dict) or not isinstance(saved.get('task'), str):
     return 'not an experiment config (no "task")'
   if saved['task'] not in tasks.TASKS:
     return (f'"task" is {_shown(saved["task"])}, not one of '
             f'{", ".join(tasks.TASKS)}')
-  return _fields_problem(saved, tasks.default_config(saved['task']), '')
+  missing = [name for name in REQUIRED_SECTIONS if name not in saved]
+  if missing:
+    return (f'no "{missing[0]}" section: the task\'s default {missing[0]} '
+            f'settings would stand in for those the run had')
+  schema = tasks.default_config(saved['task'])
+  return (_fields_problem(saved, schema, '') or
+          _values_problem(saved, schema))
+
+
+def _values_problem(saved: dict[str, Any],
+                    schema: ml_collections.ConfigDict) -> str:
+  """A value out of its range (d_model=-32, a beam size of 0), as the
+  task's checks before training name it."""
+  config = schema.copy_and_resolve_references()
+  try:
+    config.update(saved)
+    base.check_data(config)
+    base.check_model(config)
+  except (ValueError, TypeError, KeyError) as e:
+    return str(e).strip("'").rstrip('.')
+  return ''
 
 
 def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
