@@ -60,16 +60,16 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
   figures = [os.path.join(attention_dir, f'{name}_question{number}.png')
              for number in range(len(questions))] if attention_dir else []
   # Each figure has two companions (`VisualQuestionAnsweringTask.figure`).
-  cli.check_outputs([cli.Output('--attention_dir', f'{f[:-4]}{suffix}.png')
-                     for f in figures for suffix in ('', '_heads',
-                                                     '_regions')],
-                    overwrite=overwrite)
+  outputs = [cli.Output('--attention_dir', f'{f[:-4]}{suffix}.png')
+             for f in figures for suffix in ('', '_heads', '_regions')]
+  cli.check_outputs(outputs, overwrite=overwrite)
   restored = workdir_lib.restore(workdir)
   task = restored.task
   picture = image_data.read_image(image, config.data.image_size, 3)
   top_k = min(top_k, len(scenes.ANSWERS))
   results = []
-  with restored.active():
+  with cli.Writing(outputs, overwrite=overwrite) as writing, \
+      restored.active():
     probabilities = task.answer(restored.params, picture, list(questions))
     tokens = task.encode_questions(list(questions))
     for number, (question, row) in enumerate(zip(questions, probabilities)):
@@ -79,7 +79,7 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
       if figures:
         task.figure(restored.params, picture, tokens[number],
                     f'{question} -> {scenes.ANSWERS[best[0]]}',
-                    figures[number])
+                    writing.path(figures[number]))
   return results, restored.step
 
 

@@ -10,6 +10,8 @@
       there (sysexits' EX_NOINPUT)
   75  preempted: SIGTERM/SIGINT stopped training after writing a
       checkpoint; rerun the same command to resume (EX_TEMPFAIL)
+ 130  interrupted: Ctrl-C (SIGINT) stopped the command outside training's
+      steps; one line says so, and none of its files is left behind
 
 Errors end with 'Error: <message>' instead of a traceback from inside JAX;
 `--verbosity=1` logs the traceback too.
@@ -22,21 +24,30 @@ checkpoint code reports every failure itself, in one line (`checkpoints`).
 
 Files a command writes follow one rule (`check_outputs`), checked before
 any work: each is written once per run (distinct inputs get distinct names,
-`output_names`), none replaces an input, and none replaces a file that was
-there before the command started unless `--overwrite` says so. (The
-reports that `compare` and `reproduce` keep in the workdir they run are that
-workdir's own, and each run brings them up to date.)
+`output_names`), none replaces an input, none has a name too long for its
+file system, and none replaces a file that was there before the command
+started unless `--overwrite` says so. `Writing` keeps the rule while the
+command works: its files appear whole at the end or not at all (a full
+disk, an error or Ctrl-C leaves nothing to block the rerun), and never over
+a file another run wrote meanwhile. (The reports that `compare` and
+`reproduce` keep in the workdir they run are that workdir's own, and each
+run brings them up to date.)
 """
 
 from __future__ import annotations
 
 import collections
+import errno
 import functools
 import logging as std_logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 import threading
+import types
+import unicodedata
 from typing import Callable, Iterable, NamedTuple, Sequence
 
 from absl import app
@@ -54,6 +65,7 @@ RUN_FAILED = 1
 USER_ERROR = 2
 MISSING_INPUT = 66
 PREEMPTED = faults.PREEMPTED_EXIT_CODE
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a command Ctrl-C ended
 
 
 def _exit(code: int, error: BaseException) -> None:
@@ -185,12 +197,14 @@ def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
                   inputs: Sequence[str] = ()) -> None:
   """The one rule for the files a command writes, checked before any work:
   no two outputs of the run share a path, none is an input of the run,
-  none is a folder or lies under a file, and none is already there unless
-  `overwrite` (a file from an earlier run, or one the user keeps there, is
-  never replaced silently).
+  none is a folder or lies under a file, none has a name (or path) longer
+  than its file system takes while `Writing` writes it, and none is already
+  there unless `overwrite` (a file from an earlier run, or one the user
+  keeps there, is never replaced silently).
 
   Raises:
-    ValueError: two outputs share a path, or one is an input or a folder.
+    ValueError: two outputs share a path, or one is an input or a folder,
+      or its name is too long.
     FileExistsError: outputs already there, without `overwrite`.
   """
   outputs = list(outputs)
@@ -216,6 +230,7 @@ def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
     if not output.numbered and files.path(output.path).is_dir():
       raise ValueError(f'{output.flag}: {output.path} is a folder; give the '
                        f'path of the file to write.')
+    _check_length(output)
   if overwrite:
     return
   found = [(output, path) for output in outputs
@@ -228,6 +243,316 @@ def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
         f'{path} is already there{more}: this command does not replace '
         f'files; give --overwrite to replace them, or another '
         f'{output.flag}.')
+
+
+# How `Writing` names what it writes meanwhile: a staging folder beside the
+# outputs ('.writing-' + 8 random characters + '.tmp'), and in it a
+# temporary file beside each ('.NAME.' + 8 random characters + '.tmp', as
+# tempfile and `files.write_atomically`, which the plots use, name theirs).
+_STAGING = ('.writing-', '.tmp')
+_STAGING_LENGTH = len(''.join(_STAGING)) + 8
+_TEMPORARY_LENGTH = len('.' '.' '.tmp') + 8
+_TEMPORARY = re.compile(r'\.(.+)\.\w{8}\.tmp')
+# A numbered series is checked as if it had this many members (layers).
+_SERIES_NUMBER = '999'
+
+
+def _limit(path: str, name: str, default: int) -> int:
+  """os.pathconf's `name` (PC_NAME_MAX, PC_PATH_MAX) of the file system
+  `path` would be on: that of its nearest folder already there."""
+  folder = os.path.dirname(os.path.abspath(path))
+  while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+    folder = os.path.dirname(folder)
+  try:
+    return os.pathconf(folder, name)
+  except (OSError, ValueError):
+    return default
+
+
+def _check_length(output: Output) -> None:
+  """Refuses an output whose name, or path, is longer than its file system
+  takes while `Writing` writes it (with the staging folder and temporary
+  name): e.g. a map named after an image of 250 characters."""
+  if files.is_remote(output.path):
+    return
+  path = os.path.abspath(output.path)
+  folder, name = os.path.split(path)
+  shown = f'the file name {name} is'
+  if output.numbered:
+    root, extension = os.path.splitext(name)
+    name = root + _SERIES_NUMBER + extension
+    shown = f'the file names {root}N{extension} are up to'
+  most = _limit(path, 'PC_NAME_MAX', 255)
+  for part in folder.split(os.sep):
+    if len(os.fsencode(part)) > most:
+      raise ValueError(
+          f'{output.flag}: the folder name {part} is '
+          f'{len(os.fsencode(part))} bytes long, over the {most} a name may '
+          f'have on this file system; give a shorter one.')
+  size = len(os.fsencode(name))
+  if size + _TEMPORARY_LENGTH > most:
+    raise ValueError(
+        f'{output.flag}: {shown} {size} bytes long; this '
+        f'file system takes {most - _TEMPORARY_LENGTH} at most (names of '
+        f'{most} bytes, less {_TEMPORARY_LENGTH} for the temporary name it '
+        f'is written under first). Shorten it, or the name of the input '
+        f'it is named after.')
+  longest = _limit(path, 'PC_PATH_MAX', 4096)
+  # A path's bytes and its terminating NUL, in the staging folder.
+  size = (len(os.fsencode(os.path.join(folder, name))) + 1
+          + _STAGING_LENGTH + _TEMPORARY_LENGTH + 1)
+  if size > longest:
+    raise ValueError(
+        f'{output.flag}: the path {os.path.join(folder, name)} is too long: '
+        f'{size} bytes while it is written (with its staging folder and '
+        f'temporary name), over the {longest} this system takes; write it '
+        f'in a folder of a shorter path.')
+
+
+class Writing:
+  """Writes a command's outputs as `check_outputs` promised them, whatever
+  happens while the command works.
+
+    with cli.Writing(outputs, overwrite=overwrite) as writing:
+      ...  # the work
+      writing.write(path, text)  # an output's content
+      plots.plot_attention(..., writing.path(path))  # where a function
+                                                      # writes one
+
+  Entering makes a staging folder beside the outputs (so a folder that
+  cannot be written is named before the work); everything goes there
+  first, and is put in place when the `with` ends without an error, each
+  file with a hard link, which never replaces a file: one that appeared
+  since the check (another run writing the same --output) fails naming it,
+  as the check would have, and the outputs this run had put in place are
+  removed again (with `overwrite`, files are renamed over what is there).
+  An error or Ctrl-C removes the staging folder and the folders made for
+  the outputs: no partial output is left to block the rerun. A write that
+  fails (a full disk, a read-only folder) is named by the output's path
+  and the cause.
+  """
+
+  def __init__(self, outputs: Iterable[Output], *, overwrite: bool = False):
+    self._outputs = list(outputs)
+    self._overwrite = overwrite
+    self._stages = {}  # an output folder -> its staging folder
+    self._made = []  # folders made for the outputs, deepest last
+
+  def __enter__(self) -> 'Writing':
+    try:
+      for output in self._outputs:
+        self._stage(os.path.dirname(output.path))
+    except BaseException as e:
+      named = self._named(e, self._outputs[0].path)
+      self._discard()
+      if named is e:
+        raise
+      raise named from e
+    return self
+
+  def __exit__(self, kind, error, traceback) -> bool:
+    if error is None:
+      try:
+        self._publish()
+      except BaseException as e:
+        named = self._named(e)
+        self._discard()
+        if named is e:
+          raise
+        raise named from e
+      self._discard(published=True)
+      return False
+    named = self._named(error, traceback=traceback)
+    self._discard()
+    if named is not error:
+      raise named from error
+    return False
+
+  def path(self, path: str) -> str:
+    """Where to write the output `path` (a file, or the prefix a function
+    writes a series under) meanwhile; it is put in place at the end."""
+    folder, name = os.path.split(path)
+    return os.path.join(self._stage(folder), name)
+
+  def folder(self, folder: str) -> str:
+    """Where to write the files that go into `folder` meanwhile."""
+    return self._stage(folder)
+
+  def write(self, path: str, data: str | bytes) -> None:
+    """The output `path`'s content (text as UTF-8), put in place at the
+    end."""
+    if isinstance(data, str):
+      data = data.encode('utf-8')
+    try:
+      with open(self.path(path), 'xb') as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    except OSError as e:
+      named = self._named(e, path)
+      if named is e:
+        raise
+      raise named from e
+
+  # -- Staging.
+
+  def _key(self, folder: str) -> str:
+    return folder if files.is_remote(folder) else os.path.abspath(
+        folder or '.')
+
+  def _stage(self, folder: str) -> str:
+    key = self._key(folder)
+    if key not in self._stages:
+      if files.is_remote(key):  # copied up at the end
+        self._stages[key] = tempfile.mkdtemp(prefix=_STAGING[0],
+                                             suffix=_STAGING[1])
+      else:
+        self._makedirs(key)
+        self._stages[key] = tempfile.mkdtemp(
+            prefix=_STAGING[0], suffix=_STAGING[1], dir=key)
+    return self._stages[key]
+
+  def _makedirs(self, folder: str) -> None:
+    """Makes `folder` and its missing parents, remembering them."""
+    missing = []
+    while not os.path.isdir(folder) and os.path.dirname(folder) != folder:
+      missing.append(folder)
+      folder = os.path.dirname(folder)
+    for made in reversed(missing):
+      os.mkdir(made)
+      self._made.append(made)
+
+  def _flag(self, path: str) -> str:
+    """The flag that chose where `path` goes."""
+    key = self._key(path)
+    for output in self._outputs:
+      folder = self._key(os.path.dirname(output.path))
+      if key == self._key(output.path) or key.startswith(folder + os.sep):
+        return output.flag
+    return self._outputs[0].flag if self._outputs else 'the output'
+
+  def _publish(self) -> None:
+    """Puts every staged file in place (see the class docstring)."""
+    placed = []
+    try:
+      for folder, stage in self._stages.items():
+        for root, _, names in os.walk(stage):
+          for name in sorted(names):
+            staged = os.path.join(root, name)
+            path = (files.join(folder, *os.path.relpath(staged, stage).split(
+                os.sep)) if files.is_remote(folder) else
+                    os.path.join(folder, os.path.relpath(staged, stage)))
+            if self._put(staged, path):
+              placed.append(path)
+    except BaseException:
+      if not self._overwrite:  # only files of this run: it replaced none
+        for path in placed:
+          if not files.is_remote(path):
+            os.remove(path)
+      raise
+
+  def _put(self, staged: str, path: str) -> bool:
+    """`staged` at `path`; whether it was placed there (False: a remote
+    copy, which is not taken back)."""
+    if files.is_remote(path):
+      if not self._overwrite and files.exists(path):
+        raise self._appeared(path)
+      with open(staged, 'rb') as f:
+        files.write_atomically(path, f.read())
+      return False
+    if not os.path.isdir(os.path.dirname(path)):
+      self._makedirs(os.path.dirname(path))
+    if self._overwrite:
+      os.replace(staged, path)
+      return True
+    try:
+      os.link(staged, path)
+    except FileExistsError:
+      raise self._appeared(path) from None
+    except OSError as e:
+      if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP,
+                         errno.EXDEV, errno.EMLINK):
+        raise
+      # A file system without hard links: the check and the rename are
+      # two steps there.
+      if os.path.lexists(path):
+        raise self._appeared(path) from None
+      os.rename(staged, path)
+    return True
+
+  def _appeared(self, path: str) -> FileExistsError:
+    return FileExistsError(
+        f'{path} is already there (it appeared while this command ran: '
+        f'another run writing there?): this command does not replace '
+        f'files; give --overwrite to replace it, or another '
+        f'{self._flag(path)}.')
+
+  def _discard(self, published: bool = False) -> None:
+    """Removes the staging folders, and unless `published` the folders
+    made for the outputs where they hold nothing."""
+    for stage in self._stages.values():
+      shutil.rmtree(stage, ignore_errors=True)
+    self._stages = {}
+    if not published:
+      for folder in reversed(self._made):
+        try:
+          os.rmdir(folder)
+        except OSError:
+          pass
+    self._made = []
+
+  # -- Messages.
+
+  def _output_of(self, name: str) -> str | None:
+    """The output a path in a staging folder stands for (a temporary
+    file's name without its decoration), or None for another path."""
+    for folder, stage in self._stages.items():
+      if name == stage or name.startswith(stage + os.sep):
+        parts = os.path.relpath(name, stage).split(os.sep)
+        match = _TEMPORARY.fullmatch(parts[-1])
+        parts[-1] = match[1] if match else parts[-1]
+        parts = [part for part in parts if part != '.']
+        return files.join(folder, *parts) if parts else folder
+    return None
+
+  def _in_traceback(self, traceback: types.TracebackType | None
+                    ) -> str | None:
+    """The output a failed write was writing, from the paths in the frames
+    of its traceback: a full disk fails a write without naming the file,
+    inside whatever function (a plot's) it was handed a staged path."""
+    while traceback is not None:
+      for value in traceback.tb_frame.f_locals.values():
+        if isinstance(value, (str, os.PathLike)):
+          found = self._output_of(os.fspath(value))
+          if found:
+            return found
+      traceback = traceback.tb_next
+    return None
+
+  def _named(self, error: BaseException, path: str | None = None, *,
+             traceback: types.TracebackType | None = None) -> BaseException:
+    """`error` of writing an output as a message naming the output (`path`,
+    or the one its file name or traceback shows) and what to do; other
+    errors (another file's, the work's own) as they are."""
+    if not isinstance(error, OSError) or isinstance(error, FileExistsError):
+      return error
+    filename = getattr(error, 'filename', None)
+    if filename is not None:
+      path = self._output_of(os.fspath(filename)) or path
+    elif path is None and error.errno in (errno.ENOSPC, errno.EDQUOT):
+      path = self._in_traceback(traceback or error.__traceback__)
+    if path is None:
+      return error
+    flag = self._flag(path)
+    cause = error.strerror or str(error)
+    fix = {errno.ENOSPC: f'free space on that disk, or give another {flag}',
+           errno.EDQUOT: f'free space there, or give another {flag}',
+           errno.ENAMETOOLONG: f'give a shorter {flag}'}.get(
+               error.errno, f'give another {flag}')
+    named = OSError(f'Cannot write {path} ({cause}); {fix}. Nothing was '
+                    f'written.')
+    named.errno = error.errno
+    return named
 
 
 # The command that reads each task's workdirs.
@@ -326,6 +651,12 @@ def handle_errors(main: Callable[[list[str]], None]
     except faults.Preempted as e:
       print(e, flush=True)
       sys.exit(PREEMPTED)
+    except KeyboardInterrupt:
+      # Ctrl-C: what was being written is gone (`Writing`), and where in
+      # JAX the signal landed says nothing to the user.
+      logging.debug('Interrupted at', exc_info=True)
+      print('Interrupted.', file=sys.stderr, flush=True)
+      sys.exit(INTERRUPTED)
     except Exception as e:  # pylint: disable=broad-except
       # gs:// unreachable (no credentials, say): TensorFlow's or gcsfs's
       # error, whatever reached the bucket first.

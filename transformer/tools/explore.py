@@ -196,13 +196,12 @@ def explore(workdir: str, text: str = '', output: str | None = None, *,
   if os.path.isdir(output):
     raise ValueError(f'--output={output} is a folder; give the path of the '
                      f'page to write, e.g. --output={output}/page.html.')
-  cli.check_outputs([cli.Output('--output', output)], overwrite=overwrite,
+  outputs = [cli.Output('--output', output)]
+  cli.check_outputs(outputs, overwrite=overwrite,
                     inputs=[image] if image else [])
-  html, views = Explorer(workdir, average).page(text, image)
-  folder = os.path.dirname(os.path.abspath(output))
-  os.makedirs(folder, exist_ok=True)
-  with open(output, 'w', encoding='utf-8') as f:
-    f.write(html)
+  with cli.Writing(outputs, overwrite=overwrite) as writing:
+    html, views = Explorer(workdir, average).page(text, image)
+    writing.write(output, html)
   return output, views
 
 

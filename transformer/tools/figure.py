@@ -127,8 +127,21 @@ def figure(workdir: str, output: str, *, text: str = '',
   per panel naming the key that query attends to most."""
   if not output.endswith('.png'):
     raise ValueError(f'--output={output} must name a .png file.')
-  cli.check_outputs([cli.Output('--output', output)], overwrite=overwrite,
+  outputs = [cli.Output('--output', output)]
+  cli.check_outputs(outputs, overwrite=overwrite,
                     inputs=[image] if image else [])
+  with cli.Writing(outputs, overwrite=overwrite) as writing:
+    lines = _draw(workdir, writing.path(output), text=text, image=image,
+                  view=view, layer=layer, head=head, query=query,
+                  average=average)
+  return output, lines
+
+
+def _draw(workdir: str, output: str, *, text: str, image: str | None,
+          view: str, layer: str, head: str, query: str, average: int
+          ) -> list[str]:
+  """Draws the figure `figure` writes into `output`; the lines it
+  prints."""
   explorer = explore.Explorer(workdir, average)
   chosen = choose_view(explorer.views(text, image), view)
   maps, titles = panels(chosen, layer, head)
@@ -146,7 +159,7 @@ def figure(workdir: str, output: str, *, text: str = '',
     plots.plot_attention(maps, queries, keys, output,
                          titles=[f'{heading}\n{t}' if i == 0 else t
                                  for i, t in enumerate(titles)])
-    return output, lines
+    return lines
   grid, first = chosen.grid, chosen.first_patch
   patches = maps[..., first:first + grid * grid]
   if query:  # one overlay per panel
@@ -164,7 +177,7 @@ def figure(workdir: str, output: str, *, text: str = '',
   plots.plot_image_attention(chosen.image, overlays.reshape(-1, grid, grid),
                              names, output, suptitle=f'{heading}, '
                              f'{titles[0] if len(titles) == 1 else query}')
-  return output, lines
+  return lines
 
 
 def main(argv):

@@ -91,22 +91,25 @@ def generate(workdir: str, prompts: Sequence[str], *,
                seed=seed)
   cli.check_flag('attention_tokens', attention_tokens, at_least=1)
   cli.workdir_config(workdir, 'language_modeling')
-  if attention_dir is not None:
-    cli.check_outputs(
-        [cli.Output('--attention_dir', os.path.join(
-            attention_dir, f'sample_{i}_layer_.png'), numbered=True)
-         for i in range(len(prompts))], overwrite=overwrite)
+  outputs = [] if attention_dir is None else [
+      cli.Output('--attention_dir', os.path.join(
+          attention_dir, f'sample_{i}_layer_.png'), numbered=True)
+      for i in range(len(prompts))]
+  cli.check_outputs(outputs, overwrite=overwrite)
   restored = workdir_lib.restore(workdir, average=average)
   _note_past_context(restored.task, prompts, max_new_tokens)
-  with restored.active():
+  with cli.Writing(outputs, overwrite=overwrite) as writing, \
+      restored.active():
     samples = restored.task.generate(
         restored.params, prompts, max_new_tokens=max_new_tokens,
         temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
         seed=seed, stop=stop)
-    figures = [] if attention_dir is None else (
-        restored.task.plot_self_attention(
+    figures = [] if attention_dir is None else [
+        os.path.join(attention_dir, os.path.basename(figure))
+        for figure in restored.task.plot_self_attention(
             restored.params, [p + s for p, s in zip(prompts, samples)],
-            os.path.join(attention_dir, 'sample_'), last=attention_tokens))
+            writing.path(os.path.join(attention_dir, 'sample_')),
+            last=attention_tokens)]
   return Generated(samples, restored.step, figures)
 
 

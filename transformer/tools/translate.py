@@ -8,7 +8,8 @@ Reads one sentence per line (a file or stdin), writes one translation per
 line (a file or stdout), from the workdir's latest checkpoint or the average
 of its last `--average` checkpoints. Defaults come from the workdir's config.
 An --output (or --alignments) file that is already there is refused before
-any work unless --overwrite.
+any work unless --overwrite; the files appear whole when the translations
+are done, or not at all (`cli.Writing`).
 `translate(workdir, sentences)` does the same from python.
 
 `--alignments=FILE` also writes, one JSON line per sentence, where the
@@ -179,32 +180,32 @@ def main(argv):
   elif args.alignment_layer is not None or args.alignment_head is not None:
     raise ValueError('--alignment_layer and --alignment_head choose what '
                      '--alignments=FILE writes; give --alignments too.')
-  cli.check_outputs(
-      [cli.Output(f'--{flag}', path) for flag, path in
-       (('output', args.output), ('alignments', args.alignments))
-       if path and path != '-'],
-      overwrite=args.overwrite, inputs=[args.input])
+  outputs = [cli.Output(f'--{flag}', path) for flag, path in
+             (('output', args.output), ('alignments', args.alignments))
+             if path and path != '-']
+  cli.check_outputs(outputs, overwrite=args.overwrite, inputs=[args.input])
   if args.input == '-':
     sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
                                                   'standard input'))
   else:
     sentences = text.utf8_lines(args.input)
-  translations, step, alignments = translate(
-      args.workdir, sentences, beam_size=args.beam_size,
-      length_penalty=args.length_penalty,
-      max_length_offset=args.max_length_offset, average=args.average,
-      alignments=bool(args.alignments), alignment_layer=args.alignment_layer,
-      alignment_head=args.alignment_head)
-  if alignments is not None:
-    with open(args.alignments, 'w', encoding='utf-8') as f:
-      f.writelines(json.dumps(record, ensure_ascii=False) + '\n'
-                   for record in alignments)
-  output = ''.join(t + '\n' for t in translations)
+  with cli.Writing(outputs, overwrite=args.overwrite) as writing:
+    translations, step, alignments = translate(
+        args.workdir, sentences, beam_size=args.beam_size,
+        length_penalty=args.length_penalty,
+        max_length_offset=args.max_length_offset, average=args.average,
+        alignments=bool(args.alignments),
+        alignment_layer=args.alignment_layer,
+        alignment_head=args.alignment_head)
+    if alignments is not None:
+      writing.write(args.alignments, ''.join(
+          json.dumps(record, ensure_ascii=False) + '\n'
+          for record in alignments))
+    output = ''.join(t + '\n' for t in translations)
+    if args.output != '-':
+      writing.write(args.output, output)
   if args.output == '-':
     sys.stdout.write(output)
-  else:
-    with open(args.output, 'w', encoding='utf-8') as f:
-      f.write(output)
   print(f'Translated {len(sentences)} sentences with the checkpoint of step '
         f'{step}.', file=sys.stderr)
 
