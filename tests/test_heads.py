@@ -1,8 +1,12 @@
 """Head importance (Michel et al. 2019) and pruning: the score is |dL/d xi|
 of a gate on each head's output, a pruned head no longer reaches the
-output, and the command writes its table and plots."""
+output, and the command writes its table and plots, all of it (the pruned
+evaluations' reports too) under --output_dir: a workdir is only read."""
 
+import os
 import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -158,3 +162,65 @@ def test_scanned_layers_and_streams_of_other_widths():
   visual = np.asarray(cut['visual']['attention']['out']['kernel'])
   assert (visual[0] == 0).all() and (visual[1] == 1).all()
   assert (np.asarray(params['visual']['attention']['out']['kernel']) == 1).all()
+
+
+def _files(folder):
+  """Every file under `folder` with its size and modification time."""
+  stat = lambda path: (os.stat(path).st_size, os.stat(path).st_mtime_ns)
+  return {os.path.join(root, name): stat(os.path.join(root, name))
+          for root, _, names in os.walk(folder) for name in names}
+
+
+def _heads(*args):
+  return subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.heads', '--steps=2',
+       '--batches=1', *args], capture_output=True, text=True, timeout=900,
+      check=False, cwd=os.path.dirname(os.path.dirname(__file__)),
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def test_the_command_writes_only_under_its_output_dir(trained, tmp_path):
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained, workdir)
+  before = _files(workdir)
+  out = tmp_path / 'heads'
+  run = _heads(f'--workdir={workdir}', f'--output_dir={out}')
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert _files(workdir) == before
+  written = sorted(os.path.relpath(p, out) for p in _files(out))
+  assert {'heads.md', 'importance.png', 'pruning.png'} <= set(written)
+  assert [p for p in written if p.startswith('reports/')] == [
+      'reports/test_heads_pruned0.txt', 'reports/test_heads_pruned6.txt']
+  assert not [p for p in written if '.writing-' in p or p.endswith('.tmp')]
+
+
+def test_a_read_only_workdir_fails_before_any_work(trained, tmp_path):
+  """Its default --output_dir, WORKDIR/heads, cannot be written: said at
+  once, naming the folder and the flag (a bind mount makes it read-only:
+  root ignores file modes)."""
+  workdir = tmp_path / 'run'
+  shutil.copytree(trained, workdir)
+  if subprocess.run(['mount', '--bind', '-o', 'ro', str(workdir),
+                     str(workdir)], capture_output=True,
+                    check=False).returncode:
+    pytest.skip('a read-only bind mount needs root')
+  try:
+    if os.access(workdir, os.W_OK) and not _read_only(workdir):
+      pytest.skip('the bind mount is not read-only here')
+    run = _heads(f'--workdir={workdir}')
+  finally:
+    subprocess.run(['umount', '-l', str(workdir)], check=False)
+  assert run.returncode == 2, run.stderr[-2000:]
+  assert (f'Error: Cannot write {workdir}/heads/heads.md (Read-only file '
+          f'system); give another --output_dir.' in run.stderr), run.stderr
+  assert 'pruned' not in run.stdout + run.stderr  # before any evaluation
+
+
+def _read_only(folder) -> bool:
+  try:
+    with open(os.path.join(folder, 'probe'), 'w'):
+      pass
+  except OSError:
+    return True
+  os.remove(os.path.join(folder, 'probe'))
+  return False

@@ -24,9 +24,12 @@ to (`head_patterns`).
 
 Writes into --output_dir (default WORKDIR/heads): heads.md (importance,
 entropy and distance per layer and head, and the metrics per pruning
-step), importance.png, entropy.png, distance.png and pruning.png; those
-already there (an earlier run's) are refused before any work unless
---overwrite.
+step), importance.png, entropy.png, distance.png and pruning.png, and the
+reports and plots of each pruned evaluation (reports/, plots/: the
+workdir itself is only read). Those already there (an earlier run's) are
+refused before any work unless --overwrite (an evaluation's report when
+the run ends), and so is a folder that cannot be written; the files
+appear when the run ends, or not at all (`cli.Writing`).
 `head_importance`, `head_patterns` and `prune_heads` do the same from
 python.
 """
@@ -255,16 +258,39 @@ def without_heads(params: Any, pruned: np.ndarray) -> Any:
   return params
 
 
+class _ReportsInto:
+  """A task whose evaluations write their reports and plots (the task's
+  `workdir`/reports and /plots) under `folder` instead: the rest, its
+  vocabulary and token caches, is the workdir's."""
+
+  def __init__(self, task: Any, folder: str):
+    self._task, self._folder = task, folder
+
+  def __getattr__(self, name: str) -> Any:
+    return getattr(self._task, name)
+
+  def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
+    workdir, self._task.workdir = self._task.workdir, self._folder
+    try:
+      return self._task.evaluate(params, label=label)
+    finally:
+      self._task.workdir = workdir
+
+
 def prune_heads(restored: workdir_lib.Restored, importance: np.ndarray, *,
-                steps: int = 10, label: str = 'heads'
-                ) -> list[dict[str, float]]:
+                steps: int = 10, label: str = 'heads',
+                reports: str | None = None) -> list[dict[str, float]]:
   """The evaluation (loss metrics, then the task's own) with k/steps of all
   heads pruned, least important first, for k = 0 .. steps - 1; each row
-  also holds 'pruned' (fraction) and 'heads' (heads kept)."""
+  also holds 'pruned' (fraction) and 'heads' (heads kept). The reports and
+  plots each evaluation writes go into `reports`/reports and
+  `reports`/plots (default: the workdir's)."""
   real = np.flatnonzero(~np.isnan(importance))  # padding is no head
   order = real[np.argsort(importance.flat[real], kind='stable')]
   total = len(real)
   trainer = train.Trainer(restored.config, restored.task.workdir)
+  if reports is not None:
+    trainer.task = _ReportsInto(trainer.task, reports)
   rows = []
   for k in range(steps):
     count = total * k // steps
@@ -348,21 +374,30 @@ def main(argv):
   cli.check_flag('average', args.average, at_least=1)
   workdir_lib.load_config(args.workdir)  # a workdir, or a clear error
   folder = args.output_dir or os.path.join(args.workdir, 'heads')
-  cli.check_outputs([cli.Output('--output_dir', os.path.join(folder, name))
-                     for name in REPORT_FILES], overwrite=args.overwrite)
-  restored = workdir_lib.restore(args.workdir, average=args.average)
-  names, importance = head_importance(restored, batches=args.batches)
-  try:
-    patterns = head_patterns(restored, batches=args.batches)
-  except ValueError as e:  # importance and pruning still stand
-    print(f'No entropy or distance: {e}', file=sys.stderr)
-    patterns = None
-  rows = prune_heads(restored, importance, steps=args.steps)
-  sys.stdout.write(write_report(names, importance, rows, folder, patterns))
+  outputs = [cli.Output('--output_dir', os.path.join(folder, name))
+             for name in REPORT_FILES]
+  cli.check_outputs(outputs, overwrite=args.overwrite)
+  # Everything goes under `folder`, the pruned evaluations' reports and
+  # plots too (folder/reports, folder/plots): a read-only workdir is read,
+  # never written, and a folder that cannot be written fails here.
+  with cli.Writing(outputs, overwrite=args.overwrite) as writing:
+    restored = workdir_lib.restore(args.workdir, average=args.average)
+    names, importance = head_importance(restored, batches=args.batches)
+    try:
+      patterns = head_patterns(restored, batches=args.batches)
+    except ValueError as e:  # importance and pruning still stand
+      print(f'No entropy or distance: {e}', file=sys.stderr)
+      patterns = None
+    rows = prune_heads(restored, importance, steps=args.steps,
+                       reports=writing.folder(folder))
+    report = write_report(names, importance, rows, writing.folder(folder),
+                          patterns)
+  sys.stdout.write(report)
   written = ['heads.md', 'importance.png', 'pruning.png'] + (
       ['entropy.png', 'distance.png'] if patterns else [])
-  print(f'Written into {folder}: {", ".join(written)} (checkpoint of step '
-        f'{restored.step}).', file=sys.stderr)
+  print(f'Written into {folder}: {", ".join(written)} and the evaluations\' '
+        f'reports/ and plots/ (checkpoint of step {restored.step}).',
+        file=sys.stderr)
 
 
 def run() -> None:
