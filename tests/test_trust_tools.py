@@ -262,3 +262,55 @@ def test_name_and_path_lengths_count_the_temporary_names(tmp_path):
   deep = tmp_path / '/'.join(['d' * 200] * 20) / 'out.txt'
   with pytest.raises(ValueError, match='--output: the path .* is too long'):
     cli.check_outputs([cli.Output('--output', str(deep))])
+
+
+# -- One record per line (#17, #133).
+
+
+def test_names_are_printed_one_record_per_line(tmp_path):
+  workdir = fake_workdir(tmp_path / 'w', 'image_classification')
+  names = ['new\nline.png', 'tab\there.png', 'rtl\u202e.png', 'back\\n.png',
+           'emoji😀 שלום.png']
+  run = python(f"""
+      import sys
+      from transformer.tools import predict
+      predict.classify = lambda workdir, paths, **options: (
+          [(path, [('cat', 0.75)]) for path in paths], 4)
+      predict.define_flags()
+      sys.argv = ['predict', '--workdir={workdir}', *{names!r}]
+      predict.cli.run(predict.main)
+  """)
+  assert run.returncode == 0, run.stderr.decode()[-2000:]
+  assert run.stdout.decode().splitlines() == [
+      'new\\nline.png\tcat 0.750', 'tab\\there.png\tcat 0.750',
+      'rtl\\u202e.png\tcat 0.750', 'back\\\\n.png\tcat 0.750',
+      'emoji😀 שלום.png\tcat 0.750']
+
+
+@pytest.mark.parametrize('task,lines,message', [
+    ('entailment', ['no tab here', 'a\tb'],
+     'This model classifies sentence pairs: each line is two sentences '
+     'separated by one tab (sentence1<TAB>sentence2); not line 1 (no tab).'),
+    ('entailment', ['a\tb', 'a\tb\tc', 'x', 'p\tq'],
+     'not lines 2 (2 tabs), 3 (no tab).'),
+    ('sst2', ['fine', 'a\tb'],
+     'This model classifies single sentences: each line is one sentence, '
+     'without tabs; not line 2 (1 tab).'),
+])
+def test_lines_must_fit_a_pair_or_single_sentence_model(task, lines, message,
+                                                        tmp_path):
+  workdir = fake_workdir(tmp_path / 'w', 'text_classification',
+                         glue_task=task)
+  with pytest.raises(ValueError) as error:
+    predict.classify_texts(workdir, lines)
+  assert str(error.value).endswith(message), error.value
+
+
+def test_a_converted_classifier_takes_one_sentence_or_a_pair(tmp_path):
+  from transformer import tasks  # pylint: disable=g-import-not-at-top
+  config = tasks.default_config('text_classification')
+  config.data.tokenizer = 'bert'  # without init_from: a converted one
+  assert predict.reads_pairs(config) is None
+  predict._check_shape(['one', 'a\tpair'], None)  # pylint: disable=protected-access
+  with pytest.raises(ValueError, match=r'not line 2 \(2 tabs\) of f.txt'):
+    predict._check_shape(['a', 'b\tc\td'], None, 'f.txt')  # pylint: disable=protected-access

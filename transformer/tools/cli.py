@@ -100,6 +100,24 @@ def backslash_escapes(name: str, value: str) -> str:
                      f'as \\n, a character as \\xHH or \\uHHHH.') from None
 
 
+def printable(text: str) -> str:
+  r"""`text` for one field of a line of tab-separated output: control and
+  format characters (a newline, a tab, U+202E that reverses the line in a
+  terminal) and the backslash written as escapes ('\n', '\t', '\u202e',
+  '\\'), everything else as it is."""
+  special = {'\n': '\\n', '\t': '\\t', '\r': '\\r', '\\': '\\\\'}
+  return ''.join(
+      special.get(c) or (f'\\u{ord(c):04x}' if _hidden(c) else c)
+      for c in text)
+
+
+def _hidden(character: str) -> bool:
+  """A control, line or paragraph separator, or format character, but
+  the joiners inside emoji and scripts that need them."""
+  return unicodedata.category(character) in ('Cc', 'Cf', 'Zl', 'Zp') and (
+      character not in '\u200c\u200d')
+
+
 # What a 64-bit integer holds: absl parses integer flags of any size, and
 # numpy and JAX overflow beyond it (an OverflowError from deep inside).
 INT64 = (-2**63, 2**63 - 1)
