@@ -8,7 +8,9 @@ prints or reads line by line keeps one record per line, and a float flag or
 an experiment argument that cannot be used is refused naming the fix."""
 
 import errno
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 from conftest import REPO
 from transformer.tools import cli
 from transformer.tools import explore
+from transformer.tools import kernel_regression
 from transformer.tools import predict
 
 USER_ERROR = 2
@@ -314,3 +317,13 @@ def test_a_converted_classifier_takes_one_sentence_or_a_pair(tmp_path):
   predict._check_shape(['one', 'a\tpair'], None)  # pylint: disable=protected-access
   with pytest.raises(ValueError, match=r'not line 2 \(2 tabs\) of f.txt'):
     predict._check_shape(['a', 'b\tc\td'], None, 'f.txt')  # pylint: disable=protected-access
+
+
+# -- Float flags (#121).
+
+
+@pytest.mark.parametrize('bandwidth', [math.nan, 1e308, math.inf, 0.0, -1.0])
+def test_kernel_regression_refuses_bandwidths_it_cannot_compute(bandwidth):
+  with pytest.raises(ValueError, match=re.escape(
+      f'--bandwidth={bandwidth} must be in [1e-06, 1000000.0]')):
+    kernel_regression.fit(bandwidth=bandwidth, steps=2)

@@ -39,7 +39,8 @@ def define_flags() -> None:
   """The command's flags, defined when it runs (`run`)."""
   flags.DEFINE_string('output_dir', '/tmp/kernel_regression',
                       'Where the figure is written.')
-  flags.DEFINE_float('bandwidth', 1.0, 'The fixed kernel\'s bandwidth h.')
+  flags.DEFINE_float('bandwidth', 1.0, 'The fixed kernel\'s bandwidth h '
+                     f'({BANDWIDTH_RANGE[0]:g} to {BANDWIDTH_RANGE[1]:g}).')
   flags.DEFINE_integer('steps', 200, 'Adam steps learning the bandwidth.')
   flags.DEFINE_integer('seed', 0, 'Seed of the training sample.')
   cli.define_overwrite_flag()
@@ -95,12 +96,24 @@ def entropy(weights: np.ndarray) -> float:
                        -1).mean())
 
 
+# The bandwidths worth trying: at 1e-3 the kernel already returns the
+# nearest training point's value, at 1e4 the mean of all (to float32
+# precision, on [0, 5]); far beyond, float32 overflows: the learned kernel's
+# gradient is NaN from h = 1e-18, and 1e308 is inf in float32.
+BANDWIDTH_RANGE = (1e-6, 1e6)
+
+
+def _check_flags(bandwidth: float, steps: int, seed: int = 0) -> None:
+  cli.check_flag('steps', steps, at_least=1)
+  cli.check_flag('seed', seed, at_least=0)
+  cli.check_flag('bandwidth', bandwidth, at_least=BANDWIDTH_RANGE[0],
+                 at_most=BANDWIDTH_RANGE[1])
+
+
 def fit(*, bandwidth: float = 1.0, steps: int = 200, seed: int = 0
         ) -> dict[str, dict]:
   """Each method's curve, weights, bandwidth and test error."""
-  cli.check_flag('steps', steps, at_least=1)
-  if bandwidth <= 0:
-    raise ValueError(f'--bandwidth={bandwidth} must be positive.')
+  _check_flags(bandwidth, steps, seed)
   x_train, y_train, x_test, truth = sample(seed)
   learned, losses = learn_bandwidth(x_train, y_train, bandwidth, steps)
   results = {}
@@ -126,9 +139,17 @@ def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
   figure = os.path.join(args.output_dir, 'kernel_regression.png')
-  cli.check_outputs([cli.Output('--output_dir', figure)],
-                    overwrite=args.overwrite)
-  results = fit(bandwidth=args.bandwidth, steps=args.steps, seed=args.seed)
+  outputs = [cli.Output('--output_dir', figure)]
+  _check_flags(args.bandwidth, args.steps, args.seed)
+  cli.check_outputs(outputs, overwrite=args.overwrite)
+  with cli.Writing(outputs, overwrite=args.overwrite) as writing:
+    _report(fit(bandwidth=args.bandwidth, steps=args.steps, seed=args.seed),
+            writing.path(figure))
+  print(f'Written: {figure}', file=sys.stderr)
+
+
+def _report(results: dict[str, dict], figure: str) -> None:
+  """Prints each method's scores and plots them into `figure`."""
   training = results.pop('learned')
   x_train, y_train, x_test, _ = training['sample']
   print(f'{"method":<30} {"test MSE":>9} {"entropy (nats)":>15}')
@@ -138,12 +159,11 @@ def main(argv):
   losses = training['losses']
   print(f'leave-one-out training MSE {losses[0]:.4f} -> {losses[-1]:.4f} '
         f'over {len(losses)} steps')
-  path = plots.plot_kernel_regression(
+  plots.plot_kernel_regression(
       x_train, y_train, x_test,
       {'truth': target(x_test), **{n: r['curve'] for n, r in results.items()}},
       {n: r['weights'] for n, r in results.items() if 'kernel' in n},
       figure)
-  print(f'Written: {path}', file=sys.stderr)
 
 
 def run() -> None:
