@@ -2,8 +2,9 @@
 for a loopback host name (DNS rebinding gets 403), a typed input gives the
 same page `explore` writes for it (with the form above), an image is sent
 as a file and never opened from a path a request names, hostile text comes
-back exactly, bad input a 400 that names the fix, and a bad or busy --port
-a one-line error."""
+back exactly, bad input a 400 that names the fix, a bad or busy --port
+a one-line error, a stalled client holds up no other, and one gone before
+its answer is a line on the console."""
 
 import html.parser
 import http.client
@@ -11,9 +12,11 @@ import json
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -246,3 +249,61 @@ def test_a_port_in_use_is_named_with_another_to_try(trained):
   assert 'Traceback' not in out.stderr
   [line] = [l for l in out.stderr.splitlines() if l.startswith('Error')]
   assert f'--port={port} is in use' in line and '--port=0' in line
+
+
+class _Slow:
+  """A text model's explorer that takes `seconds` per page."""
+  needs_text, needs_image = True, False
+
+  def __init__(self, seconds: float = 0.0):
+    self.seconds = seconds
+
+  def page(self, text, image=None, form='', image_name=None):
+    time.sleep(self.seconds)
+    return f'<!doctype html>{form}<p>{"x" * 100_000}</p>', []
+
+
+def test_a_stalled_client_holds_up_no_other(monkeypatch):
+  """A local process that sends a form's headers and then waits: other
+  pages are still answered, and it is dropped after READ_TIMEOUT."""
+  monkeypatch.setattr(explorer_server, 'READ_TIMEOUT', 2, raising=False)
+  server, port = serve(_Slow())
+  try:
+    with socket.create_connection(('127.0.0.1', port)) as stalled:
+      stalled.sendall(b'POST / HTTP/1.1\r\nHost: localhost\r\nContent-Type: '
+                      b'multipart/form-data; boundary=x\r\nContent-Length: '
+                      b'100000\r\n\r\n--x\r\n')
+      time.sleep(0.5)
+      start = time.monotonic()
+      with urllib.request.urlopen(f'http://127.0.0.1:{port}/?input=a+cat',
+                                  timeout=10) as response:
+        assert response.status == 200
+      assert time.monotonic() - start < 2
+      stalled.settimeout(10)
+      assert stalled.recv(1000) == b''  # closed by the server, unanswered
+  finally:
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_client_gone_before_the_answer_is_one_line(capsys):
+  server, port = serve(_Slow(0.5))
+  try:
+    client = socket.create_connection(('127.0.0.1', port))
+    client.sendall(b'GET /?input=a HTTP/1.1\r\nHost: localhost\r\n\r\n')
+    # Closed with a reset, before the page is ready.
+    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                      struct.pack('ii', 1, 0))
+    client.close()
+    deadline = time.monotonic() + 20
+    err = ''
+    while 'went away' not in err and time.monotonic() < deadline:
+      time.sleep(0.2)
+      err += capsys.readouterr().err
+  finally:
+    server.shutdown()
+    server.server_close()
+  assert 'Traceback' not in err, err
+  [line] = [l for l in err.splitlines() if 'went away' in l]
+  assert line.startswith('explorer: 127.0.0.1:') and (
+      'went away before the answer' in line), err

@@ -19,6 +19,7 @@ import html
 import http.server
 import re
 import sys
+import threading
 import urllib.parse
 from typing import Any
 
@@ -26,6 +27,9 @@ HOST = '127.0.0.1'
 # The names under which a browser on this machine reaches the server.
 _LOOPBACK = re.compile(r'(localhost|127\.0\.0\.1|\[::1\])(:\d{1,5})?', re.I)
 _MAX_BODY = 64 << 20  # bytes of a form sent: an image file and a text
+# Seconds a client may leave the server waiting for the next bytes of its
+# request (a slow form upload still goes on as long as bytes keep coming).
+READ_TIMEOUT = 30
 
 
 def form(explorer: Any, text: str) -> str:
@@ -42,6 +46,25 @@ def form(explorer: Any, text: str) -> str:
           + ' '.join(fields) + ' <button>show attention</button></form>')
 
 
+class _Server(http.server.ThreadingHTTPServer):
+  """A thread per connection, so that a client that stalls (headers
+  sent, the body not) holds up no other; a failed connection logged in one
+  line, not a traceback."""
+
+  # Ctrl-C does not wait for a stalled client's thread.
+  block_on_close = False
+
+  def handle_error(self, request, client_address) -> None:
+    error = sys.exc_info()[1]
+    where = f'{client_address[0]}:{client_address[1]}'
+    if isinstance(error, (ConnectionError, TimeoutError)):
+      print(f'explorer: {where} went away before the answer '
+            f'({type(error).__name__}).', file=sys.stderr, flush=True)
+    else:
+      print(f'explorer: the request from {where} failed: '
+            f'{type(error).__name__}: {error}', file=sys.stderr, flush=True)
+
+
 def make_server(explorer: Any, port: int, text: str = '',
                 image: str | None = None) -> http.server.HTTPServer:
   """A server (not yet serving) of `explorer`'s pages on 127.0.0.1:`port`;
@@ -49,11 +72,15 @@ def make_server(explorer: Any, port: int, text: str = '',
 
   `explorer` is a `tools.explore.Explorer`: `page(text, image, form,
   image_name)` returns (HTML, views) or raises ValueError naming what to
-  fix, which the server shows with status 400. One request at a time: the
-  model is one. OSError naming --port where the port is taken.
+  fix, which the server shows with status 400. Requests are read side by
+  side (a client that stops sending is dropped after READ_TIMEOUT
+  seconds), and the model answers one at a time: it is one. OSError naming
+  --port where the port is taken.
   """
+  model = threading.Lock()
 
   class Handler(http.server.BaseHTTPRequestHandler):
+    timeout = READ_TIMEOUT  # per read and write of the connection
 
     def do_GET(self):  # noqa: N802 (the http.server name)
       if self._refused():
@@ -114,7 +141,8 @@ def make_server(explorer: Any, port: int, text: str = '',
                         f'<title>Attention explorer</title>{ask}')
         return
       try:
-        page, _ = explorer.page(question, picture, ask, name)
+        with model:
+          page, _ = explorer.page(question, picture, ask, name)
       except ValueError as e:
         self._send(400, f'<!doctype html><meta charset="utf-8">'
                         f'<title>Attention explorer</title>{ask}'
@@ -134,7 +162,7 @@ def make_server(explorer: Any, port: int, text: str = '',
       print(f'explorer: {format % args}', file=sys.stderr)
 
   try:
-    return http.server.HTTPServer((HOST, port), Handler)
+    return _Server((HOST, port), Handler)
   except OSError as e:
     if e.errno != errno.EADDRINUSE:
       raise
