@@ -234,3 +234,22 @@ def test_lm1b_experiment_with_mock_tfds(tmp_path, monkeypatch):
                       lambda data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   assert math.isfinite(result['loss'])
+
+
+def test_a_validation_split_too_small_to_measure_is_refused(tmp_path):
+  """'Hi\\n' splits into 'Hi' and '\\n', a character the tokenizer never
+  saw in training: bits per byte would be a division by ~0 (reported as
+  4.7e9 before)."""
+  from transformer import tasks  # pylint: disable=g-import-not-at-top
+  path = tmp_path / 'tiny.txt'
+  path.write_text('Hi\n')
+  config = load_experiment('shakespeare_char', f'path={path},runlocal')
+  task = tasks.build(config, str(tmp_path / 'w'))
+  message = (r"The 'validation' split is too small to measure: 1 character, "
+             r'0 bytes of them text the tokenizer knows .* bits per byte '
+             r'would divide by zero; give more text in config.data.path, a '
+             r'smaller config.data.train_fraction')
+  with pytest.raises(ValueError, match=message):
+    next(iter(task.eval_batches()))
+  with pytest.raises(ValueError, match=message):  # before training
+    task.train_iter(0)

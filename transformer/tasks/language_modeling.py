@@ -159,6 +159,19 @@ def _token_lengths(tokenizer) -> np.ndarray:
   return lengths
 
 
+def _scored_text(examples: Sequence[tuple[np.ndarray, np.ndarray]],
+                 token_lengths: np.ndarray) -> tuple[float, float]:
+  """The UTF-8 bytes and characters of the examples' targets, as `lm_loss`
+  counts them: what bits per byte and per character divide by."""
+  if not examples:
+    return 0.0, 0.0
+  inputs = np.concatenate([np.asarray(i) for i, _ in examples])
+  targets = np.concatenate([np.asarray(t) for _, t in examples])
+  starts = (inputs == tokenizers.EOS_ID).astype(int)
+  return (float(token_lengths[2 * starts, targets].sum()),
+          float(token_lengths[2 * starts + 1, targets].sum()))
+
+
 def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
             rng: jax.Array | None, *, label_smoothing: float,
             deterministic: bool, token_lengths: np.ndarray | None = None):
@@ -306,14 +319,39 @@ class LanguageModelingTask(CorpusTask):
         recut=text.ShiftedLMChunks(source, data.max_length,
                                    self.config.seed) if data.shift_chunks
         else None)
-    self.examples(data.eval_split)  # a wrong split fails now, not later
+    self.check_eval_split()  # a wrong or empty split fails now, not later
     print(f'Training data: {meta["notes"].get("documents", 0):,} '
           f'documents, {batches.batches_per_epoch:,.1f} batches per epoch '
           f'of {batches.rows_per_batch} x {data.max_length} tokens, padding '
           f'{batches.padding_fraction:.1%}.', flush=True)
     return iter(batches)
 
+  @functools.cache
+  def check_eval_split(self) -> None:
+    """Refuses an evaluation split with no text to score: bits per byte
+    and per character divide by its bytes and characters (as targets), and
+    a split of a few characters the tokenizer does not know (learned from
+    the training text) has none: the metrics would be ~1e9."""
+    data = self.config.data
+    examples = self.examples(data.eval_split)
+    scored = _scored_text(examples, self.token_lengths)
+    if min(scored) > 0:
+      return
+    characters = sum(len(d) for d in self.documents(data.eval_split))
+    fix = ('give more text in config.data.path, a smaller '
+           'config.data.train_fraction (the validation text is the last '
+           f'{1 - data.train_fraction:.0%} of it), or a validation file '
+           'in config.data.eval_path' if data.source == 'local' and
+           not data.eval_path else 'give a larger evaluation split')
+    raise ValueError(
+        f'The {data.eval_split!r} split is too small to measure: '
+        f'{characters} character{"" if characters == 1 else "s"}, '
+        f'{int(scored[0])} bytes of them text the tokenizer knows (it '
+        f'learned its pieces from the training text), so bits per byte '
+        f'would divide by zero; {fix}.')
+
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
+    self.check_eval_split()
     rows = packing.pack(self.examples(self.config.data.eval_split),
                          self.config.data.max_length)
     size = max(self.batch_divisor, self.config.data.eval_rows -
