@@ -211,3 +211,21 @@ def test_masked_lm_restarts_from_the_cache(tmp_path, monkeypatch):
   again = restarted.train_iter(0)
   assert_same_batches(first, [next(again) for _ in range(3)])
   assert read == [config.data.eval_split]  # not the training text
+
+
+def test_a_root_whose_cache_paths_are_too_long_is_named(tmp_path):
+  """A workdir of 4,000 characters: its own folders fit the system's
+  limit, its cache files' paths do not; that is said before a cache is
+  built, not taken for a damaged cache."""
+  most = os.pathconf(tmp_path, 'PC_PATH_MAX')
+  root = str(tmp_path)
+  while len(root) < most - 40:  # each folder of a name that fits
+    root = os.path.join(root, 'd' * min(200, most - 40 - len(root)))
+  os.makedirs(root)
+  calls = []
+  with pytest.raises(ValueError, match=(
+      'The token cache .* cannot be written: the paths of its files .* are '
+      r'\d+ bytes long, over the \d+ this system takes. Give a workdir of a '
+      'shorter path')):
+    build(root, examples(5), calls=calls)
+  assert not calls and os.listdir(root) == []

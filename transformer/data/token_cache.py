@@ -99,6 +99,35 @@ def _write(folder: str, chunks: Iterable[list[batching.Example]],
                         for name in sorted(os.listdir(folder))}}
 
 
+# The longest name of a cache's files.
+_LONGEST_FILE = max(['meta.json'] + [f'{side}.{part}' for side in SIDES
+                                     for part in ('tokens', 'lengths')],
+                    key=len)
+
+
+def _check_path_length(folder: str) -> None:
+  """Refuses a cache folder whose files' paths are longer than the system
+  takes (a workdir of a very long path: its own folder may still fit,
+  while the cache's files do not, and would be taken for missing)."""
+  root = os.path.dirname(folder)
+  existing = root
+  while not os.path.isdir(existing) and os.path.dirname(existing) != existing:
+    existing = os.path.dirname(existing)
+  try:
+    longest, name_max = (os.pathconf(existing, 'PC_PATH_MAX'),
+                         os.pathconf(existing, 'PC_NAME_MAX'))
+  except (OSError, ValueError):
+    longest, name_max = 4096, 255
+  path = os.path.join(folder, _LONGEST_FILE)
+  size = len(os.fsencode(path)) + 1  # with the terminating NUL
+  if size > longest or len(os.fsencode(os.path.basename(folder))) > name_max:
+    raise ValueError(
+        f'The token cache {folder} cannot be written: the paths of its '
+        f'files ({path}) are {size} bytes long, over the {longest} this '
+        f'system takes. Give a workdir of a shorter path (the cache is '
+        f'kept in WORKDIR/cache).')
+
+
 def _open(folder: str) -> tuple[tuple[batching.Side, ...], dict[str, Any]]:
   """The sides of a cache folder, memory-mapped, after checking it is
   whole; raises ValueError naming what is wrong."""
@@ -110,6 +139,12 @@ def _open(folder: str) -> tuple[tuple[batching.Side, ...], dict[str, Any]]:
     raise ValueError(f'meta.json is unreadable ({e})') from e
   for name, expected in checksums.items():
     path = os.path.join(folder, name)
+    try:
+      os.stat(path)
+    except FileNotFoundError:
+      raise ValueError(f'{name} is missing') from None
+    # Any other failure (a path too long, no permission) is not damage: it
+    # is raised as it is, naming the path, rather than rebuilt in vain.
     if not os.path.isfile(path) or _checksum(path) != expected:
       raise ValueError(f'{name} is missing or does not match its checksum')
   sides = []
@@ -148,6 +183,7 @@ def load_or_build(root: str, name: str, key: dict[str, Any],
     (source, target, meta), meta['notes'] the notes of the build.
   """
   folder = os.path.join(root, f'{name}-{digest(key)}')
+  _check_path_length(folder)
   if os.path.isdir(folder):
     try:
       (source, target), meta = _open(folder)
@@ -178,7 +214,11 @@ def load_or_build(root: str, name: str, key: dict[str, Any],
     raise
   print(f'Token cache: built {folder} ({meta["examples"]:,} examples) in '
         f'{time.perf_counter() - start:.1f} s.', flush=True)
-  (source, target), meta = _open(folder)
+  try:
+    (source, target), meta = _open(folder)
+  except ValueError as e:  # just written: not damage
+    raise ValueError(f'The token cache {folder} just built cannot be read '
+                     f'back: {e}.') from e
   return source, target, meta
 
 
