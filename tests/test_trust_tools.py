@@ -19,6 +19,7 @@ import textwrap
 import pytest
 
 from conftest import REPO
+from transformer import configs
 from transformer.tools import cli
 from transformer.tools import explore
 from transformer.tools import kernel_regression
@@ -327,3 +328,19 @@ def test_kernel_regression_refuses_bandwidths_it_cannot_compute(bandwidth):
   with pytest.raises(ValueError, match=re.escape(
       f'--bandwidth={bandwidth} must be in [1e-06, 1000000.0]')):
     kernel_regression.fit(bandwidth=bandwidth, steps=2)
+
+
+# -- Experiment arguments (#90).
+
+
+def test_a_comma_in_an_experiment_argument_suggests_the_field_flag():
+  with pytest.raises(ValueError) as error:
+    configs.parse_args('path=/data/dir,with=comma,src=de,tgt=en,runlocal',
+                       name='experiments/mt_local.py',
+                       known=('path', 'src', 'tgt', 'runlocal'))
+  message = str(error.value)
+  assert "unknown arguments ['with']" in message
+  assert ("path=/data/dir,with=comma was cut at its comma. Give that value "
+          "as a flag, which takes any text: "
+          "--config.data.path=/data/dir,with=comma;" in message), message
+

@@ -14,6 +14,7 @@ import dataclasses
 import functools
 import importlib.util
 import os
+import shlex
 import types
 import typing
 from typing import Any, Mapping, Sequence
@@ -109,7 +110,7 @@ def parse_args(arg: str, *, name: str, known: Sequence[str],
   unknown = sorted(set(args) - set(known))
   if unknown:
     raise ValueError(f'{name}: unknown arguments {unknown}; known: '
-                     f'{", ".join(known)}.')
+                     f'{", ".join(known)}.{_comma_hint(arg, known)}')
   for key in WORKDIR_ARGS:
     if key in items or args.get(key) == '':
       raise ValueError(
@@ -121,6 +122,34 @@ def parse_args(arg: str, *, name: str, known: Sequence[str],
                      f'--config={name}:' + ','.join(f'{k}=...'
                                                     for k in required))
   return args
+
+
+# The config fields the experiments' common arguments set.
+_ARGUMENT_FIELDS = {'path': 'data.path', 'data_dir': 'data.tfds_data_dir'}
+
+
+def _comma_hint(arg: str, known: Sequence[str]) -> str:
+  """Where an unknown argument follows a known one's value, that value
+  probably held a comma (a folder 'dir,with=comma'), which the argument
+  string cannot carry: how to give it instead."""
+  items = [item for item in arg.split(',') if item]
+  keys = [item.partition('=')[0] for item in items]
+  for i in range(1, len(items)):
+    key, _, value = items[i - 1].partition('=')
+    if keys[i] in known or key not in known or not value:
+      continue
+    end = next((j for j in range(i, len(items)) if keys[j] in known),
+               len(items))
+    whole = ','.join([value, *items[i:end]])
+    field = _ARGUMENT_FIELDS.get(key)
+    flag = (f'--config.{field}={shlex.quote(whole)}' if field else
+            f'--config.FIELD={shlex.quote(whole)}, FIELD the config field '
+            f'{key}= sets (the experiment\'s docstring says which)')
+    return (f' A comma separates the arguments, so {key}={whole} was cut '
+            f'at its comma. Give that value as a flag, which takes any '
+            f'text: {flag}; where the experiment requires {key}=, give it '
+            f'any value without a comma.')
+  return ''
 
 
 # -- Overrides ----------------------------------------------------------------
