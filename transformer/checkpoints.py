@@ -387,21 +387,31 @@ class _Vanished(Exception):
     self.step = step
 
 
-def _gone(mngr: ocp.CheckpointManager, step: int) -> bool:
-  return not (mngr.directory / str(step)).is_dir()
+def _gone(mngr: ocp.CheckpointManager, step: int, wait: float = 0.0
+          ) -> bool:
+  """Whether checkpoint `step`'s folder is gone, or goes within `wait`
+  seconds (orbax deletes a folder file by file: a read can fail on a
+  missing file while the folder is still there)."""
+  deadline = time.monotonic() + wait
+  while (mngr.directory / str(step)).is_dir():
+    if time.monotonic() >= deadline:
+      return False
+    time.sleep(0.1)
+  return True
 
 
 @contextlib.contextmanager
 def _reading(mngr: ocp.CheckpointManager, step: int) -> Iterator[None]:
   """Reads of checkpoint `step`, whose failure once its folder is gone is
   `_Vanished` (a run training into the workdir deleted it), not damage:
-  orbax says "Checkpoint at ... not found", or the OS "No such file"."""
+  orbax says "Checkpoint at ... not found", TensorStore "NOT_FOUND", the
+  OS "No such file"."""
   try:
     yield
   except (IncompatibleCheckpoint, _Vanished):
     raise
   except Exception as e:  # pylint: disable=broad-except
-    if _gone(mngr, step):
+    if _gone(mngr, step, wait=2.0):
       raise _Vanished(step) from e
     raise
 
@@ -414,7 +424,7 @@ def verified(mngr: ocp.CheckpointManager, step: int) -> None:
       raise _Vanished(step)
     if verify_checksums(os.fspath(mngr.directory / str(step))):
       return
-    if _gone(mngr, step):  # its checksums.json went with it
+    if _gone(mngr, step, wait=0.5):  # its checksums.json went with it
       raise _Vanished(step)
   print(f'Checkpoint {step} in {mngr.directory} has no {CHECKSUMS} (an '
         f'older version wrote it and was stopped before recording them): '
