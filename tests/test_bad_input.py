@@ -16,6 +16,7 @@ from conftest import REPO
 from conftest import write_idx
 from transformer import configs
 from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.data import captions
 from transformer.data import glue
 from transformer.data import images
@@ -489,9 +490,9 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
                                                         tmp_path):
   not_image = tmp_path / 'notes.png'
   not_image.write_text('hello')
-  lm_workdir = tmp_path / 'lm'
-  lm_workdir.mkdir()
-  (lm_workdir / 'config.json').write_text('{"task": "language_modeling"}')
+  lm_workdir = tmp_path / 'lm'  # a whole language model's config
+  workdir_lib.save_config(load_experiment('lm_offline', 'runlocal'),
+                          str(lm_workdir))
   damaged = tmp_path / 'damaged'
   if case == 'damaged SentencePiece model':
     shutil.copytree(trained, damaged)

@@ -11,6 +11,7 @@ after a checkpoint, rerun to resume). The other commands are in
 
 import os
 import signal
+import shlex
 import sys
 
 
@@ -112,7 +113,7 @@ def main(argv):
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
   workdir = os.fspath(files.path(workdir))
   print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
-        f'TensorBoard: tensorboard --logdir={workdir}\n'
+        f'TensorBoard: tensorboard --logdir={shlex.quote(workdir)}\n'
         f'Reports and plots: {workdir}/reports, {workdir}/plots\n'
         f'Log: {files.join(workdir, "logs")}')
 
