@@ -485,7 +485,8 @@ USER_ERROR, MISSING_INPUT = 2, 66
     'missing image', 'unknown flag field', 'positional argument',
     'translate with a language-model workdir',
     'generate with a translation workdir', 'damaged SentencePiece model',
-    'output into a folder'])
+    'output into a folder', 'input file a folder', 'prompts file missing',
+    'predict a folder', 'predict batch of zero'])
 def test_commands_refuse_bad_input_without_a_traceback(case, trained,
                                                         tmp_path):
   not_image = tmp_path / 'notes.png'
@@ -518,7 +519,8 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
           "task, not 'image_classification'", USER_ERROR),
       'missing image': (
           ('tools.predict', f'--workdir={trained}', str(tmp_path / 'no.png')),
-          b'', 'No such files', MISSING_INPUT),
+          b'', f'{tmp_path}/no.png: no such file; give PNG or JPEG image '
+          'files', MISSING_INPUT),
       'unknown flag field': (
           ('main', '--config=' + os.path.join(
               REPO, 'experiments', 'mt_offline.py:runlocal'),
@@ -544,6 +546,21 @@ def test_commands_refuse_bad_input_without_a_traceback(case, trained,
           ('tools.translate', f'--workdir={trained}', f'--output={tmp_path}'),
           b'a dog\n', f'--output={tmp_path} is a folder; give the path of '
           f'the file', USER_ERROR),
+      'input file a folder': (
+          ('tools.translate', f'--workdir={trained}', f'--input={tmp_path}'),
+          b'', f'--input={tmp_path} is a folder; give a UTF-8 text file',
+          USER_ERROR),
+      'prompts file missing': (
+          ('tools.generate', f'--workdir={trained}',
+           f'--prompts_file={tmp_path}/no.txt'), b'',
+          f'--prompts_file={tmp_path}/no.txt: no such file', MISSING_INPUT),
+      'predict a folder': (
+          ('tools.predict', f'--workdir={trained}', str(tmp_path)), b'',
+          f'{tmp_path} is a folder; give PNG or JPEG image files (a '
+          "folder's files: FOLDER/*)", USER_ERROR),
+      'predict batch of zero': (
+          ('tools.predict', f'--workdir={trained}', '--batch_size=0',
+           str(not_image)), b'', '--batch_size=0 must be >= 1', USER_ERROR),
   }
   args, stdin, message, code = runs[case]
   run = command(*args, stdin=stdin)

@@ -60,6 +60,7 @@ from transformer import faults
 from transformer import ranges
 from transformer import workdir as workdir_lib
 from transformer.data import files
+from transformer.data import text
 
 RUN_FAILED = 1
 USER_ERROR = 2
@@ -83,6 +84,28 @@ def check_flag(name: str, value: float | None, *,
     ranges.check(f'--{name}', value,
                  low=above if at_least is None else at_least,
                  low_in=at_least is not None, high=at_most, high_in=True)
+
+
+def input_lines(flag: str | None, path: str) -> list[str]:
+  """The lines of a UTF-8 text file that a flag (or, None, an argument)
+  names, `-` for standard input; a path missing or a folder is refused,
+  named, before any work."""
+  if path == '-':
+    return text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
+                                             'standard input'))
+  check_input_file(flag, path, 'a UTF-8 text file, one line each')
+  return text.utf8_lines(path)
+
+
+def check_input_file(flag: str | None, path: str, what: str) -> None:
+  """Refuses an input path that is missing or a folder, naming the flag
+  (None: a command-line argument) and `what` to give instead."""
+  name = f'{flag}={path}' if flag else path
+  if files.path(path).is_dir():
+    raise IsADirectoryError(f'{name} is a folder; give {what} (a folder\'s '
+                            'files: FOLDER/*).')
+  if not files.exists(path):
+    raise FileNotFoundError(f'{name}: no such file; give {what}.')
 
 
 def backslash_escapes(name: str, value: str) -> str:

@@ -25,7 +25,6 @@ from typing import NamedTuple, Sequence
 from absl import flags
 
 from transformer import workdir as workdir_lib
-from transformer.data import text
 from transformer.tools import cli
 
 
@@ -134,7 +133,7 @@ def main(argv):
   args = flags.FLAGS
   prompts = list(args.prompt)
   if args.prompts_file:
-    prompts += text.utf8_lines(args.prompts_file)
+    prompts += cli.input_lines('--prompts_file', args.prompts_file)
   # Backslash escapes ('\\n') become characters; other text stays as typed.
   stop = [cli.backslash_escapes('stop', s) for s in args.stop]
   samples, step, figures = generate(

@@ -75,9 +75,8 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
   docstring; maps already there are refused unless `overwrite`)."""
   if not paths:
     raise ValueError('Give image files to classify after the flags.')
-  missing = [p for p in paths if not os.path.isfile(p)]
-  if missing:
-    raise FileNotFoundError(f'No such files: {missing}')
+  for path in paths:
+    cli.check_input_file(None, path, 'PNG or JPEG image files')
   for name, value in (('top_k', top_k), ('average', average),
                       ('batch_size', batch_size)):
     cli.check_flag(name, value, at_least=1)
@@ -201,7 +200,7 @@ def _text_lines(paths: Sequence[str], pairs: bool | None) -> list[str]:
     return lines
   found = []
   for path in paths:
-    lines = text.utf8_lines(path)
+    lines = cli.input_lines(None, path)
     _check_shape(lines, pairs, path)
     found += lines
   return found
@@ -209,6 +208,7 @@ def _text_lines(paths: Sequence[str], pairs: bool | None) -> list[str]:
 
 def main(argv):
   args = flags.FLAGS
+  cli.check_flag('batch_size', args.batch_size, at_least=1)
   config = workdir_lib.load_config(args.workdir)
   if config.task == 'text_classification':
     if args.attention_dir:

@@ -37,7 +37,6 @@ import numpy as np
 from absl import flags
 
 from transformer import workdir as workdir_lib
-from transformer.data import text
 from transformer.tools import cli
 
 
@@ -184,11 +183,7 @@ def main(argv):
              (('output', args.output), ('alignments', args.alignments))
              if path and path != '-']
   cli.check_outputs(outputs, overwrite=args.overwrite, inputs=[args.input])
-  if args.input == '-':
-    sentences = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
-                                                  'standard input'))
-  else:
-    sentences = text.utf8_lines(args.input)
+  sentences = cli.input_lines('--input', args.input)
   with cli.Writing(outputs, overwrite=args.overwrite) as writing:
     translations, step, alignments = translate(
         args.workdir, sentences, beam_size=args.beam_size,
