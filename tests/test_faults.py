@@ -97,7 +97,14 @@ def test_sigterm_checkpoints_exits_and_resumes_bitwise(uninterrupted,
   assert resumed.returncode == 0, output[-3000:]
   assert f'step {stopped + 1}/{STEPS}' in output
   assert f'step {stopped}/{STEPS}' not in output
+  assert f'Resumed from the checkpoint of step {stopped} of {STEPS}.' in output
   assert_bitwise_equal(final_params(tmp_path), uninterrupted)
+  again = start_training(tmp_path)  # a finished run, rerun: says so
+  output = again.communicate(timeout=600)[0]
+  assert again.returncode == 0, output[-3000:]
+  assert (f'Resumed from the checkpoint of step {STEPS} of {STEPS}: '
+          'training is done; evaluating it again.') in output
+  assert f'step {STEPS}/{STEPS}' not in output
 
 
 def test_sigkill_resumes_from_the_last_periodic_checkpoint_bitwise(

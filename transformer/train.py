@@ -486,6 +486,11 @@ def _train_and_evaluate(config: ml_collections.ConfigDict,
   num_params = sum(x.size for x in jax.tree.leaves(state.params))
   print(f'Model: {num_params:,} parameters; mesh {dict(trainer.mesh.shape)}; '
         f'workdir {workdir}', flush=True)
+  if start:  # a rerun says where it stands, as a user restarting asks
+    print(f'Resumed from the checkpoint of step {start} of '
+          f'{config.train.num_steps}' + (
+              ': training is done; evaluating it again.'
+              if start >= config.train.num_steps else '.'), flush=True)
   writer = metrics.MetricWriter(workdir)
   with sharding.active(trainer.mesh, trainer.rules), \
       checkpoints.finish_writes_on_error(mngr):
