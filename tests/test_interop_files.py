@@ -56,6 +56,21 @@ def test_a_valid_file_reads(tmp_path):
       files.read_safetensors(str(tmp_path))['w'], [1.5, -2.0])
 
 
+def test_a_pickled_checkpoint_is_refused_with_the_rewrite_to_run(tmp_path):
+  (tmp_path / 'pytorch_model.bin').write_bytes(b'not read')
+  with pytest.raises(FileNotFoundError) as error:
+    files.read_safetensors(str(tmp_path))
+  message = str(error.value)
+  assert 'pickled .bin checkpoints can run code' in message
+  assert (f"torch.load('{tmp_path}/pytorch_model.bin', weights_only=True)"
+          in message)
+  assert f"'{tmp_path}/model.safetensors'" in message
+  (tmp_path / 'pytorch_model.bin').unlink()  # nothing to rewrite: no command
+  with pytest.raises(FileNotFoundError) as error:
+    files.read_safetensors(str(tmp_path))
+  assert 'torch.load' not in str(error.value)
+
+
 def test_a_shard_outside_the_model_folder_is_refused(tmp_path):
   model = tmp_path / 'model'
   model.mkdir()

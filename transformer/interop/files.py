@@ -292,9 +292,19 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
     for shard in _shard_paths(directory, index):
       tensors.update(_load_safetensors(shard))
     return tensors
+  fix = ''
+  if os.path.exists(os.path.join(directory, 'pytorch_model.bin')):
+    # torch's weights_only loader refuses code; clone() unties shared
+    # tensors, which safetensors will not write twice.
+    fix = (f'; it has pytorch_model.bin: rewrite it as safetensors with '
+           f'torch: python -c "import torch, safetensors.torch as s; '
+           f"d = torch.load('{directory}/pytorch_model.bin', "
+           f"weights_only=True); s.save_file({{k: v.clone() for k, v in "
+           f"d.items()}}, '{directory}/model.safetensors')\"")
   raise FileNotFoundError(
       f'No model.safetensors or model.safetensors.index.json in {directory} '
-      f'(only safetensors are read: pickled .bin checkpoints can run code).')
+      f'(only safetensors are read: pickled .bin checkpoints can run code)'
+      f'{fix}.')
 
 
 def read_npz(path: str) -> dict[str, np.ndarray]:
