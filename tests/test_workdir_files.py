@@ -29,7 +29,34 @@ def test_binary_run_lock_is_named_and_taken_over(tmp_path, capsys):
   assert (f'{tmp_path}/run.lock is damaged: not UTF-8 text (byte 0 is 0xff); '
           f'no run holds it, so this run takes it over.') in out
   assert held.startswith('host ') and f'pid {os.getpid()}' in held
-  assert (tmp_path / 'run.lock').read_text() == ''  # released
+  assert not (tmp_path / 'run.lock').exists()  # released: gone
+
+
+def test_a_run_ending_in_an_error_leaves_no_lock_file(tmp_path):
+  with pytest.raises(RuntimeError):
+    with workdir_lib.lock(str(tmp_path)):
+      raise RuntimeError('the run failed')
+  assert not (tmp_path / 'run.lock').exists()
+  with workdir_lib.lock(str(tmp_path)):  # taken again at once, silently
+    assert (tmp_path / 'run.lock').read_text().startswith('host ')
+
+
+def test_a_lock_file_removed_while_being_taken_is_opened_again(
+    tmp_path, monkeypatch):
+  # A run ending between this run's open and its lock removes the file it
+  # opened: a lock on that file would not exclude the next run.
+  real_flock, calls = workdir_lib.fcntl.flock, []
+
+  def flock_after_the_holder_left(handle, operation):
+    calls.append(os.fstat(handle.fileno()).st_ino)
+    if len(calls) == 1:
+      os.unlink(tmp_path / 'run.lock')
+    real_flock(handle, operation)
+
+  monkeypatch.setattr(workdir_lib.fcntl, 'flock', flock_after_the_holder_left)
+  with workdir_lib.lock(str(tmp_path)):
+    held = os.stat(tmp_path / 'run.lock').st_ino
+  assert len(calls) == 2 and calls[-1] == held
 
 
 # Holds the lock of the workdir argv[1] until killed, its record garbage.

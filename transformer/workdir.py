@@ -126,21 +126,8 @@ def lock(workdir: str) -> Iterator[None]:
       yield
     return
   path = os.path.join(workdir, LOCK_FILE)
-  # Appending: opening never empties the record of a holder still running.
-  handle = open(path, 'a+b')  # pylint: disable=consider-using-with
-  held = False
+  handle, previous, damaged = _take_lock(workdir, path)
   try:
-    handle.seek(0)
-    previous, damaged = _lock_record(path, handle.read())
-    try:
-      fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError as e:
-      holder = previous or damaged or 'holder unknown'
-      raise WorkdirBusy(
-          f'{workdir} is in use by another training run ({holder}): wait '
-          f'for it to end or stop it, or train into another --workdir.'
-      ) from e
-    held = True
     if damaged:
       print(f'{damaged}; no run holds it, so this run takes it over.',
             flush=True)
@@ -152,9 +139,45 @@ def lock(workdir: str) -> Iterator[None]:
     handle.flush()
     yield
   finally:
-    if held:
-      handle.truncate(0)  # released cleanly: no holder to name
+    # However the run ended, the file goes while still locked, so a
+    # finished workdir keeps no lock file (a killed run's stays, naming
+    # it, for the next run to take over).
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(path)
     handle.close()  # which releases the lock
+
+
+def _take_lock(workdir: str, path: str):
+  """(the open, locked run.lock, its previous holder, its damage). A file
+  unlinked by a run that ended between our open and our lock is not the
+  lock any more: opened again."""
+  while True:
+    # Appending: opening never empties the record of a holder still running.
+    handle = open(path, 'a+b')  # pylint: disable=consider-using-with
+    try:
+      handle.seek(0)
+      previous, damaged = _lock_record(path, handle.read())
+      try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError as e:
+        holder = previous or damaged or 'holder unknown'
+        raise WorkdirBusy(
+            f'{workdir} is in use by another training run ({holder}): wait '
+            f'for it to end or stop it, or train into another --workdir.'
+        ) from e
+      if _same_file(handle, path):
+        return handle, previous, damaged
+    except BaseException:
+      handle.close()
+      raise
+    handle.close()
+
+
+def _same_file(handle, path: str) -> bool:
+  try:
+    return os.fstat(handle.fileno()).st_ino == os.stat(path).st_ino
+  except FileNotFoundError:
+    return False
 
 
 def _lock_record(path: str, raw: bytes) -> tuple[str, str]:
