@@ -129,7 +129,9 @@ def _our_steady_rate(workdir: str, steps: int) -> float | None:
   """Examples per second over the second half of the run, from the
   trainer's TensorBoard scalars (every width compiled by then)."""
   from transformer import metrics  # pylint: disable=g-import-not-at-top
-  rates = metrics.read_scalars(workdir).get('train/sentences_per_second', {})
+  scalars = metrics.read_scalars(workdir)  # pair tasks count pairs
+  rates = scalars.get('train/pairs_per_second',
+                      scalars.get('train/sentences_per_second', {}))
   late = [value for step, value in rates.items() if step > steps // 2]
   return sum(late) / len(late) if late else None
 

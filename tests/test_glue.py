@@ -5,6 +5,7 @@ the offline pair tasks' labels, and fine-tuning runs that report the
 task's metrics (STS-B regression, MNLI matched and mismatched)."""
 
 import collections
+import re
 
 import numpy as np
 import pytest
@@ -180,11 +181,17 @@ def stsb_and_mnli(root):
     (root / 'mnli' / f'{split}.tsv').write_text('\n'.join(lines) + '\n')
 
 
-def test_fine_tuning_reports_each_tasks_glue_metrics(tmp_path):
+def test_fine_tuning_reports_each_tasks_glue_metrics(tmp_path, capfd):
   stsb_and_mnli(tmp_path)
   config = load_experiment(
       'glue', f'task=stsb,source=tsv,path={tmp_path / "stsb"},runlocal')
   result = train.train_and_evaluate(config, str(tmp_path / 'stsb_run'))
+  # A pair task counts pairs: its data line, progress and TensorBoard.
+  out = capfd.readouterr().out
+  assert re.search(r'Training data: [\d,]+ pairs,', out), out
+  assert re.search(r'pairs/s [\d,]+', out) and 'sentences' not in out, out
+  assert 'train/pairs_per_second' in metrics.read_scalars(
+      str(tmp_path / 'stsb_run'))
   assert {'pearson', 'spearman', 'loss'} <= set(result)
   assert 'accuracy' not in result and -1 <= result['pearson'] <= 1
   config = load_experiment(

@@ -210,6 +210,9 @@ class TextClassificationTask(base.Task):
     self.max_length = config.data.max_length
     self.glue = glue.spec(config.data.glue_task) if config.data.glue_task \
         else None
+    # What the progress line, TensorBoard and the data line count.
+    self.unit = 'pairs' if self.glue is not None and self.glue.pair else (
+        'sentences')
     self.num_classes = (self.glue.num_classes if self.glue
                         else config.data.num_classes)
     self.tokenizer = self._tokenizer()
@@ -331,9 +334,7 @@ class TextClassificationTask(base.Task):
         start_step=start_step, row_multiple=self.batch_divisor,
         rows_per_batch=data.batch_rows, length_multiple=data.length_multiple)
     self.examples(data.eval_split)  # a wrong split fails now, not later
-    unit = 'pairs' if self.glue is not None and self.glue.pair else (
-        'sentences')
-    print(f'Training data: {batches.examples_per_epoch:,} {unit}, '
+    print(f'Training data: {batches.examples_per_epoch:,} {self.unit}, '
           f'{batches.batches_per_epoch:,} batches per epoch.', flush=True)
     return iter(batches)
 
