@@ -126,6 +126,12 @@ def layers_to_join(before: int, after: int, n: int) -> int:
       (n - 1) / span)
 
 
+def _fitting(lengths: list[int]) -> int:
+  """The largest power of two up to 64 that divides every length."""
+  return max(r for r in (1, 2, 4, 8, 16, 32, 64)
+             if all(n % r == 0 for n in lengths if n > 0))
+
+
 def measure(d: int, lengths: list[int], kernel: int, window: int,
             batch: int, repeats: int) -> dict[str, dict]:
   results = {}
@@ -145,6 +151,12 @@ def measure(d: int, lengths: list[int], kernel: int, window: int,
 def main(argv):
   del argv
   d, lengths = _D.value, [int(n) for n in _LENGTHS.value]
+  misfits = [n for n in lengths if n < 1 or n % _WINDOW.value]
+  if _WINDOW.value < 1 or misfits:  # before anything compiles
+    raise app.UsageError(
+        f'--window={_WINDOW.value} must be >= 1 and divide every --lengths '
+        f'value (not {", ".join(map(str, misfits))}): restricted attention '
+        f'works in blocks of r queries; e.g. --window={_fitting(lengths)}.')
   results = measure(d, lengths, _KERNEL.value, _WINDOW.value, _BATCH.value,
                     _REPEATS.value)
   print(f'One layer, d={d}, batch {_BATCH.value}, k={_KERNEL.value}, '

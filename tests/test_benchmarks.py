@@ -164,6 +164,18 @@ def test_input_pipeline_benchmark_reads_its_cache_in_a_fresh_process(
   assert not os.listdir(tmp_path)  # its own folder removed without --keep
 
 
+def test_table1_window_that_does_not_fit_the_lengths_is_a_flag_error():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  run = subprocess.run([sys.executable, os.path.join(root, 'benchmarks',
+                                                     'complexity.py'),
+                        '--lengths=8,16', '--d=8'],  # the default window 64
+                       capture_output=True, text=True, check=False, cwd=root)
+  assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr
+  assert ('--window=64 must be >= 1 and divide every --lengths value (not '
+          '8, 16)') in run.stderr and 'e.g. --window=8' in run.stderr
+
+
 def test_table1_layers_reach_what_the_paper_says():
   # In its own process: the benchmark's flags (--repeats, ...) would clash
   # with another benchmark's imported into this one.

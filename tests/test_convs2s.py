@@ -13,7 +13,9 @@ import pytest
 from conftest import load_experiment
 from transformer import layers
 from transformer import train
+from transformer import workdir as workdir_lib
 from transformer.models import convs2s
+from transformer.tools import heads
 
 
 def setup(**overrides):
@@ -101,3 +103,7 @@ def test_translation_runs_with_the_convolution_family(tmp_path):
   assert config.model.family == 'convs2s'
   result = train.train_and_evaluate(config, str(tmp_path))
   assert {'bleu', 'loss', 'perplexity'} <= set(result)
+  # Its single-head attention has no heads to prune: said as ConvS2S's.
+  with pytest.raises(ValueError, match=r'no multi-head attention \(ConvS2S '
+                     r'attends with one dot-product head per decoder layer'):
+    heads.head_importance(workdir_lib.restore(str(tmp_path)))

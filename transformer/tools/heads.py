@@ -132,9 +132,13 @@ def head_importance(restored: workdir_lib.Restored, *, batches: int = 0
   task, params = restored.task, restored.params
   paths = attention_layers(params)
   if not paths:
-    raise ValueError('This model has no multi-head attention (an RNN '
-                     'attends with one additive or dot head): no heads to '
-                     'score.')
+    family = restored.config.model.get('family', '')
+    how = {'rnn': 'an RNN encoder-decoder attends with one additive or dot '
+                  'head',
+           'convs2s': 'ConvS2S attends with one dot-product head per '
+                      'decoder layer'}.get(family, 'it has one head or none')
+    raise ValueError(f'This model has no multi-head attention ({how}): no '
+                     'heads to score or prune.')
 
   @jax.jit
   def scores(params, batch):
