@@ -117,6 +117,27 @@ def test_failed_and_inexpressible_rows_are_reported_not_dropped(ran):
       'not expressible: the translation config has no field model.no_such')
 
 
+def test_the_command_fails_naming_each_failed_row(ran, spec_path, tmp_path):
+  workdir = str(tmp_path / 'rows')  # a copy: collecting rewrites the table
+  shutil.copytree(ran[0], workdir)
+  run = subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.reproduce',
+       f'--table={spec_path}', f'--workdir={workdir}', '--scale=paper',
+       '--launch=collect'], cwd=REPO, capture_output=True, text=True,
+      check=False, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert run.returncode == 1, run.stderr[-2000:]
+  assert 'Row broken failed: ValueError: config.train.keep_checkpoints' in \
+      run.stderr
+  assert '1 row(s) failed' in run.stderr and 'Traceback' not in run.stderr
+  assert f'Written: {workdir}/table.md' in run.stdout  # written all the same
+  ok = subprocess.run(  # the rows that finished alone: success
+      [sys.executable, '-m', 'transformer.tools.reproduce',
+       f'--table={spec_path}', f'--workdir={workdir}', '--scale=paper',
+       '--launch=collect', '--rows=base,h2'], cwd=REPO, capture_output=True,
+      text=True, check=False, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert ok.returncode == 0, ok.stderr[-2000:]
+
+
 def test_finished_rows_are_not_run_again_and_failed_ones_are(
     ran, spec_path, monkeypatch):
   workdir, _ = ran

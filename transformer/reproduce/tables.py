@@ -176,3 +176,10 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
     writer.writeheader()
     writer.writerows(csv_rows)
   return text
+
+
+def failed_rows(workdir: str) -> list[tuple[str, str]]:
+  """(row, reason) of each row WORKDIR/table.csv records as failed."""
+  with open(os.path.join(workdir, 'table.csv'), newline='') as f:
+    return [(record['row'], record['detail']) for record in csv.DictReader(f)
+            if record.get('status') == 'failed']

@@ -24,7 +24,9 @@ options; one per seed) and trains nothing; once the cluster has run them
 into the same workdirs, --launch=collect (which runs nothing) writes the
 table. Every mode ends by writing WORKDIR/table.md and WORKDIR/table.csv;
 the parameter column is computed from each row's config (jax.eval_shape),
-so `--launch=collect` on an empty workdir already gives it.
+so `--launch=collect` on an empty workdir already gives it. The command
+exits 1, after writing the table, when a selected row failed, naming each
+with its reason.
 """
 
 import shlex
@@ -33,6 +35,7 @@ import sys
 from absl import flags
 
 from transformer.reproduce import rows
+from transformer.reproduce import tables
 from transformer.tools import cli
 
 def define_flags() -> None:
@@ -78,8 +81,17 @@ def main(argv):
       command='python -m transformer.tools.reproduce ' +
       shlex.join(sys.argv[1:]))
   print(text)
-  if args.launch != 'print':
-    print(f'Written: {args.workdir}/table.md, {args.workdir}/table.csv')
+  if args.launch == 'print':
+    return
+  print(f'Written: {args.workdir}/table.md, {args.workdir}/table.csv')
+  failed = tables.failed_rows(args.workdir)
+  if failed:  # the table is written; the command still fails, naming them
+    for row, reason in failed:
+      print(f'Row {row} failed: {reason}', file=sys.stderr)
+    print(f'{len(failed)} row(s) failed; fix what each says and rerun the '
+          'same command: finished rows are not trained again.',
+          file=sys.stderr, flush=True)
+    sys.exit(cli.RUN_FAILED)
 
 
 def run() -> None:
