@@ -28,6 +28,9 @@ setuptools.setup(
         'sacrebleu>=2.6.0',
         'matplotlib>=3.11',
         'tensorboardX>=2.6.5',
+        # The viewer every run's last lines point to (`tensorboard
+        # --logdir=WORKDIR`); runs write their logs without it.
+        'tensorboard>=2.16',
         'numpy>=2.0',
         'pillow>=13.0',  # image files (also under matplotlib)
         # Reading published checkpoints and their tokenizers (convert).

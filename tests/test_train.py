@@ -328,3 +328,22 @@ def test_a_refused_config_writes_nothing(tmp_path, field, value, message):
   with pytest.raises(ValueError, match=message):
     train.train_and_evaluate(config, str(workdir))
   assert not workdir.exists()
+
+
+@pytest.mark.parametrize('installed', [True, False])
+def test_the_tensorboard_line_says_how_to_get_the_viewer(installed,
+                                                         tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  if installed:  # a viewer on PATH, whatever it is
+    viewer = tmp_path / 'tensorboard'
+    viewer.write_text('#!/bin/sh\n')
+    viewer.chmod(0o755)
+  line = subprocess.run(
+      [sys.executable, '-c', 'from transformer import main; '
+       'print(main.tensorboard_command("/runs/my run"))'],
+      capture_output=True, text=True, check=True,
+      env={**os.environ, 'PATH': str(tmp_path)}).stdout.strip()
+  command = "tensorboard --logdir='/runs/my run'"
+  assert line == (command if installed else
+                  f'pip install tensorboard, then {command}')

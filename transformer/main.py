@@ -12,6 +12,7 @@ after a checkpoint, rerun to resume). The other commands are in
 import os
 import signal
 import shlex
+import shutil
 import sys
 
 
@@ -113,9 +114,18 @@ def main(argv):
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
   workdir = os.fspath(files.path(workdir))
   print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
-        f'TensorBoard: tensorboard --logdir={shlex.quote(workdir)}\n'
+        f'TensorBoard: {tensorboard_command(workdir)}\n'
         f'Reports and plots: {workdir}/reports, {workdir}/plots\n'
         f'Log: {files.join(workdir, "logs")}')
+
+
+def tensorboard_command(workdir: str) -> str:
+  """The command that shows the run's logs; where the viewer is not
+  installed (an environment without it on PATH), how to get it first."""
+  command = f'tensorboard --logdir={shlex.quote(workdir)}'
+  if shutil.which('tensorboard'):
+    return command
+  return f'pip install tensorboard, then {command}'
 
 
 def run() -> None:
