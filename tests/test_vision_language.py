@@ -229,6 +229,30 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
                                 task.logits(params, other))
 
 
+def test_a_question_only_model_draws_no_attention_over_the_image(tmp_path):
+  blind = load_experiment('vilbert_vqa', 'blind,runlocal')
+  workdir = tmp_path / 'blind'
+  task = tasks.build(blind, str(workdir))
+  params = task.init(jax.random.key(0))
+  task.evaluate(params, label='step0')  # no co-attention figures
+  assert not (workdir / 'plots').exists() or not os.listdir(workdir / 'plots')
+  # Its only view: the words', the same whatever the image.
+  questions = task.split('test')[0]
+  views = [task.attention_views(params, questions.questions[0], image)
+           for image in questions.scenes.images[:2]]
+  assert [v.name for v in views[0]] == [
+      'self-attention over the words (a question-only model never sees the '
+      'image)']
+  np.testing.assert_array_equal(views[0][0].weights, views[1][0].weights)
+  assert views[0][0].queries == views[0][0].keys
+  workdir_lib.save_config(blind, str(workdir))
+  Image.fromarray(questions.scenes.images[0]).save(tmp_path / 'scene.png')
+  with pytest.raises(ValueError, match=r'question-only model \(config.data.'
+                     r'blind\): it never sees the image.*--attention_dir'):
+    ask.ask(str(workdir), str(tmp_path / 'scene.png'), ['how many?'],
+            attention_dir=str(tmp_path / 'maps'))
+
+
 def test_referring_expressions_from_pretraining(pretrained, tmp_path):
   _, source = pretrained
   config = load_experiment('vilbert_refer', 'runlocal')

@@ -92,11 +92,16 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
             'images': pad(questions.scenes.images[rows]),
             'answers': pad(answers[rows] + 1)}  # 0: a filler row
 
+  def _regions_seen(self, images, tokens):
+    """The regions of the real rows' images, none for a question-only
+    model (`config.data.blind`), which never sees them."""
+    real = tokens[:, 0] > 0
+    return self.regions(images, real & (not self.config.data.blind))
+
   def logits(self, params: Any, batch: dict[str, jax.Array], *,
              deterministic: bool = True, rng: jax.Array | None = None):
-    real = batch['tokens'][:, 0] > 0
-    features, boxes, region_mask = self.regions(
-        batch['images'], real & (not self.config.data.blind))
+    features, boxes, region_mask = self._regions_seen(batch['images'],
+                                                      batch['tokens'])
     return self.model.apply(
         {'params': params}, batch['tokens'], features, boxes, region_mask,
         deterministic=deterministic, method='answer_logits',
@@ -146,7 +151,8 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
               for kind in scenes.QUESTION_TYPES if (kinds == kind).any()}
     print('VQA accuracy by question type: ' + ', '.join(
         f'{k[9:]} {v:.1%}' for k, v in result.items()), flush=True)
-    self.plot_co_attention(params, split, predicted, label)
+    if not self.config.data.blind:  # a question-only model sees no image
+      self.plot_co_attention(params, split, predicted, label)
     return result
 
   def plot_co_attention(self, params: Any, split: str,
@@ -195,7 +201,7 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
   def _attention(self, params, tokens, images):
     """Every attention layer's weights while the model reads the question
     `tokens` about `images`: {path: [B, N, T, S]}."""
-    features, boxes, region_mask = self.regions(images, tokens[:, 0] > 0)
+    features, boxes, region_mask = self._regions_seen(images, tokens)
     _, state = self.model.apply(
         {'params': params}, tokens, features, boxes, region_mask,
         deterministic=True, method='encode', mutable=['intermediates'])
@@ -219,6 +225,14 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
                            for c in range(grid)]
     picture = augment.to_unit(image)
     grouped = base.group_layers(weights)
+    if self.config.data.blind:  # no regions reach it: only the words'
+      # (one stream: words first, then the regions it never sees)
+      words_self = (next(iter(grouped.values()))
+                    if self.model_config.architecture == 'single_stream'
+                    else grouped['text_layers/self_attention'])
+      return [base.AttentionView(
+          'self-attention over the words (a question-only model never sees '
+          'the image)', words, words, words_self[..., :length, :length])]
     if self.model_config.architecture == 'single_stream':
       # Words (padded to max_length), then the IMG token and the regions.
       [stacked] = grouped.values()
@@ -247,7 +261,7 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
 
   @functools.partial(jax.jit, static_argnums=(0,))
   def _co_attention(self, params, tokens, images):
-    features, boxes, region_mask = self.regions(images, tokens[:, 0] > 0)
+    features, boxes, region_mask = self._regions_seen(images, tokens)
     return vilbert.co_attention(self.model, params, tokens, features, boxes,
                                 region_mask)
 

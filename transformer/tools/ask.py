@@ -56,6 +56,10 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
     raise ValueError('Give at least one --question.')
   cli.check_flag('top_k', top_k, at_least=1)
   config = cli.workdir_config(workdir, 'visual_question_answering')
+  if attention_dir and config.data.blind:
+    raise ValueError(f'{workdir} is a question-only model (config.data.blind)'
+                     ': it never sees the image, so it has no co-attention '
+                     'over it to draw; leave out --attention_dir.')
   [name] = cli.output_names([image])
   figures = [os.path.join(attention_dir, f'{name}_question{number}.png')
              for number in range(len(questions))] if attention_dir else []
