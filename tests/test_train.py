@@ -223,6 +223,15 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
   assert len(lines) == 6, lines  # one log line per step
   for line, want in zip(lines, expected):
     assert (want in line) if want else ('new batch shape' not in line), line
+  # Compiling stays out of rates and the time remaining: the first line's
+  # window is the first step alone (no rate, nothing measured yet); the
+  # time remaining comes once a window that compiled nothing is measured.
+  assert 'ms/step' not in lines[0] and 'remaining -' in lines[0], lines
+  measured = False
+  for line, want in zip(lines[1:], expected[1:]):
+    assert 'ms/step' in line, line
+    measured = measured or want is None
+    assert ('remaining -' in line) != measured, (line, lines)
 
 
 @pytest.mark.parametrize('skip_nonfinite', [True, False])

@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 from transformer import checkpoints
+from transformer import console
 from transformer import faults
 from transformer import metrics
 from transformer import optimizers
@@ -254,11 +255,17 @@ class _TrainLog:
 
   def __init__(self, workdir: str, writer: metrics.MetricWriter, unit: str,
                start: int, num_steps: int, schedule: optax.Schedule,
-               progress: dict[str, float] | None):
+               progress: dict[str, float] | None,
+               line: console.ProgressLine | None = None):
     self.workdir, self.writer, self.unit = workdir, writer, unit
     self.start, self.num_steps, self.schedule = start, num_steps, schedule
+    self.line = line or console.ProgressLine()
     self.run_start = self.window_start = time.time()
     self.sums, self.steps = None, 0
+    # Rates and the time remaining leave compiling out: the first step's
+    # wait (`first_step`) and windows that compiled for new batch shapes.
+    self.first_done = None
+    self.measured_seconds, self.measured_steps = 0.0, 0
     # Each new batch shape (bucketed batches have several) is one more
     # compilation of the step, inside the window's time: the log says so.
     self.shapes, self.new_shapes = set(), 0
@@ -298,7 +305,8 @@ class _TrainLog:
     evaluation) and reports how long tracing and compiling took."""
     compile_seconds = time.time() - self.window_start
     jax.block_until_ready(sums)
-    seconds = time.time() - self.window_start
+    self.first_done = time.time()
+    seconds = self.first_done - self.window_start
     self.writer.write_scalars(step, {'train/first_step_seconds': seconds})
     print(f'Traced and compiled the train step in {compile_seconds:.1f} s '
           f'(first step done after {seconds:.1f} s).', flush=True)
@@ -313,23 +321,40 @@ class _TrainLog:
           f'checkpoint in {checkpoints.directory(self.workdir)}.')
     now = time.time()
     count = float(jax.device_get(self.sums['loss'][1]))
+    steps, seconds = self.steps, now - self.window_start
+    if self.first_done is not None and self.first_done > self.window_start:
+      # The window of the first step: rates from the steps after it.
+      steps, seconds = steps - 1, now - self.first_done
+      count *= steps / self.steps
+    if steps and not self.new_shapes:
+      self.measured_seconds += seconds
+      self.measured_steps += steps
     rate = f'{self.unit}_per_second'
     summary['learning_rate'] = float(self.schedule(step - 1))
-    summary[rate] = count / (now - self.window_start)
-    summary['step_seconds'] = (now - self.window_start) / self.steps
+    if steps:
+      summary[rate] = count / max(seconds, 1e-9)
+      summary['step_seconds'] = seconds / steps
     self.progress['train_seconds'] += now - self.window_start
-    self.progress[self.unit] += count
-    eta = (now - self.run_start) / (step - self.start) * (self.num_steps -
-                                                          step)
+    self.progress[self.unit] += float(jax.device_get(self.sums['loss'][1]))
     self.writer.write_scalars(step, {f'train/{k}': v
                                      for k, v in summary.items()})
-    print(f'step {step}/{self.num_steps}  loss {summary["loss"]:.4f}  '
-          f'{self.unit}/s {summary[rate]:,.0f}  '
-          f'{summary["step_seconds"] * 1e3:,.0f} ms/step  elapsed '
-          f'{_format_time(now - self.run_start)}  remaining '
-          f'{_format_time(eta)}{self._compiles()}', flush=True)
+    speed = (f'{self.unit}/s {summary[rate]:,.0f}  '
+             f'{summary["step_seconds"] * 1e3:,.0f} ms/step  ' if steps
+             else '')
+    self.line.show(
+        f'step {step}/{self.num_steps}  loss {summary["loss"]:.4f}  {speed}'
+        f'elapsed {_format_time(now - self.run_start)}  remaining '
+        f'{self._remaining(step)}{self._compiles()}')
     self.sums, self.steps, self.window_start = None, 0, now
     self.new_shapes = 0
+
+  def _remaining(self, step: int) -> str:
+    """The time the steps left take at the rate measured without
+    compiling; '-' before such a rate exists."""
+    if not self.measured_steps:
+      return '-' if step < self.num_steps else _format_time(0)
+    return _format_time(self.measured_seconds / self.measured_steps *
+                        (self.num_steps - step))
 
   def _compiles(self) -> str:
     if not self.new_shapes:
@@ -388,8 +413,16 @@ def _train(trainer: Trainer, state: TrainState, start: int, mngr,
   """Steps start + 1 .. num_steps with their logs, checkpoints and
   evaluations; returns the state and the last evaluation."""
   train_cfg, workdir = trainer.config.train, trainer.workdir
-  log = _TrainLog(workdir, writer, trainer.task.unit, start,
-                  train_cfg.num_steps, trainer.schedule, progress)
+  with console.ProgressLine() as line:
+    return _train_steps(trainer, state, start, mngr, writer, _TrainLog(
+        workdir, writer, trainer.task.unit, start, train_cfg.num_steps,
+        trainer.schedule, progress, line))
+
+
+def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
+                 writer: metrics.MetricWriter, log: _TrainLog
+                 ) -> tuple[TrainState, dict[str, float]]:
+  train_cfg, workdir = trainer.config.train, trainer.workdir
   monitor = faults.NonFiniteMonitor(train_cfg.nonfinite,
                                     train_cfg.max_consecutive_skips, workdir)
   batches = trainer.task.train_iter(start)
