@@ -209,7 +209,8 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
     max_length: L, the longest output.
     eos_id: end-of-sequence token.
     alpha: length-penalty exponent, >= 0; 0 ranks by log-probability.
-    start_id: the first input token.
+    start_id: the first input token, or [B] of them, one per example (a
+      language model's: each prompt's last token).
     max_lengths: optional [B] int, per-example caps on the output length.
 
   Returns:
@@ -221,8 +222,10 @@ def beam_search(step_fn: StepFn, cache: Any, *, batch_size: int,
   force_from = _limits(max_lengths, b, max_length)[:, None] - 1  # [B, 1]
   cache = _per_row(lambda x: jnp.repeat(x, k, axis=0), cache)
   # Sequences keep the start token in column 0: column i is step i's input.
+  starts = jnp.broadcast_to(jnp.asarray(start_id, jnp.int32).reshape(-1, 1),
+                            (b, k))
   live_seqs = jnp.zeros((b, k, max_length + 1), jnp.int32).at[..., 0].set(
-      start_id)
+      starts)
   # Only beam 0 starts live, or the K identical beams would fill the top K.
   live_logp = jnp.broadcast_to(
       jnp.where(jnp.arange(k) == 0, 0.0, -jnp.inf), (b, k))

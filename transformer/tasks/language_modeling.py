@@ -249,6 +249,53 @@ def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
       first_logits=logits[:, -1])
 
 
+def beam_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
+                pad: jax.Array, *, beam_size: int, max_new_tokens: int,
+                alpha: float, eos_id: int = tokenizers.EOS_ID) -> jax.Array:
+  """The best continuation of each left-padded prompt by beam search
+  (`decoding.beam_search`: the GNMT length penalty `alpha` over the new
+  tokens, EOS ending a hypothesis, as translation's).
+
+  The KV cache is prefilled with all but each prompt's last token, which
+  is the search's first input; the cache's rows are tiled to the beams
+  and reordered with them. `tokens`, `pad`: as `generate_tokens`.
+
+  Returns:
+    [B, max_new_tokens] int32, EOS kept and 0 after it.
+  """
+  batch, prompt_length = tokens.shape
+  # Every step feeds one token: the last new token is never fed.
+  capacity = prompt_length - 1 + max_new_tokens
+  params = layers.unstack_layers(params)  # a scanned model's
+  _, cache = model.apply({'params': params},
+                         jnp.zeros((batch, capacity), jnp.int32),
+                         deterministic=True, mutable=['cache'])
+  key_mask = jnp.arange(capacity)[None, :] >= pad[:, None]
+  if prompt_length > 1:
+    positions = jnp.maximum(jnp.arange(prompt_length - 1)[None] -
+                            pad[:, None], 0)
+    _, cache = model.apply(
+        {'params': params, **cache}, tokens[:, :-1], positions=positions,
+        key_mask=key_mask, deterministic=True, mutable=['cache'])
+  state = {'cache': cache['cache'], 'key_mask': key_mask,
+           'position': (prompt_length - 1 - pad)[:, None]}
+
+  def step_fn(new_tokens, state):
+    logits, cache = model.apply(
+        {'params': params, 'cache': state['cache']}, new_tokens,
+        positions=state['position'], key_mask=state['key_mask'],
+        deterministic=True, mutable=['cache'])
+    return logits[:, -1], {'cache': cache['cache'],
+                           'key_mask': state['key_mask'],
+                           'position': state['position'] + 1}
+
+  sequences, _ = decoding.beam_search(
+      step_fn, state, batch_size=batch, beam_size=beam_size,
+      max_length=max_new_tokens, eos_id=eos_id, alpha=alpha,
+      start_id=tokens[:, -1])
+  return sequences[:, 0]
+
+
 class CorpusTask(base.Task):
   """What the tasks on a text corpus share (language modelling here,
   masked language modelling): the documents of the configured corpus, the
@@ -390,14 +437,21 @@ class LanguageModelingTask(CorpusTask):
   def generate(self, params: Any, prompts: Sequence[str], *,
                max_new_tokens: int, temperature: float = 1.0, top_k: int = 0,
                top_p: float = 1.0, greedy: bool = False, seed: int = 0,
-               stop: Sequence[str] = ()) -> list[str]:
+               stop: Sequence[str] = (), beam_size: int = 0,
+               length_penalty: float = 0.6) -> list[str]:
     """Continuations of `prompts` (batched, of any lengths), cut at the
     first EOS or stop string.
 
     Longer than the context, generation continues from the last half
     context of each row (as nanoGPT crops its input): the cache is refilled
-    with that window and sampling resumes.
+    with that window and sampling resumes. With `beam_size` >= 1, each is
+    the best continuation by beam search (`beam_tokens`, GNMT penalty
+    `length_penalty`), within the context.
     """
+    if beam_size:
+      return self._decode_texts(
+          prompts, self._beam_search(params, prompts, beam_size,
+                                     max_new_tokens, length_penalty), stop)
     if not greedy and temperature <= 0:
       raise ValueError(f'temperature={temperature} must be > 0; use greedy '
                        f'decoding for the most likely tokens.')
@@ -429,7 +483,13 @@ class LanguageModelingTask(CorpusTask):
         sequences[row] += tokens
       remaining -= count
       round_ += 1
+    return self._decode_texts(prompts, new, stop)
+
+  def _decode_texts(self, prompts: Sequence[str], new: list[list[int]],
+                    stop: Sequence[str]) -> list[str]:
+    """The continuation texts of the new token ids, cut at a stop."""
     texts = []
+    prompt_ids = [self.tokenizer.encode(p, add_eos=False) for p in prompts]
     for ids, generated in zip(prompt_ids, new):
       # Decode with the prompt, so that the space (or SentencePiece word
       # boundary) between prompt and continuation is kept.
@@ -498,17 +558,54 @@ class LanguageModelingTask(CorpusTask):
               labels, f'{prefix}{i}_layer_{k}.png', titles=titles))
     return paths
 
-  def _generate_round(self, params, windows, count, temperature, top_k,
-                      top_p, greedy, rng) -> np.ndarray:
-    """[len(windows), count] tokens continuing left-padded windows."""
+  def _beam_search(self, params, prompts: Sequence[str], beam_size: int,
+                   max_new_tokens: int, alpha: float) -> list[list[int]]:
+    """The new token ids of each prompt's best continuation, EOS cut."""
+    context = self.model_config.max_length
+    windows = [[self.start_id] + self.tokenizer.encode(p, add_eos=False)
+               for p in prompts]
+    longest = max(map(len, windows))
+    if longest + max_new_tokens - 1 > context:
+      raise ValueError(
+          f'Beam search stays within the context of {context} tokens: the '
+          f'longest prompt takes {longest} (with the start token), so '
+          f'--max_new_tokens is at most {max(context - longest + 1, 0)}.')
+    tokens, pad = self._left_padded(windows)
+    output = multihost_utils.process_allgather(self._beam(
+        params, tokens, pad, alpha, beam_size=beam_size,
+        max_new_tokens=max_new_tokens), tiled=True)[:len(windows)]
+    found = []
+    for row in output:
+      row = [int(t) for t in row]
+      found.append(row[:row.index(tokenizers.EOS_ID)]
+                   if tokenizers.EOS_ID in row else row)
+    return found
+
+  @functools.partial(jax.jit, static_argnums=(0,),
+                     static_argnames=('beam_size', 'max_new_tokens'))
+  def _beam(self, params, tokens, pad, alpha, *, beam_size: int,
+            max_new_tokens: int):
+    return beam_tokens(self.decoder, params, tokens, pad, beam_size=beam_size,
+                       max_new_tokens=max_new_tokens, alpha=alpha)
+
+  def _left_padded(self, windows: list[list[int]]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """[rows, longest] right-aligned windows and [rows] their padding;
+    rows a multiple of the data-parallel shards (filler rows: EOS only)."""
     longest = max(len(w) for w in windows)
     rows = len(windows) + (-len(windows) % self.batch_divisor)
     tokens = np.zeros((rows, longest), np.int32)
-    pad = np.full(rows, longest - 1, np.int32)  # filler rows: EOS only
+    pad = np.full(rows, longest - 1, np.int32)
     for row, window in enumerate(windows + [[tokenizers.EOS_ID]] *
                                  (rows - len(windows))):
       tokens[row, longest - len(window):] = window  # left-padded
       pad[row] = longest - len(window)
+    return tokens, pad
+
+  def _generate_round(self, params, windows, count, temperature, top_k,
+                      top_p, greedy, rng) -> np.ndarray:
+    """[len(windows), count] tokens continuing left-padded windows."""
+    tokens, pad = self._left_padded(windows)
     output, _ = self._sample(params, tokens, pad, rng, temperature, top_p,
                              max_new_tokens=count, top_k=top_k, greedy=greedy)
     return multihost_utils.process_allgather(output, tiled=True)[

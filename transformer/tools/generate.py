@@ -4,11 +4,18 @@ r"""Generate text with a trained language-model workdir.
         --max_new_tokens=300 --temperature=0.8 --top_k=200 --seed=1
     python -m transformer.tools.generate --workdir=DIR \
         --prompts_file=prompts.txt --greedy --stop="\n\n"
+    python -m transformer.tools.generate --workdir=DIR --prompt="ROMEO:" \
+        --beam_size=4 --length_penalty=0.6 --max_new_tokens=40
 
 Prompts (several --prompt flags, or one per line of --prompts_file) are
 generated as one batch, whatever their lengths: the KV cache is filled with
 the left-padded prompts at once and then extended one token per step.
 `generate(workdir, prompts, ...)` does the same from python.
+
+`--beam_size=N` searches instead of sampling: translation's beam search
+(the GNMT `--length_penalty`, EOS ending a hypothesis) over the
+continuation, within the model's context; the sampling flags are refused
+beside it.
 
 `--attention_dir=DIR` also writes, per prompt and decoder layer, the
 model's self-attention (every head and their mean) over the last
@@ -42,6 +49,10 @@ def define_flags() -> None:
   flags.DEFINE_float('top_p', 1.0, 'Nucleus sampling threshold.')
   flags.DEFINE_bool('greedy', False, 'Take the most likely token.')
   flags.DEFINE_integer('seed', 0, 'Sampling seed.')
+  flags.DEFINE_integer('beam_size', None, 'Beam search of this width for '
+                       'the most likely continuation, instead of sampling.')
+  flags.DEFINE_float('length_penalty', None, 'Beam search: GNMT length '
+                     'penalty alpha (default 0.6; 0: by log-probability).')
   flags.DEFINE_multi_string('stop', [], 'Cut a sample at this string; '
                             'repeatable ("\\n" is a newline).')
   flags.DEFINE_integer('average', 1, 'Average the last N checkpoints.')
@@ -59,9 +70,25 @@ class Generated(NamedTuple):
 
 
 def _check_flags(*, max_new_tokens: int, temperature: float, top_k: int,
-                 top_p: float, greedy: bool, average: int, seed: int) -> None:
+                 top_p: float, greedy: bool, average: int, seed: int,
+                 beam_size: int | None = None,
+                 length_penalty: float | None = None) -> None:
   """Refuses sampling settings that mean nothing, before restoring."""
   cli.check_flag('max_new_tokens', max_new_tokens, at_least=1)
+  if beam_size is None:
+    if length_penalty is not None:
+      raise ValueError('--length_penalty ranks beam search\'s hypotheses: '
+                       'give --beam_size too.')
+  else:
+    cli.check_flag('beam_size', beam_size, at_least=1)
+    cli.check_flag('length_penalty', length_penalty, at_least=0)
+    sampling = [name for name, given in (
+        ('--temperature', temperature != 1.0), ('--top_k', top_k != 0),
+        ('--top_p', top_p != 1.0), ('--greedy', greedy)) if given]
+    if sampling:
+      raise ValueError(f'--beam_size searches for the most likely '
+                       f'continuation; {", ".join(sampling)} choose how to '
+                       f'sample: leave them out, or --beam_size.')
   # jax.random.key takes a 64-bit integer (the config's seed is >= 0 too).
   cli.check_flag('seed', seed, at_least=0, at_most=cli.INT64[1])
   cli.check_flag('average', average, at_least=1)
@@ -76,7 +103,8 @@ def generate(workdir: str, prompts: Sequence[str], *,
              top_k: int = 0, top_p: float = 1.0, greedy: bool = False,
              seed: int = 0, stop: Sequence[str] = (), average: int = 1,
              attention_dir: str | None = None, attention_tokens: int = 32,
-             overwrite: bool = False) -> Generated:
+             overwrite: bool = False, beam_size: int | None = None,
+             length_penalty: float | None = None) -> Generated:
   """The continuation of each prompt, the step of the checkpoint used, and
   with `attention_dir` the self-attention figures of each prompt and its
   continuation (see the module docstring; `LanguageModelingTask.generate`
@@ -87,7 +115,7 @@ def generate(workdir: str, prompts: Sequence[str], *,
                      '--prompt="" generates from nothing.')
   _check_flags(max_new_tokens=max_new_tokens, temperature=temperature,
                top_k=top_k, top_p=top_p, greedy=greedy, average=average,
-               seed=seed)
+               seed=seed, beam_size=beam_size, length_penalty=length_penalty)
   cli.check_flag('attention_tokens', attention_tokens, at_least=1)
   cli.workdir_config(workdir, 'language_modeling')
   outputs = [] if attention_dir is None else [
@@ -96,13 +124,15 @@ def generate(workdir: str, prompts: Sequence[str], *,
       for i in range(len(prompts))]
   cli.check_outputs(outputs, overwrite=overwrite)
   restored = workdir_lib.restore(workdir, average=average)
-  _note_past_context(restored.task, prompts, max_new_tokens)
+  if beam_size is None:  # beam search refuses to run past the context
+    _note_past_context(restored.task, prompts, max_new_tokens)
   with cli.Writing(outputs, overwrite=overwrite) as writing, \
       restored.active():
     samples = restored.task.generate(
         restored.params, prompts, max_new_tokens=max_new_tokens,
         temperature=temperature, top_k=top_k, top_p=top_p, greedy=greedy,
-        seed=seed, stop=stop)
+        seed=seed, stop=stop, beam_size=beam_size or 0,
+        length_penalty=0.6 if length_penalty is None else length_penalty)
     figures = [] if attention_dir is None else [
         os.path.join(attention_dir, os.path.basename(figure))
         for figure in restored.task.plot_self_attention(
@@ -141,7 +171,8 @@ def main(argv):
       temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
       greedy=args.greedy, seed=args.seed, stop=stop, average=args.average,
       attention_dir=args.attention_dir,
-      attention_tokens=args.attention_tokens, overwrite=args.overwrite)
+      attention_tokens=args.attention_tokens, overwrite=args.overwrite,
+      beam_size=args.beam_size, length_penalty=args.length_penalty)
   for prompt, sample in zip(prompts, samples):
     sys.stdout.write(f'{prompt}{sample}\n')
     if len(prompts) > 1:

@@ -1,0 +1,160 @@
+"""Beam search for language models: translation's search (GNMT penalty,
+EOS ends a hypothesis) continuing left-padded prompts from a prefilled KV
+cache finds exactly the best of all continuations, scored without a cache;
+beam 1 is greedy; the command takes --beam_size and refuses what it
+cannot mean."""
+
+import functools
+import itertools
+import os
+import subprocess
+import sys
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import load_experiment
+from conftest import REPO
+from transformer import decoding
+from transformer import train
+from transformer.data import tokenizers
+from transformer.models import decoder
+from transformer.tasks import language_modeling
+
+EOS = tokenizers.EOS_ID
+VOCAB, NEW = 6, 3  # ids 1..5 (0 is padding): 1 + 4 + 80 continuations
+PROMPTS = [[3, 4, 2], [5]]  # left-padded to one width
+
+
+def tiny(size):
+  config = decoder.config_for(size, vocab_size=VOCAB, max_length=16,
+                              dropout_rate=0.0, num_layers=2, d_model=32,
+                              num_heads=4, d_ff=64)
+  model = decoder.Decoder(config)
+  params = nn.unbox(model.init(jax.random.key(3), jnp.ones((1, 4), jnp.int32),
+                               deterministic=True))['params']
+  # Sharper than at initialisation, so that a continuation's length and
+  # the penalty decide which is best (near-uniform, EOS at once would win).
+  return config, model, jax.tree.map(lambda x: 3 * x, params)
+
+
+def left_padded(prompts):
+  width = max(map(len, prompts))
+  tokens = np.zeros((len(prompts), width), np.int32)
+  for row, prompt in enumerate(prompts):
+    tokens[row, width - len(prompt):] = prompt
+  return tokens, np.asarray([width - len(p) for p in prompts], np.int32)
+
+
+def every_continuation():
+  """Each continuation the search can return: ending at EOS, or cut at NEW
+  tokens (EOS or not). Padding is never generated."""
+  found = []
+  for length in range(1, NEW + 1):
+    for tokens in itertools.product(range(1, VOCAB), repeat=length):
+      if EOS in tokens[:-1] or (length < NEW and tokens[-1] != EOS):
+        continue
+      found.append(tokens)
+  return found
+
+
+def best_without_cache(model, params, prompt, alpha):
+  """The continuation of the highest penalised log-probability, every one
+  scored by the plain (uncached, unpadded) model."""
+  candidates = every_continuation()
+  assert len(candidates) == 85
+  rows = np.zeros((len(candidates), len(prompt) + NEW), np.int32)
+  for row, tokens in enumerate(candidates):
+    rows[row, :len(prompt) + len(tokens)] = list(prompt) + list(tokens)
+  log_probs = jax.nn.log_softmax(
+      model.apply({'params': params}, jnp.asarray(rows), deterministic=True),
+      -1)
+  scores = []
+  for row, tokens in enumerate(candidates):
+    total = sum(float(log_probs[row, len(prompt) - 1 + i, t])
+                for i, t in enumerate(tokens))
+    scores.append(total / decoding.length_penalty(len(tokens), alpha))
+  order = np.argsort(scores)[::-1]
+  assert scores[order[0]] - scores[order[1]] > 1e-4  # one best, clearly
+  return list(candidates[order[0]]), candidates
+
+
+@pytest.mark.parametrize('size', ['tiny', 'llama-tiny'])
+@pytest.mark.parametrize('alpha', [0.0, 0.6, 1.0])
+def test_a_wide_beam_finds_the_best_of_all_continuations(size, alpha):
+  _, model, params = tiny(size)
+  decode = decoder.build(model.config, decode=True)
+  tokens, pad = left_padded(PROMPTS)
+  found = jax.jit(functools.partial(
+      language_modeling.beam_tokens, decode, beam_size=216,
+      max_new_tokens=NEW, alpha=alpha))(params, tokens, pad)
+  for row, prompt in enumerate(PROMPTS):
+    best, _ = best_without_cache(model, params, prompt, alpha)
+    got = [int(t) for t in found[row]]
+    got = got[:got.index(EOS) + 1] if EOS in got else got
+    assert got == best, (row, got, best)
+
+
+def test_the_best_depends_on_the_penalty():
+  # Else the penalty test above checks one answer three times.
+  _, model, params = tiny('tiny')
+  bests = {tuple(best_without_cache(model, params, PROMPTS[0], alpha)[0])
+           for alpha in (0.0, 0.6, 1.0)}
+  assert len(bests) > 1 and max(map(len, bests)) == NEW, bests
+
+
+def test_beam_one_without_penalty_is_greedy():
+  _, model, params = tiny('tiny')
+  decode = decoder.build(model.config, decode=True)
+  tokens, pad = left_padded([[3, 4, 2], [5, 2]])
+  beam = language_modeling.beam_tokens(decode, params, tokens, pad,
+                                       beam_size=1, max_new_tokens=6,
+                                       alpha=0.0)
+  greedy, _ = language_modeling.generate_tokens(
+      decode, params, tokens, pad, jax.random.key(0), 1.0, 1.0,
+      max_new_tokens=6, top_k=0, greedy=True)
+  np.testing.assert_array_equal(beam, greedy)
+
+
+@pytest.fixture(scope='module')
+def lm_workdir(tmp_path_factory):
+  workdir = str(tmp_path_factory.mktemp('lm'))
+  train.train_and_evaluate(load_experiment('lm_offline', 'runlocal'),
+                           workdir)
+  return workdir
+
+
+def generate(*args):
+  return subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.generate', *args],
+      cwd=REPO, capture_output=True, text=True, check=False,
+      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+
+
+def test_the_command_searches_with_a_beam(lm_workdir):
+  run = generate(f'--workdir={lm_workdir}', '--prompt=the', '--prompt=a red',
+                 '--beam_size=4', '--length_penalty=0.6',
+                 '--max_new_tokens=8')
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert run.stdout.startswith('the') and '\na red' in run.stdout
+
+
+@pytest.mark.parametrize('flag,message', [
+    ('--temperature=0.7', '--beam_size searches'),
+    ('--top_k=5', '--beam_size searches'),
+    ('--greedy', '--beam_size searches'),
+    ('--beam_size=0', '--beam_size=0 must be >= 1'),
+    ('--length_penalty=-1', '--length_penalty=-1.0 must be >= 0'),
+    ('--max_new_tokens=500', 'Beam search stays within the context'),
+])
+def test_the_command_refuses_what_a_beam_cannot_mean(lm_workdir, flag,
+                                                     message):
+  args = [f'--workdir={lm_workdir}', '--prompt=the', '--max_new_tokens=4']
+  if not flag.startswith('--beam_size'):
+    args.append('--beam_size=2')
+  run = generate(*args, flag)
+  assert run.returncode == 2, run.stderr[-2000:]
+  assert message in run.stderr and 'Traceback' not in run.stderr
