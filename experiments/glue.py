@@ -10,7 +10,9 @@ fine-tuned from a masked-language-model workdir or from scratch.
 Arguments: task=cola|sst2|mrpc|qqp|stsb|mnli|qnli|rte|wnli (GLUE, from
 source=tsv, the official files under path=DIR: train.tsv and dev.tsv, MNLI's
 dev_matched.tsv and dev_mismatched.tsv, or under glue_dir=ROOT laid out as
-GLUE's download is, ROOT/RTE, ROOT/STS-B, ...; or source=tfds, `glue/TASK`
+GLUE's download is, ROOT/RTE, ROOT/STS-B, ... (default ROOT: the data
+folder's glue/, where `python -m transformer.tools.data fetch rte cola`
+puts RTE and CoLA); or source=tfds, `glue/TASK`
 prepared with `tfds build`) or task=entailment|paraphrase (offline pairs
 generated from the grammar, the default source for them); init_from=WORKDIR
 (a bert_mlm run or a converted BERT: its sizes, context and vocabulary);
@@ -34,6 +36,7 @@ import os
 
 from transformer import configs
 from transformer import workdir
+from transformer.data import datasets
 from transformer.data import glue
 from transformer.tasks import text_classification
 
@@ -96,9 +99,12 @@ CONVERTED = dict(
 
 
 def _path(task: str, args: dict[str, str]) -> str:
-  if 'glue_dir' in args and task in glue.FOLDERS:
-    return os.path.join(args['glue_dir'], glue.FOLDERS[task])
-  return args.get('path', '')
+  """path=, else the task's folder under glue_dir= or, by default, the
+  data folder's glue/ (`python -m transformer.tools.data fetch rte`)."""
+  if 'path' in args or task not in glue.FOLDERS:
+    return args.get('path', '')
+  root = args.get('glue_dir', os.path.join(datasets.data_dir(), 'glue'))
+  return os.path.join(root, glue.FOLDERS[task])
 
 
 def _steps(data, epochs: int) -> int:

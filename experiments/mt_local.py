@@ -1,9 +1,11 @@
 r"""Translation of a local parallel corpus: a folder of {split}.{lang}[.gz].
 
+    python -m transformer.tools.data fetch multi30k
     python -m transformer.main --workdir=workdirs/multi30k_de_en \
-      --config=experiments/mt_local.py:path=../shared/data/multi30k,src=de,tgt=en,eval=test_2016_flickr
+      --config=experiments/mt_local.py:src=de,tgt=en,eval=test_2016_flickr
 
-Arguments (comma-separated key=value): path (folder, required), src and tgt
+Arguments (comma-separated key=value): path (folder; default the data
+folder's multi30k/, where `transformer.tools.data fetch` puts it), src and tgt
 (language suffixes, required), train (split, default train), eval (split for
 loss and BLEU, default val), size (model size of encoder_decoder.SIZES,
 default small: 3+3 layers, D=256, 8 heads, d_ff 512, as in the Multi30k
@@ -16,6 +18,7 @@ averaging the last 5 checkpoints.
 """
 
 from transformer import configs
+from transformer.data import datasets
 from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
@@ -23,10 +26,11 @@ def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/mt_local.py',
                             known=('path', 'src', 'tgt', 'train', 'eval',
                                   'size', 'runlocal'),
-                            required=('path', 'src', 'tgt'))
+                            required=('src', 'tgt'))
   config = translation.default_config()
   config.data.update(dict(
-      source='local', path=args['path'], source_lang=args['src'],
+      source='local', path=args.get('path', datasets.local('multi30k')),
+      source_lang=args['src'],
       target_lang=args['tgt'], train_split=args.get('train', 'train'),
       eval_split=args.get('eval', 'val'), vocab_size=8_000, max_length=128,
       tokens_per_batch=4_096, eval_batch_size=64))

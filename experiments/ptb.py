@@ -10,7 +10,8 @@ of document). Sentences see the previous ones as context. A small pre-LN GPT
 (4 layers, D=256, 4 heads, context 128). Evaluation on ptb.valid during
 training; test perplexity by rerunning the finished workdir with
 `--config.data.eval_path=../shared/data/ptb/ptb.test.txt`. Arguments:
-path=FOLDER (default ../shared/data/ptb), runlocal.
+path=FOLDER (default: the data folder's ptb/, `python -m
+transformer.tools.data fetch ptb`), runlocal.
 
 The stream is read in windows shifted by a random offset every epoch
 (`data.shift_chunks`), not the same 128-word windows each time.
@@ -24,13 +25,14 @@ medium 82, large 78; AWD-LSTM 57.3; Transformer-XL 54.5. Measured here
 import os
 
 from transformer import configs
+from transformer.data import datasets
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/ptb.py',
                             known=('path', 'runlocal'))
-  folder = args.get('path', '../shared/data/ptb')
+  folder = args.get('path', datasets.local('ptb'))
   config = language_modeling.default_config()
   config.data.update(dict(
       source='local', per='file', path=os.path.join(folder, 'ptb.train.txt'),

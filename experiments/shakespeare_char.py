@@ -23,11 +23,13 @@ on a 2-core CPU with a quarter of the batch
 (--config.data.tokens_per_batch=4096) and 800 steps
 (--config.train.num_steps=800): 1.953 nats per character, 24 min (before
 both changes).
-Arguments: path=FILE (default ../shared/data/tinyshakespeare/input.txt),
+Arguments: path=FILE (default: the data folder's tinyshakespeare/input.txt,
+`python -m transformer.tools.data fetch shakespeare`),
 runlocal (seconds, for tests).
 """
 
 from transformer import configs
+from transformer.data import datasets
 from transformer.tasks import language_modeling
 
 
@@ -37,7 +39,7 @@ def get_config(arg: str = ''):
   config = language_modeling.default_config()
   config.data.update(dict(
       source='local', per='file', train_fraction=0.9,
-      path=args.get('path', '../shared/data/tinyshakespeare/input.txt'),
+      path=args.get('path', datasets.local('shakespeare', 'input.txt')),
       tokenizer='char', max_length=256, tokens_per_batch=64 * 256,
       eval_rows=64,
       # The text is one document: read it in other windows every epoch

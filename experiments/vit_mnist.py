@@ -11,11 +11,13 @@ are not symmetric), AdamW with warmup and cosine decay, 23,500 steps of
 99.53%, 3 min 54 s (sharing the GPU with another run); on a 2-core CPU
 with --config.train.num_steps=4700 (10 epochs), 98.82% in 13 min 33 s, and
 with 9,400 steps (20 epochs), 99.34% in 46 min. Arguments: path=FOLDER
-(default ../shared/data/mnist, the four {train,t10k}-*-ubyte.gz files),
+(default: the data folder's mnist/, `python -m transformer.tools.data
+fetch mnist`; the four {train,t10k}-*-ubyte.gz files),
 runlocal.
 """
 
 from transformer import configs
+from transformer.data import datasets
 from transformer.tasks import image_classification
 
 
@@ -24,7 +26,7 @@ def get_config(arg: str = ''):
                             known=('path', 'runlocal'))
   config = image_classification.default_config()
   config.data.update(dict(source='mnist',
-                          path=args.get('path', '../shared/data/mnist'),
+                          path=args.get('path', datasets.local('mnist')),
                           train_split='train', eval_split='test',
                           image_size=28, batch_size=128, crop='pad',
                           crop_padding=2, flip=False))

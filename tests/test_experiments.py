@@ -11,6 +11,7 @@ from conftest import load_experiment
 from conftest import REPO
 from transformer import configs
 from transformer import train
+from transformer.data import datasets
 from transformer.models import encoder_decoder
 
 # transformer.main's default; not imported, since its flags would clash with
@@ -40,8 +41,11 @@ def test_default_experiment_and_command_line_overrides():
   assert (config.model.num_layers, config.model.d_ff) == (4, 64)
   assert (config.train.num_steps, config.data.max_length) == (7, 32)
   assert (config.data.path, config.data.source_lang) == ('/data', 'de')
-  with pytest.raises(ValueError, match='needs path'):
+  with pytest.raises(ValueError, match='needs tgt'):
     load_experiment('mt_local', 'src=de')
+  # Without path=, the data folder's Multi30k.
+  assert load_experiment('mt_local', 'src=de,tgt=en').data.path == (
+      datasets.local('multi30k'))
 
 
 @pytest.mark.parametrize('variant,size,vocab,dropout,average', [

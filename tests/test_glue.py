@@ -306,7 +306,11 @@ def test_the_glue_table_reads_tsv_folders_from_a_converted_checkpoint(
   import os  # pylint: disable=g-import-not-at-top
   import shutil  # pylint: disable=g-import-not-at-top
   monkeypatch.chdir(tmp_path)
+  # The data folder: GLUE's tasks in its glue/, RTE there, CoLA not.
+  monkeypatch.setenv('TRANSFORMER_DATA', str(tmp_path / 'data'))
   _glue_data(tmp_path, 40)
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'glue_data').rename(tmp_path / 'data' / 'glue')
   shutil.copytree(converted_bert, tmp_path / 'workdirs' / 'minilm')
   spec = specs.load_spec(os.path.join(REPO, 'experiments', 'paper',
                                       'devlin2019_glue.py'))
@@ -314,7 +318,7 @@ def test_the_glue_table_reads_tsv_folders_from_a_converted_checkpoint(
   setup = specs.setup(spec, rte, 'minilm')
   assert not setup.problem, setup.problem
   assert setup.config.data.source == 'tsv'
-  assert setup.config.data.path == os.path.join('glue_data', 'RTE')
+  assert setup.config.data.path == str(tmp_path / 'data' / 'glue' / 'RTE')
   assert setup.config.data.tokenizer == 'bert'
   cola = next(row for row in spec.ROWS if row.name == 'cola')
-  assert 'glue_data/CoLA' in specs.setup(spec, cola, 'minilm').problem
+  assert 'data/glue/CoLA' in specs.setup(spec, cola, 'minilm').problem

@@ -13,11 +13,11 @@ from transformer import checkpoints
 from transformer import optimizers
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.data import datasets
 from transformer.data import image_sources
 from transformer.tasks import image_classification as ic
 
-MNIST = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data',
-                     'mnist')
+MNIST = datasets.local('mnist')  # the data folder's, when there
 
 
 def test_batches_cover_every_image_once_per_epoch_and_resume_anywhere():
@@ -99,7 +99,7 @@ def test_mnist_experiment_on_idx_files(tmp_path):
   assert np.isfinite(result['loss'])
 
 
-@pytest.mark.skipif(not os.path.isdir(MNIST), reason='no ../shared/data')
+@pytest.mark.skipif(not os.path.isdir(MNIST), reason='no MNIST in the data folder')
 def test_real_mnist_experiment_config_reads_the_shared_files(tmp_path):
   config = load_experiment('vit_mnist', 'runlocal')
   task = ic.ImageClassificationTask(config, str(tmp_path))

