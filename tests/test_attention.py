@@ -313,7 +313,8 @@ def test_key_lengths_reach_the_kernel_and_attend_as_their_padding_mask(
   padding = masks.KeyLengths(lengths)
   seen = []
   kernel = attention.dot_product_attention
-  monkeypatch.setattr(attention, 'dot_product_attention',
+  # Where MultiHeadAttention calls it.
+  monkeypatch.setattr(attention.kernels, 'dot_product_attention',
                       lambda *a, **k: seen.append(k) or kernel(*a, **k))
   for inputs, s in (((x,), 5), ((x, memory), 7)):  # self, cross
     lengths_s = jnp.minimum(lengths, s)

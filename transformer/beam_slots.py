@@ -72,7 +72,7 @@ def attention(query: Array, key: Array, value: Array, slots: Array,
         f'{beams}), or build the decoding state with beam_size=1.')
   b, g = rows // beams, n // kv_heads
   # Keys [rows, nk, h, s] and values [rows, nk, s, h]: the layouts the KV
-  # cache stores (attention._CACHE_AXES), whose moves cancel these under
+  # cache stores (attention.caches.CACHE_AXES), whose moves cancel these under
   # XLA. The cache keeps its row axis throughout: a reshape of it (rows into
   # examples and slots) made XLA copy it to suit.
   keys, values = jnp.moveaxis(key, 1, 3), jnp.moveaxis(value, 1, 2)
