@@ -7,6 +7,7 @@ classes subclass it, which gives them the default `adapt_pretrained`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import re
 from typing import Any, Callable, Iterable, Iterator, Protocol
@@ -61,6 +62,15 @@ def group_layers(weights: dict[str, Any], example: int = 0
   return {kind: np.stack(layers) for kind, layers in grouped.items()}
 
 
+@functools.partial(jax.jit, static_argnums=(0,))
+def _encoder_attention(model, params, tokens):
+  """Every encoder layer's weights (compiled: op by op, each op would
+  compile apart)."""
+  _, state = model.apply({'params': params}, tokens, deterministic=True,
+                         method='encode', mutable=['intermediates'])
+  return layers.attention_weights(state['intermediates'])
+
+
 def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
   """The self-attention of a task's BERT encoder (`task.model.encode`) as
   it reads `text_` after the start token (EOS in the place of [CLS]), cut
@@ -68,11 +78,9 @@ def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
   ids = ([tokenizers.EOS_ID] + task.tokenizer.encode(
       text_, add_eos=False))[:task.model.config.max_length]
   tokens = np.repeat(np.asarray([ids], np.int32), task.batch_divisor, 0)
-  _, state = task.model.apply({'params': params}, tokens, deterministic=True,
-                              method='encode', mutable=['intermediates'])
   # Rows may live on other hosts' devices, as in every task's views.
   [weights] = group_layers(multihost_utils.process_allgather(
-      layers.attention_weights(state['intermediates']), tiled=True)).values()
+      _encoder_attention(task.model, params, tokens), tiled=True)).values()
   pieces = ['[CLS]'] + [task.tokenizer.id_to_piece(i) for i in ids[1:]]
   return [AttentionView('encoder self-attention', pieces, pieces, weights)]
 

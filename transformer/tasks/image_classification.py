@@ -14,6 +14,7 @@ split.
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any, Iterable, Iterator
 
@@ -249,6 +250,19 @@ class ImageClassificationTask(base.Task):
     return augment.normalize(augment.center_crop(
         images, self.config.data.image_size))
 
+  @functools.partial(jax.jit, static_argnums=(0,),
+                     static_argnames=('with_weights',))
+  def _logits(self, params, inputs, *, with_weights: bool):
+    """Compiled (op by op, a forward pass compiles each op apart)."""
+    if not with_weights:
+      return self.model.apply({'params': params}, inputs,
+                              deterministic=True), None
+    logits, state = self.model.apply({'params': params}, inputs,
+                                     deterministic=True,
+                                     mutable=['intermediates'])
+    return logits, [w for name, w in layers.attention_weights(
+        state['intermediates']).items() if name.startswith('encoder/')]
+
   def _forward(self, params: Any, pictures: np.ndarray, *,
                with_weights: bool = False):
     """Logits [B, classes] (and the attention weights of every layer) as
@@ -259,19 +273,9 @@ class ImageClassificationTask(base.Task):
     filler = -count % self.batch_divisor
     if filler:
       pictures = np.concatenate([pictures, np.repeat(pictures[:1], filler, 0)])
-    inputs = self.inputs(pictures)
-    if with_weights:
-      logits, state = self.model.apply(
-          {'params': params}, inputs, deterministic=True,
-          mutable=['intermediates'])
-      weights = [w for name, w in layers.attention_weights(
-          state['intermediates']).items() if name.startswith('encoder/')]
-    else:
-      logits = self.model.apply({'params': params}, inputs,
-                                deterministic=True)
-      weights = None
-    logits, weights = multihost_utils.process_allgather((logits, weights),
-                                                        tiled=True)
+    logits, weights = multihost_utils.process_allgather(
+        self._logits(params, self.inputs(pictures), with_weights=with_weights),
+        tiled=True)
     return (np.asarray(logits)[:count],
             None if weights is None else [w[:count] for w in weights])
 
