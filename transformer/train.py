@@ -174,7 +174,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
   tasks.default_config(config.task)  # an unknown task, named
   _validate(config)
   tasks_base.check_data(config)
-  tasks_base.check_model(config)
+  tasks.check_model(config)
   optimizers.build(config.optimizer, config.train.num_steps)
 
 

@@ -345,9 +345,8 @@ def save_progress(workdir: str, progress: dict[str, float]) -> None:
 # -- The workdir's own files: one schema check each ----------------------------
 
 
-class DamagedFile(ValueError):
-  """A workdir file whose content does not fit its schema; the message
-  names the file and the field."""
+# A workdir file that does not fit its schema (`read_checked`).
+DamagedFile = files.DamagedFile
 
 
 _LOCK_RECORD = r'host (\S+), pid (\d+), since .*'
@@ -369,9 +368,9 @@ def _progress_problem(progress: Any) -> str:
   for key, value in progress.items():
     if key == 'step':
       if not (_is_int(value) and value >= 0):
-        return f'"step" is {_shown(value)}, not a whole number >= 0'
+        return f'"step" is {files.shown(value)}, not a whole number >= 0'
     elif not (_is_number(value) and math.isfinite(value) and value >= 0):
-      return f'"{key}" is {_shown(value)}, not a finite number >= 0'
+      return f'"{key}" is {files.shown(value)}, not a finite number >= 0'
   return ''
 
 
@@ -389,7 +388,7 @@ def _config_problem(saved: Any) -> str:
   if not isinstance(saved, dict) or not isinstance(saved.get('task'), str):
     return 'not an experiment config (no "task")'
   if saved['task'] not in tasks.TASKS:
-    return (f'"task" is {_shown(saved["task"])}, not one of '
+    return (f'"task" is {files.shown(saved["task"])}, not one of '
             f'{", ".join(tasks.TASKS)}')
   missing = [name for name in REQUIRED_SECTIONS if name not in saved]
   if missing:
@@ -408,7 +407,7 @@ def _values_problem(saved: dict[str, Any],
   try:
     config.update(saved)
     base.check_data(config)
-    base.check_model(config)
+    tasks.check_model(config)
   except (ValueError, TypeError, KeyError) as e:
     return str(e).strip("'").rstrip('.')
   return ''
@@ -422,7 +421,7 @@ def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
       continue
     if isinstance(schema[key], ml_collections.ConfigDict):
       if not isinstance(value, dict):
-        return f'"{field}" is {_shown(value)}, not a section (a JSON object)'
+        return f'"{field}" is {files.shown(value)}, not a section (a JSON object)'
       problem = _fields_problem(value, schema[key], f'{field}.')
       if problem:
         return problem
@@ -432,14 +431,8 @@ def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
       continue  # a placeholder: the named size's value
     expected = _TYPES.get(kind)
     if expected and not expected[1](value):
-      return f'"{field}" is {_shown(value)}, not {expected[0]}'
+      return f'"{field}" is {files.shown(value)}, not {expected[0]}'
   return ''
-
-
-def _shown(value: Any) -> str:
-  """A value as the file has it (JSON), cut short."""
-  text = json.dumps(value)
-  return text if len(text) <= 60 else text[:57] + '...'
 
 
 def _is_int(value: Any) -> bool:
@@ -460,23 +453,12 @@ _TYPES = {
     list: ('a list', lambda v: isinstance(v, (list, tuple))),
 }
 
-def _record_problem(record: Any) -> str:
-  """vocab_built_from.json: {"data.vocab_size": 300, "task": ..., ...},
-  setting names and their JSON values."""
-  if not isinstance(record, dict):
-    return f'not a JSON object but {type(record).__name__}'
-  for key, value in record.items():
-    if isinstance(value, dict):
-      return f'"{key}" is {_shown(value)}, not a setting\'s value'
-  return ''
-
-
 # Each file: (whether it is JSON, its schema check: the problem, or '').
 SCHEMAS: dict[str, tuple[bool, Callable[[Any], str]]] = {
     CONFIG_FILE: (True, _config_problem),
     PROGRESS_FILE: (True, _progress_problem),
     LOCK_FILE: (False, _lock_problem),
-    vocabularies.RECORD: (True, _record_problem),
+    vocabularies.RECORD: (True, vocabularies.record_problem),
 }
 
 
@@ -488,24 +470,7 @@ def read_checked(path: str, raw: bytes | None = None) -> Any:
     DamagedFile: '{path} is damaged: <the problem, naming the field>'.
   """
   is_json, problem_of = SCHEMAS[os.path.basename(path)]
-  if raw is None:
-    raw = files.path(path).read_bytes()
-  try:
-    value = raw.decode('utf-8')
-  except UnicodeDecodeError as e:
-    raise DamagedFile(f'{path} is damaged: not UTF-8 text (byte {e.start} '
-                      f'is {raw[e.start]:#04x})') from e
-  if is_json:
-    try:
-      value = json.loads(value)
-    except json.JSONDecodeError as e:
-      raise DamagedFile(f'{path} is damaged: not valid JSON ({e})') from e
-  else:
-    value = value.strip()
-  problem = problem_of(value)
-  if problem:
-    raise DamagedFile(f'{path} is damaged: {problem}')
-  return value
+  return files.read_record(path, problem_of, is_json=is_json, raw=raw)
 
 
 # -- Inference ----------------------------------------------------------------

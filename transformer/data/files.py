@@ -12,11 +12,12 @@ TensorBoard's event writer) lives in a local mirror of the remote folder
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import re
 import tempfile
 import zlib
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 from etils import epath
 
@@ -230,3 +231,44 @@ def listdir(name: str) -> list[str]:
 
 def makedirs(name: str) -> None:
   path(name).mkdir(parents=True, exist_ok=True)
+
+
+class DamagedFile(ValueError):
+  """A small file (a workdir's config.json, progress.json, ...) whose
+  content does not fit its schema; the message names the file and the
+  field."""
+
+
+def read_record(name: str, problem_of: Callable[[Any], str], *,
+                is_json: bool = True, raw: bytes | None = None) -> Any:
+  """The content of a small file, its JSON value (or, not `is_json`, its
+  text stripped), read from `name` unless `raw` is given, refused unless
+  `problem_of(value)` finds no problem ('').
+
+  Raises:
+    DamagedFile: '{name} is damaged: <the problem, naming the field>'.
+  """
+  if raw is None:
+    raw = path(name).read_bytes()
+  try:
+    value = raw.decode('utf-8')
+  except UnicodeDecodeError as e:
+    raise DamagedFile(f'{name} is damaged: not UTF-8 text (byte {e.start} '
+                      f'is {raw[e.start]:#04x})') from e
+  if is_json:
+    try:
+      value = json.loads(value)
+    except json.JSONDecodeError as e:
+      raise DamagedFile(f'{name} is damaged: not valid JSON ({e})') from e
+  else:
+    value = value.strip()
+  problem = problem_of(value)
+  if problem:
+    raise DamagedFile(f'{name} is damaged: {problem}')
+  return value
+
+
+def shown(value: Any) -> str:
+  """A value as a JSON file has it, cut short (for messages)."""
+  text = json.dumps(value)
+  return text if len(text) <= 60 else text[:57] + '...'

@@ -46,3 +46,20 @@ def _module(task: str):
     raise ValueError(f'Unknown config.task {task!r}; available: '
                      f'{sorted(TASKS)}.')
   return importlib.import_module(f'transformer.tasks.{task}')
+
+
+# The vocabulary size the model settings are checked with before the
+# vocabulary is built (the model's checks do not depend on it).
+_STAND_IN_VOCABULARY = 512
+
+
+def check_model(config: ml_collections.ConfigDict) -> None:
+  """Refuses model settings no model accepts (d_model=-32, a width that
+  the heads do not divide, an unknown family), before a vocabulary is
+  built or data read: for the tasks whose module builds the model's
+  dataclass from the config (`model_config(config, vocab_size)`)."""
+  if config.task not in TASKS:
+    return  # an unknown task, which `build` names
+  model_config = getattr(_module(config.task), 'model_config', None)
+  if model_config is not None:
+    model_config(config, _STAND_IN_VOCABULARY)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import re
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
@@ -175,25 +174,6 @@ def check_data(config: ml_collections.ConfigDict) -> None:
     ranges.check('config.data.num_train', data.num_train, low=1,
                  why=': the offline data would have no training examples')
   check_eval(config)
-
-
-# The vocabulary size the model settings are checked with before the
-# vocabulary is built (the model's checks do not depend on it).
-_STAND_IN_VOCABULARY = 512
-
-
-def check_model(config: ml_collections.ConfigDict) -> None:
-  """Refuses model settings no model accepts (d_model=-32, a width that
-  the heads do not divide, an unknown family), before a vocabulary is
-  built or data read: for the tasks whose module builds the model's
-  dataclass from the config (`model_config(config, vocab_size)`)."""
-  try:
-    module = importlib.import_module(f'transformer.tasks.{config.task}')
-  except ImportError:
-    return  # an unknown task, which `tasks.build` names
-  model_config = getattr(module, 'model_config', None)
-  if model_config is not None:
-    model_config(config, _STAND_IN_VOCABULARY)
 
 
 # config.eval fields, where a task has them, and their ranges (keywords of

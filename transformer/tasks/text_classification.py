@@ -106,15 +106,25 @@ def take_pretrained(config: ml_collections.ConfigDict,
                           tokenizer=pretrained.data.tokenizer))
 
 
+def trained_task(workdir: str) -> str:
+  """The task a workdir's config.json names (read here, below the module
+  that reads whole workdirs, `transformer.workdir`, which builds tasks)."""
+  path = files.join(workdir, 'config.json')
+  if not files.exists(path):
+    raise FileNotFoundError(f'{path} not found: {workdir} is not a training '
+                            f'workdir.')
+  return files.read_record(path, lambda saved: '' if isinstance(
+      saved, dict) and isinstance(saved.get('task'), str) else
+                           'not an experiment config (no "task")')['task']
+
+
 def check_pretrained_task(source: str, task: str | None = None) -> None:
   """Refuses a `train.init_from` workdir that did not train a task this one
   fine-tunes from (a masked LM or a classifier), naming the task it
   trained; `task` is read from its config.json where not given."""
   if task is None:
-    # workdir builds tasks (this module among them): imported when used.
-    from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
     try:
-      task = workdir_lib.load_config(source).task
+      task = trained_task(source)
     except (OSError, ValueError) as e:
       raise type(e)(f'config.train.init_from={source}: {e}') from None
   if task not in PRETRAINED_TASKS:

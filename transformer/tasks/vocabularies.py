@@ -192,15 +192,13 @@ def check_built_from(config: ml_collections.ConfigDict, workdir: str) -> None:
 def _rebuild(workdir: str, wanted: dict[str, Any]) -> bool | None:
   """Whether to remove the vocabulary before recording `wanted` (False: to
   record it, nothing being built yet; None: to leave both as they are)."""
-  # pylint: disable-next=g-import-not-at-top
-  from transformer import workdir as workdir_lib  # it imports the tasks
   folder, path = files.join(workdir, 'vocab'), files.join(workdir, RECORD)
   trained = checkpoints.exist(workdir)
   if not files.listdir(folder):
     return None if trained else False
   if not files.exists(path):
     return None
-  recorded = workdir_lib.read_checked(path)
+  recorded = files.read_record(path, record_problem)
   changed = {key: (recorded.get(key), wanted.get(key))
              for key in sorted(set(recorded) | set(wanted))
              if recorded.get(key) != wanted.get(key)}
@@ -219,3 +217,14 @@ def _rebuild(workdir: str, wanted: dict[str, Any]) -> bool | None:
   print(f'Rebuilding the vocabulary in {folder}: it was built with '
         f'{listed}, and no checkpoint depends on it yet.', flush=True)
   return True
+
+
+def record_problem(record: Any) -> str:
+  """vocab_built_from.json: {"data.vocab_size": 300, "task": ..., ...},
+  setting names and their JSON values."""
+  if not isinstance(record, dict):
+    return f'not a JSON object but {type(record).__name__}'
+  for key, value in record.items():
+    if isinstance(value, dict):
+      return f'"{key}" is {files.shown(value)}, not a setting\'s value'
+  return ''
