@@ -230,20 +230,20 @@ def test_a_config_without_its_sizes_names_the_omitted_fields(tmp_path):
 
 def test_garbage_tokenizer_files_are_named(tmp_path):
   pytest.importorskip('tokenizers')
-  from transformer.interop import vocabularies  # pylint: disable=g-import-not-at-top
+  from transformer.data import published_tokenizers  # pylint: disable=g-import-not-at-top
   (tmp_path / 'vocab.json').write_text('not json at all')
   (tmp_path / 'merges.txt').write_bytes(b'\xff\xfe garbage')
   with pytest.raises(ValueError, match='vocab.json and .*merges.txt do not '
                      'make a tokenizer'):
-    vocabularies.published_bpe(str(tmp_path), 'gpt2')
+    published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
   (tmp_path / 'tokenizer.json').write_text('{"model": 3}')
   with pytest.raises(ValueError, match='tokenizer.json is not a tokenizer'):
-    vocabularies.published_bpe(str(tmp_path), 'gpt2')
+    published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
   os.remove(tmp_path / 'tokenizer.json')
   os.remove(tmp_path / 'merges.txt')
   with pytest.raises(FileNotFoundError, match='no tokenizer.json and lacks '
                      'merges.txt'):
-    vocabularies.published_bpe(str(tmp_path), 'gpt2')
+    published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
 
 
 def _tiny_gpt2(directory, vocab_size, tokens):

@@ -27,7 +27,7 @@ from transformer import workdir as workdir_lib
 from transformer.data import text
 from transformer.interop import files
 from transformer.interop import llama
-from transformer.interop import vocabularies
+from transformer.data import published_tokenizers
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -286,13 +286,13 @@ def test_byte_level_vocabulary_as_llama3_publishes_it(tmp_path):
   (tmp_path / 'tokenizer_config.json').write_text(json.dumps(
       {'tokenizer_class': 'PreTrainedTokenizerFast',
        'bos_token': '<|begin_of_text|>', 'eos_token': '<|eot_id|>'}))
-  published = vocabularies.published_llama(str(tmp_path))
-  bos_id, eos_id = vocabularies.llama_special_ids(
+  published = published_tokenizers.published_llama(str(tmp_path))
+  bos_id, eos_id = published_tokenizers.llama_special_ids(
       {'eos_token_id': [size + 1, eot]}, str(tmp_path), published)
   assert (bos_id, eos_id) == (bos, eot)
-  vocabularies.LlamaTokenizer.save(str(tmp_path / 'vocab'), published,
+  published_tokenizers.LlamaTokenizer.save(str(tmp_path / 'vocab'), published,
                                    bos_id, eos_id)
-  ours = vocabularies.LlamaTokenizer(str(tmp_path / 'vocab'))
+  ours = published_tokenizers.LlamaTokenizer(str(tmp_path / 'vocab'))
   reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
   assert ours.vocab_size == size + 4
   assert (ours.ours_to_llama([1, 2, ours.start_id]) == [eot, 0, bos]).all()

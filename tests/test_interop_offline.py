@@ -21,7 +21,7 @@ from transformer.data import offline_mt
 from transformer.interop import bert
 from transformer.interop import gpt2
 from transformer.interop import marian
-from transformer.interop import vocabularies
+from transformer.data import published_tokenizers
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder
@@ -118,9 +118,9 @@ def test_marian_tokenizer_uses_our_ids(tmp_path):
   processor = spm.SentencePieceProcessor(model_file=model)
   pieces = ['<pad>', '</s>', '<unk>', '>>es<<'] + [
       processor.id_to_piece(i) for i in range(3, processor.vocab_size())]
-  vocabularies.MarianTokenizer.save(str(tmp_path / 'vocab'), model, model,
-                                    pieces)
-  tokenizer = vocabularies.MarianTokenizer(str(tmp_path / 'vocab'))
+  published_tokenizers.MarianTokenizer.save(str(tmp_path / 'vocab'), model,
+                                            model, pieces)
+  tokenizer = published_tokenizers.MarianTokenizer(str(tmp_path / 'vocab'))
   sentence = pairs[0][0]
   ids = tokenizer.encode(sentence)
   assert ids[-1] == 1 and 0 not in ids and 2 not in ids
@@ -131,7 +131,7 @@ def test_marian_tokenizer_uses_our_ids(tmp_path):
   assert coded[0] == 3 and coded[1:] == ids
   assert 2 in tokenizer.encode('zzz qqq')  # pieces outside the vocabulary
   with pytest.raises(FileNotFoundError, match='marian_pieces.json'):
-    vocabularies.MarianTokenizer(str(tmp_path))
+    published_tokenizers.MarianTokenizer(str(tmp_path))
 
 
 def test_gpt2_reorder_masks_padding_and_round_trips():
@@ -154,7 +154,7 @@ def test_gpt2_reorder_masks_padding_and_round_trips():
 
 
 def test_bert_export_of_a_converted_workdir_returns_to_bert_ids():
-  order = vocabularies.BertTokenizer.bert_order(
+  order = published_tokenizers.BertTokenizer.bert_order(
       ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b'])
   np.testing.assert_array_equal(order, [0, 2, 1, 3, 5, 6, 4])
   config = encoder.config_for('tiny', vocab_size=7, max_length=8)

@@ -37,7 +37,7 @@ from transformer.interop import gpt2
 from transformer.interop import llama
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
-from transformer.interop import vocabularies
+from transformer.data import published_tokenizers
 from transformer.models import encoder
 from transformer.models import encoder_decoder
 from transformer.models import vit
@@ -380,7 +380,7 @@ def _convert_marian(source: str, workdir: str, hf: dict) -> str:
   config, params, pieces = marian.load(source)
   write_workdir(
       workdir, marian_experiment(config, _tokenizer_config(source)), params,
-      lambda workdir: vocabularies.MarianTokenizer.save(
+      lambda workdir: published_tokenizers.MarianTokenizer.save(
           os.path.join(workdir, 'vocab'), source_spm, target_spm, pieces))
   return (f'Marian, {config.num_layers}+{config.num_layers} layers, width '
           f'{config.d_model}, {config.vocab_size:,} shared pieces')
@@ -406,8 +406,8 @@ def _check_tokenizer_size(tokens: int, vocab_size: int, *,
 
 def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
   config, params = gpt2.load(source)
-  tokenizer = vocabularies.published_bpe(source, 'gpt2')
-  _check_tokenizer_size(len(vocabularies.token_list(tokenizer)),
+  tokenizer = published_tokenizers.published_bpe(source, 'gpt2')
+  _check_tokenizer_size(len(published_tokenizers.token_list(tokenizer)),
                         config.vocab_size, padded=True)
   eos_id = hf.get('eos_token_id', config.vocab_size - 1)
   if eos_id != config.vocab_size - 1:
@@ -418,7 +418,7 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
   config, params = gpt2.with_our_ids(config, params, eos_id)
   write_workdir(
       workdir, gpt2_experiment(config), params,
-      lambda workdir: vocabularies.GPT2Tokenizer.save(
+      lambda workdir: published_tokenizers.GPT2Tokenizer.save(
           os.path.join(workdir, 'vocab'), tokenizer, eos_id,
           gpt2_vocab_size))
   return (f'GPT-2, {config.num_layers} layers, width {config.d_model}, '
@@ -428,15 +428,15 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
 
 def _convert_llama(source: str, workdir: str, hf: dict) -> str:
   config, params = llama.load(source)
-  published = vocabularies.published_llama(source)
+  published = published_tokenizers.published_llama(source)
   _check_tokenizer_size(published.vocab_size, config.vocab_size)
-  bos_id, eos_id = vocabularies.llama_special_ids(hf, source, published)
-  order = vocabularies.LlamaTokenizer.llama_order(published, eos_id)
+  bos_id, eos_id = published_tokenizers.llama_special_ids(hf, source, published)
+  order = published_tokenizers.LlamaTokenizer.llama_order(published, eos_id)
   llama_vocab_size = config.vocab_size
   config, params = llama.with_our_ids(config, params, order)
   write_workdir(
       workdir, llama_experiment(config), params,
-      lambda workdir: vocabularies.LlamaTokenizer.save(
+      lambda workdir: published_tokenizers.LlamaTokenizer.save(
           os.path.join(workdir, 'vocab'), published, bos_id, eos_id))
   return (f'Llama, {config.num_layers} layers, width {config.d_model}, '
           f'context {config.max_length}, {llama_vocab_size:,} tokens (+ '
@@ -447,14 +447,14 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   """A masked-LM workdir, or a text-classification one where the
   checkpoint has a classifier (BertForSequenceClassification)."""
   config = files.config_of(source, bert.config_from_hf)
-  tokenizer = vocabularies.published_bpe(source, 'bert')
+  tokenizer = published_tokenizers.published_bpe(source, 'bert')
   tensors = files.read_safetensors(source)
   layout = bert.layout(tensors)
   params = files.fitted(hf, bert.DEFAULTS,
                         lambda: bert.params_from_hf(tensors, config))
   del tensors
-  order = vocabularies.BertTokenizer.bert_order(
-      vocabularies.token_list(tokenizer))
+  order = published_tokenizers.BertTokenizer.bert_order(
+      published_tokenizers.token_list(tokenizer))
   _check_tokenizer_size(len(order), config.vocab_size)
   params = bert.with_our_ids(params, order)
   if 'classifier' in params:
@@ -472,7 +472,7 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
     experiment, kind = bert_experiment(config), 'masked-LM'
   write_workdir(
       workdir, experiment, params,
-      lambda workdir: vocabularies.BertTokenizer.save(
+      lambda workdir: published_tokenizers.BertTokenizer.save(
           os.path.join(workdir, 'vocab'), tokenizer))
   return (f'BERT ({layout}, {kind}), '
           f'{config.num_layers} layers, width {config.d_model}, '

@@ -22,7 +22,7 @@ import ml_collections
 from transformer import checkpoints
 from transformer.data import files
 from transformer.data import tokenizers
-from transformer.interop import vocabularies as published
+from transformer.data import published_tokenizers as published
 
 
 def in_workdir(workdir: str, filename: str,
