@@ -1,0 +1,96 @@
+"""The layout docs/architecture.md describes is the code's: every room (a
+top-level module or folder of the package) on one floor of the page's
+floors block, every import between rooms going down, and every module of
+the tree named on the page. Reads the source only (ast): nothing runs."""
+
+import ast
+import os
+import re
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PACKAGE = os.path.join(REPO, 'transformer')
+PAGE = os.path.join(REPO, 'docs', 'architecture.md')
+
+
+def floors() -> dict[str, int]:
+  """{room: floor} from the page's lines 'floor N  a, b, ...'."""
+  found = {}
+  with open(PAGE, encoding='utf-8') as f:
+    for line in f:
+      match = re.fullmatch(r'floor (\d+)\s+(.+)', line.strip())
+      if match:
+        for room in match.group(2).split(','):
+          assert room.strip() not in found, f'{room} on two floors'
+          found[room.strip()] = int(match.group(1))
+  assert found, f'no floors in {PAGE}'
+  return found
+
+
+def modules() -> dict[str, str]:
+  """{dotted module name: path} of every module of the package."""
+  found = {}
+  for folder, _, names in os.walk(PACKAGE):
+    for name in names:
+      if name.endswith('.py'):
+        path = os.path.join(folder, name)
+        dotted = os.path.relpath(path[:-3], REPO).replace(os.sep, '.')
+        found[dotted.removesuffix('.__init__')] = path
+  return found
+
+
+def room(dotted: str) -> str | None:
+  """The room of `transformer.X...`: X; None for the package itself."""
+  parts = dotted.split('.')
+  return parts[1] if len(parts) > 1 else None
+
+
+def imports(path: str) -> set[str]:
+  """The transformer modules a file imports (functions' imports too)."""
+  found = set()
+  for node in ast.walk(ast.parse(open(path, encoding='utf-8').read())):
+    if isinstance(node, ast.Import):
+      found |= {a.name for a in node.names}
+    elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+      found.add(node.module)
+      found |= {f'{node.module}.{a.name}' for a in node.names}
+  return {name for name in found if name.startswith('transformer.')}
+
+
+def test_every_room_is_on_one_floor_and_every_floor_names_a_room():
+  on_floors = floors()
+  rooms = {room(name) for name in modules()} - {None}
+  assert rooms - set(on_floors) == set(), 'rooms on no floor'
+  assert set(on_floors) - rooms == set(), 'floors name rooms not in the tree'
+
+
+def test_imports_between_rooms_only_go_down():
+  on_floors, known = floors(), modules()
+  wrong = []
+  for dotted, path in known.items():
+    here = room(dotted)
+    if here is None:
+      continue
+    for target in imports(path):
+      there = room(target)
+      # `from transformer.x import name` also names transformer.x.name.
+      if there is None or there == here or (
+          target not in known and target.rsplit('.', 1)[0] not in known):
+        continue
+      if on_floors[there] >= on_floors[here]:
+        way = 'sideways' if on_floors[there] == on_floors[here] else 'up'
+        wrong.append(f'{dotted} (floor {on_floors[here]}) imports {target} '
+                     f'(floor {on_floors[there]}): {way}')
+  assert not wrong, '\n'.join(sorted(set(wrong)))
+
+
+def test_every_module_is_named_on_the_page():
+  with open(PAGE, encoding='utf-8') as f:
+    page = f.read()
+  unnamed = []
+  for folder, _, names in os.walk(PACKAGE):
+    for name in names:
+      stem, extension = os.path.splitext(name)
+      if extension in ('.py', '.js', '.html') and stem != '__init__' and (
+          not re.search(rf'\b{re.escape(stem)}\b', page)):
+        unnamed.append(os.path.relpath(os.path.join(folder, name), REPO))
+  assert not unnamed, f'not on {PAGE}: {unnamed}'
