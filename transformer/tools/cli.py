@@ -53,6 +53,7 @@ from typing import Callable, Iterable, NamedTuple, Sequence
 from absl import app
 from absl import flags
 from absl import logging
+import jax
 import ml_collections
 
 from transformer import checkpoints
@@ -801,9 +802,30 @@ def _check_experiment_loaded(spec: str | None) -> None:
 
 def run(main: Callable[[list[str]], None]) -> None:
   """`app.run` of a tool's `main` with the shared flag parsing and error
-  handling: the body of each tool's `if __name__ == '__main__'` and of its
-  console script."""
+  handling and the compilation cache: the body of each tool's `if __name__
+  == '__main__'` and of its console script."""
+  use_compilation_cache()
   app.run(handle_errors(main), flags_parser=parse_flags)
+
+
+COMPILATION_CACHE = 'TRANSFORMER_COMPILATION_CACHE'
+
+
+def use_compilation_cache() -> str | None:
+  """Keeps XLA's compiled programs on disk (`jax_compilation_cache_dir`),
+  as MaxText and t5x do, so a second start of the same model skips
+  compiling: `$TRANSFORMER_COMPILATION_CACHE`, else JAX's own setting
+  (`$JAX_COMPILATION_CACHE_DIR`), else ~/.cache/transformer/jax; 'off'
+  keeps nothing. Programs that compile in under a second are not kept
+  (JAX's threshold). Returns the folder."""
+  folder = os.environ.get(COMPILATION_CACHE) or (
+      jax.config.jax_compilation_cache_dir or os.path.join(
+          os.path.expanduser('~'), '.cache', 'transformer', 'jax'))
+  if folder.strip().lower() in ('off', 'none', '0', 'false'):
+    jax.config.update('jax_compilation_cache_dir', None)
+    return None
+  jax.config.update('jax_compilation_cache_dir', folder)
+  return folder
 
 
 def no_arguments(argv: list[str]) -> None:
