@@ -133,3 +133,16 @@ def test_final_logits_bias_and_unscaled_embeddings_are_what_they_say():
                              atol=1e-5)
   assert not np.allclose(encode(params, unscaled), encode(params, model),
                          atol=1e-3)
+
+
+def test_every_translation_family_has_the_interface_the_task_uses():
+  from transformer.models import family  # pylint: disable=g-import-not-at-top
+  from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
+  for name, module in translation.FAMILIES.items():
+    assert isinstance(module, family.TranslationFamily), name
+    config = module.config_for(next(iter(module.SIZES)), vocab_size=11,
+                               max_length=7)
+    assert (config.vocab_size, config.max_length) == (11, 7), name
+    with pytest.raises(ValueError, match=r"size 'nope'; choose one of \("):
+      module.config_for('nope')
+  assert not isinstance(layers, family.TranslationFamily)  # can fail

@@ -33,6 +33,7 @@ from transformer import attention
 from transformer import decoding
 from transformer import layers
 from transformer.models import encoder_decoder
+from transformer.models import family
 from transformer.models import rnn
 
 Array = jax.Array
@@ -117,10 +118,8 @@ class Config:
 
 
 def config_for(size: str, **overrides) -> Config:
-  if size not in SIZES:
-    raise ValueError(f'Unknown captioning size {size!r}; choose one of '
-                     f'{tuple(SIZES)}.')
-  return Config(**{**SIZES[size], **overrides})
+  """The Config of a named size (`SIZES`) with field overrides."""
+  return family.sized(Config, SIZES, size, 'captioning', overrides)
 
 
 class ImageGrid(nn.Module):

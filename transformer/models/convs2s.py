@@ -34,6 +34,7 @@ import jax.numpy as jnp
 
 from transformer import decoding
 from transformer import layers
+from transformer.models import family
 
 Array = jax.Array
 SCALE = math.sqrt(0.5)  # keeps the variance of residual sums
@@ -76,10 +77,8 @@ class Config:
 
 
 def config_for(size: str, **overrides) -> Config:
-  if size not in SIZES:
-    raise ValueError(f'Unknown ConvS2S size {size!r}; choose one of '
-                     f'{tuple(SIZES)}.')
-  return Config(**{**SIZES[size], **overrides})
+  """The Config of a named size (`SIZES`) with field overrides."""
+  return family.sized(Config, SIZES, size, 'ConvS2S', overrides)
 
 
 class SourceAttention(nn.Module):

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from transformer import layers
 from transformer import masks
 from transformer import positional
+from transformer.models import family
 
 Array = jax.Array
 
@@ -64,10 +65,8 @@ class Config(layers.TransformerConfig):
 
 
 def config_for(size: str, **overrides) -> Config:
-  if size not in SIZES:
-    raise ValueError(f'Unknown encoder size {size!r}; choose one of '
-                     f'{tuple(SIZES)}.')
-  return Config(**{**SIZES[size], **overrides})
+  """The Config of a named size (`SIZES`) with field overrides."""
+  return family.sized(Config, SIZES, size, 'encoder', overrides)
 
 
 class Bert(nn.Module):

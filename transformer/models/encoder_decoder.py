@@ -25,6 +25,7 @@ from transformer import decoding
 from transformer import layers
 from transformer import masks
 from transformer import positional
+from transformer.models import family
 
 Array = jax.Array
 
@@ -56,10 +57,7 @@ class Config(layers.TransformerConfig):
 
 def config_for(size: str, **overrides) -> Config:
   """Config of a named size (`SIZES`) with field overrides."""
-  if size not in SIZES:
-    raise ValueError(f'Unknown model size {size!r}; choose one of '
-                     f'{tuple(SIZES)}.')
-  return Config(**{**SIZES[size], **overrides})
+  return family.sized(Config, SIZES, size, 'model', overrides)
 
 
 class Transformer(nn.Module):

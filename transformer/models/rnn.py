@@ -30,6 +30,7 @@ import jax.numpy as jnp
 from transformer import attention
 from transformer import decoding
 from transformer import layers
+from transformer.models import family
 
 Array = jax.Array
 ATTENTION = ('none', 'additive', 'dot')
@@ -70,10 +71,8 @@ class Config:
 
 
 def config_for(size: str, **overrides) -> Config:
-  if size not in SIZES:
-    raise ValueError(f'Unknown RNN size {size!r}; choose one of '
-                     f'{tuple(SIZES)}.')
-  return Config(**{**SIZES[size], **overrides})
+  """The Config of a named size (`SIZES`) with field overrides."""
+  return family.sized(Config, SIZES, size, 'RNN', overrides)
 
 
 class DecoderStep(nn.Module):

@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from transformer import attention
 from transformer import layers
 from transformer.models import encoder
+from transformer.models import family
 
 Array = jax.Array
 ARCHITECTURES = ('two_stream', 'single_stream')
@@ -149,10 +150,8 @@ class Config:
 
 
 def config_for(size: str, **overrides) -> Config:
-  if size not in SIZES:
-    raise ValueError(f'Unknown ViLBERT size {size!r}; choose one of '
-                     f'{tuple(SIZES)}.')
-  return Config(**{**SIZES[size], **overrides})
+  """The Config of a named size (`SIZES`) with field overrides."""
+  return family.sized(Config, SIZES, size, 'ViLBERT', overrides)
 
 
 def region_locations(boxes: Array) -> Array:

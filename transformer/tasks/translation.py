@@ -35,9 +35,8 @@ from transformer.tasks import base
 from transformer.tasks import vocabularies
 
 Pairs = list[tuple[str, str]]
-# Model families: modules with `Config`, `config_for`, `build`,
-# `init_decoding` (whose state may be prepared for a beam size) and
-# `decoding_step`. A config may set any field of the
+# Model families: modules of the interface `family.TranslationFamily`
+# (tests/test_models.py checks each). A config may set any field of the
 # family's Config but these, which the task sets from the data.
 FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn, 'convs2s': convs2s}
 MODEL_EXCLUDE = ('vocab_size', 'max_length')
