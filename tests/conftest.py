@@ -141,3 +141,57 @@ def prepare_translation_dataset(class_name: str, data_dir: str,
         '_info': info, '_split_generators': split_generators,
         '_generate_examples': generate_examples})
   builder(config='de-en', data_dir=data_dir).download_and_prepare()
+
+
+# -- The `trains` marker -------------------------------------------------------
+# A test trains a model or starts a process when it, a fixture it uses or
+# a helper of the test modules it calls (however deep) does: `pytest -m
+# "not slow and not trains"` then runs the rest, the library's properties.
+_TRAINS = ('train_and_evaluate', 'subprocess.', 'Popen(', 'transformer.main',
+           'reproduce(', 'compare.compare(', 'run_benchmark(', 'command(')
+
+
+def _source(function) -> str:
+  import inspect  # pylint: disable=g-import-not-at-top
+  try:
+    return inspect.getsource(function)
+  except (OSError, TypeError):
+    return ''
+
+
+def _called(function, source: str) -> list:
+  """The functions of the test modules that `function` calls by name."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import textwrap  # pylint: disable=g-import-not-at-top
+  try:
+    tree = ast.parse(textwrap.dedent(source))
+  except SyntaxError:
+    return []
+  names = {node.func.id for node in ast.walk(tree)
+           if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
+  found = [getattr(function, '__globals__', {}).get(n) for n in names]
+  return [f for f in found if callable(f) and getattr(
+      f, '__module__', '').startswith(('test_', 'conftest'))]
+
+
+def _trains(item) -> bool:
+  seen, pending = set(), [item.function]
+  for defs in getattr(item, '_fixtureinfo').name2fixturedefs.values():
+    pending += [d.func for d in defs]
+  while pending:
+    function = pending.pop()
+    if function in seen:
+      continue
+    seen.add(function)
+    source = _source(function)
+    if any(word in source for word in _TRAINS):
+      return True
+    pending += _called(function, source)
+  return False
+
+
+def pytest_collection_modifyitems(config, items):
+  del config
+  for item in items:
+    if hasattr(item, 'function') and _trains(item):
+      item.add_marker(pytest.mark.trains)
