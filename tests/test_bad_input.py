@@ -876,16 +876,16 @@ def test_gs_workdir_without_credentials_says_how_to_provide_them(tmp_path):
 def test_storage_failures_are_one_line(monkeypatch):
   """The same failure with credentials found: what to check instead."""
   errors = pytest.importorskip('tensorflow.python.framework.errors_impl')
-  from transformer.data import files  # pylint: disable=g-import-not-at-top
+  from transformer import storage  # pylint: disable=g-import-not-at-top
   error = errors.FailedPreconditionError(
       None, None, "Error executing an HTTP request: libcurl code 6\n\t when "
       "reading metadata of gs://bucket/run/config.json")
-  monkeypatch.setattr(files, '_credentials_found', lambda: True)
-  failure = files.storage_failure(error)
+  monkeypatch.setattr(storage, '_credentials_found', lambda: True)
+  failure = storage.storage_failure(error)
   assert str(failure) == (
       'gs://bucket/run/config.json: cloud storage failed (Error executing '
       'an HTTP request: libcurl code 6); check the bucket name, your access '
       'to it and the network.')
-  monkeypatch.setattr(files, '_credentials_found', lambda: False)
-  assert 'no Google Cloud credentials' in str(files.storage_failure(error))
-  assert files.storage_failure(ValueError('gs://bucket is wrong')) is None
+  monkeypatch.setattr(storage, '_credentials_found', lambda: False)
+  assert 'no Google Cloud credentials' in str(storage.storage_failure(error))
+  assert storage.storage_failure(ValueError('gs://bucket is wrong')) is None

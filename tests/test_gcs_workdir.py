@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from transformer.data import files
+from transformer import storage
 
 gcsfs = pytest.importorskip('gcsfs')
 gcs_emulator = pytest.importorskip(
@@ -79,18 +79,18 @@ def test_train_resume_and_translate_on_gs(emulator):
 
 def test_urls_that_leave_the_cache_or_have_no_backend_are_refused():
   with pytest.raises(ValueError, match='are not allowed'):
-    files.local_mirror('gs://bucket/../../etc')
+    storage.local_mirror('gs://bucket/../../etc')
   with pytest.raises(ValueError, match='only gs://'):
-    files.check_remote('ftp://host/run')
+    storage.check_remote('ftp://host/run')
 
 
 def test_local_paths_keep_their_meaning(tmp_path):
-  assert files.local_mirror(str(tmp_path)) == str(tmp_path)
-  assert files.fetch(str(tmp_path / 'a')) == str(tmp_path / 'a')
-  assert files.join(str(tmp_path), 'b', 'c') == os.path.join(tmp_path, 'b',
+  assert storage.local_mirror(str(tmp_path)) == str(tmp_path)
+  assert storage.fetch(str(tmp_path / 'a')) == str(tmp_path / 'a')
+  assert storage.join(str(tmp_path), 'b', 'c') == os.path.join(tmp_path, 'b',
                                                              'c')
-  files.write_atomically(str(tmp_path / 'x' / 'y.txt'), 'ok')
-  assert [r for r, _ in files.walk_files(str(tmp_path))] == ['x/y.txt']
+  storage.write_atomically(str(tmp_path / 'x' / 'y.txt'), 'ok')
+  assert [r for r, _ in storage.walk_files(str(tmp_path))] == ['x/y.txt']
 
 
 @pytest.fixture
@@ -112,11 +112,11 @@ def test_checkpoints_and_workdir_files_on_gs(in_process):
   workdir = 'gs://bucket/unit'
   workdir_lib.check_writable(workdir)
   with workdir_lib.lock(workdir):
-    assert files.exists(f'{workdir}/run.lock')
+    assert storage.exists(f'{workdir}/run.lock')
     with pytest.raises(workdir_lib.WorkdirBusy, match='delete gs://'):
       with workdir_lib.lock(workdir):
         pass
-  assert not files.exists(f'{workdir}/run.lock')
+  assert not storage.exists(f'{workdir}/run.lock')
   workdir_lib.save_progress(workdir, {'step': 2, 'tokens': 5.0})
   assert workdir_lib.load_progress(workdir) == {'step': 2, 'tokens': 5.0}
   mngr = checkpoints.manager(workdir)

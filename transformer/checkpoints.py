@@ -37,7 +37,7 @@ except ImportError:  # another layout: a failed write may linger at exit
   orbax_future = orbax_sync = None
 # pylint: enable=g-import-not-at-top
 
-from transformer.data import files
+from transformer import storage
 
 ITEMS = ('params', 'opt_state')
 PROGRESS = 'progress'
@@ -49,13 +49,13 @@ _UNFINISHED = '.orbax-checkpoint-tmp'  # orbax's suffix of a write under way
 
 
 def directory(workdir: str) -> str:
-  return os.fspath(files.path(workdir) / 'checkpoints')
+  return os.fspath(storage.path(workdir) / 'checkpoints')
 
 
 def exist(workdir: str) -> bool:
   """Whether the workdir holds at least one finished checkpoint."""
   folder = directory(workdir)
-  return any(name.isdigit() for name in files.listdir(folder))
+  return any(name.isdigit() for name in storage.listdir(folder))
 
 
 class WriteFailed(OSError):
@@ -107,12 +107,12 @@ class Manager(ocp.CheckpointManager):
     step, folder = self._writing, os.fspath(self.directory)
     # The temporary folder where orbax renames on commit; the step folder
     # itself where it marks completion with a file (cloud storage).
-    names = [name for name in files.listdir(folder)
+    names = [name for name in storage.listdir(folder)
              if name == str(step) or name.startswith(f'{step}{_UNFINISHED}')]
     if len(names) != 1:
       raise OSError(f'The folder of checkpoint {step} in {folder} is not '
                     f'there to record its checksums (found {names}).')
-    record_checksums(files.join(folder, names[0]))
+    record_checksums(storage.join(folder, names[0]))
 
   def wait_until_finished(self) -> None:
     if self._failed:  # orbax would raise the same failure again
@@ -176,7 +176,7 @@ class Manager(ocp.CheckpointManager):
           f'checkpoints it held went with that folder. Put it back where it '
           f'was and rerun to resume.')
     complete = []
-    for name in files.listdir(folder):
+    for name in storage.listdir(folder):
       if (jax.process_index() == 0 and step is not None
           and name.startswith(f'{step}{_UNFINISHED}')):
         with contextlib.suppress(OSError):
@@ -195,8 +195,8 @@ def _identity(folder: Any) -> tuple[int, int] | bool:
   """What tells a folder from one put in its place: its device and inode
   where local; on cloud storage whether it is there."""
   folder = os.fspath(folder)
-  if files.is_remote(folder):
-    return files.path(folder).is_dir()
+  if storage.is_remote(folder):
+    return storage.path(folder).is_dir()
   try:
     stat = os.stat(folder)
   except OSError:
@@ -257,7 +257,7 @@ def _digests(folder: str, skip: Sequence[str] = ()) -> dict[str, str]:
   """{path relative to `folder`: blake2b digest} of every file in it but
   checksums.json and `skip`."""
   digests = {}
-  for relative, path in files.walk_files(folder):
+  for relative, path in storage.walk_files(folder):
     if relative == CHECKSUMS or relative in skip:
       continue
     digest = hashlib.blake2b(digest_size=16)
@@ -272,8 +272,8 @@ def record_checksums(folder: str) -> None:
   """Writes `folder`/checksums.json for a checkpoint whose data is complete
   (TensorStore and orbax store no checksum: flipped bytes would restore
   silently)."""
-  files.write_atomically(
-      files.join(folder, CHECKSUMS),
+  storage.write_atomically(
+      storage.join(folder, CHECKSUMS),
       json.dumps(_digests(folder, skip=_WRITTEN_AFTER_CHECKSUMS), indent=0))
 
 
@@ -288,11 +288,11 @@ def verify_checksums(folder: str) -> bool:
   Raises:
     ValueError: naming the files that changed or went missing.
   """
-  path = files.join(folder, CHECKSUMS)
-  if not files.exists(path):
+  path = storage.join(folder, CHECKSUMS)
+  if not storage.exists(path):
     return False
   try:
-    expected = json.loads(files.read_text(path))
+    expected = json.loads(storage.read_text(path))
     if not isinstance(expected, dict):
       raise ValueError('not a JSON object')
   except (ValueError, UnicodeDecodeError) as e:
@@ -331,13 +331,13 @@ def param_shapes(mngr: ocp.CheckpointManager, step: int
 def set_aside(workdir: str, step: int) -> str:
   """Moves checkpoint `step` to workdir/unreadable_checkpoints/ (process 0;
   the others wait), so that training past that step can save it again."""
-  target = files.path(workdir) / 'unreadable_checkpoints' / str(step)
+  target = storage.path(workdir) / 'unreadable_checkpoints' / str(step)
   if jax.process_index() == 0:
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():
       target.rmtree()
     # On cloud storage a rename copies every object; it is rare enough.
-    (files.path(directory(workdir)) / str(step)).rename(target)
+    (storage.path(directory(workdir)) / str(step)).rename(target)
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f'set aside checkpoint {step}')
   return os.fspath(target)

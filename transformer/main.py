@@ -39,7 +39,7 @@ from ml_collections import config_flags
 from transformer import checkpoints
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import files
+from transformer import storage
 from transformer.tools import cli
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
@@ -79,8 +79,8 @@ def _workdir() -> str:
     workdir = DEFAULT_WORKDIR
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
           f'{os.path.abspath(workdir)}', flush=True)
-  if files.is_remote(workdir):
-    files.check_remote(workdir)
+  if storage.is_remote(workdir):
+    storage.check_remote(workdir)
   return workdir
 
 
@@ -102,21 +102,21 @@ def main(argv):
       f'train.{jax.process_index()}.log')
   # A log file is written locally; a workdir on cloud storage gets a copy
   # when the run ends, however it ends.
-  logs = files.join(workdir, 'logs')
-  cli.log_to_file(os.path.join(files.local_mirror(logs), name))
+  logs = storage.join(workdir, 'logs')
+  cli.log_to_file(os.path.join(storage.local_mirror(logs), name))
   logging.info('JAX devices: %s', jax.devices())
   try:
     result = train.train_and_evaluate(_CONFIG.value, workdir)
   finally:
-    if files.is_remote(logs):
-      files.upload(files.local_mirror(logs), logs, prefix=name)
+    if storage.is_remote(logs):
+      storage.upload(storage.local_mirror(logs), logs, prefix=name)
   print('Final evaluation: ' + '  '.join(
       f'{k} {v:.4g}' for k, v in sorted(result.items())))
-  workdir = os.fspath(files.path(workdir))
+  workdir = os.fspath(storage.path(workdir))
   print(f'Checkpoints: {checkpoints.directory(workdir)}\n'
         f'TensorBoard: {tensorboard_command(workdir)}\n'
         f'Reports and plots: {workdir}/reports, {workdir}/plots\n'
-        f'Log: {files.join(workdir, "logs")}')
+        f'Log: {storage.join(workdir, "logs")}')
 
 
 def tensorboard_command(workdir: str) -> str:

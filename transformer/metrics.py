@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import sacrebleu
 
-from transformer.data import files
+from transformer import storage
 
 
 Sums = Mapping[str, tuple[Any, Any]]
@@ -130,15 +130,15 @@ class MetricWriter:
     self._writer, self._logdir, self._uploaded = None, logdir, 0.0
     if jax.process_index() == 0:
       from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
-      local = files.local_mirror(logdir)
+      local = storage.local_mirror(logdir)
       os.makedirs(local, exist_ok=True)
       self._writer = SummaryWriter(logdir=local)
 
   def _upload(self, force: bool = False) -> None:
     now = time.time()
-    if files.is_remote(self._logdir) and (
+    if storage.is_remote(self._logdir) and (
         force or now - self._uploaded > self.UPLOAD_SECONDS):
-      files.upload(self._writer.logdir, self._logdir, prefix='events.')
+      storage.upload(self._writer.logdir, self._logdir, prefix='events.')
       self._uploaded = now
 
   def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
@@ -168,8 +168,8 @@ def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
   left out."""
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
   scalars: dict[str, dict[int, float]] = {}
-  folder = files.path(workdir)
-  names = sorted((n for n in files.listdir(workdir)
+  folder = storage.path(workdir)
+  names = sorted((n for n in storage.listdir(workdir)
                   if n.startswith('events.out.tfevents')),
                  key=lambda n: (folder / n).stat().mtime)
   for name in names:

@@ -15,7 +15,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 import numpy as np
 
-from transformer.data import files
+from transformer import storage
 
 
 def _save(figure: Figure, path: str) -> None:
@@ -24,7 +24,7 @@ def _save(figure: Figure, path: str) -> None:
   buffer = io.BytesIO()
   figure.savefig(buffer, dpi=100,
                  format=os.path.splitext(path)[1].lstrip('.') or 'png')
-  files.write_atomically(path, buffer.getvalue())
+  storage.write_atomically(path, buffer.getvalue())
 
 
 def plot_attention(weights: np.ndarray, query_labels: Sequence[str],

@@ -19,7 +19,7 @@ goes, a file where cache/ goes) is refused before a run writes anything
 (`check_layout`). `restore(workdir)` gives a trained workdir's task,
 parameters and step, with no optimizer or train step built: the one way
 commands, fine-tuning and tests open a workdir. A workdir may be a local
-folder or a URL (`gs://bucket/path`): every file goes through `data.files`.
+folder or a URL (`gs://bucket/path`): every file goes through `storage`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import ml_collections
 from transformer import checkpoints
 from transformer import sharding
 from transformer import tasks
-from transformer.data import files
+from transformer import storage
 from transformer.tasks import base
 from transformer.tasks import text_classification
 from transformer.tasks import vocabularies
@@ -83,7 +83,7 @@ def check_layout(workdir: str) -> None:
     raise ValueError('The workdir is empty: give the folder the run writes '
                      'into (an empty path would be the current directory).')
   for name, (folder, what, fix) in LAYOUT.items():
-    path = files.path(files.join(workdir, name))
+    path = storage.path(storage.join(workdir, name))
     if not path.exists() or path.is_dir() == folder:
       continue
     raise (NotADirectoryError if folder else IsADirectoryError)(
@@ -95,11 +95,11 @@ def check_writable(workdir: str) -> None:
   """Refuses, before anything is built, a workdir this process cannot
   write (permissions, read-only or full filesystem)."""
   check_layout(workdir)
-  probe = files.join(workdir, f'.write_test_{jax.process_index()}')
+  probe = storage.join(workdir, f'.write_test_{jax.process_index()}')
   try:
-    files.makedirs(workdir)
-    files.write_atomically(probe, 'ok')
-    files.path(probe).unlink()
+    storage.makedirs(workdir)
+    storage.write_atomically(probe, 'ok')
+    storage.path(probe).unlink()
   except OSError as e:
     raise OSError(f'Cannot write to the workdir {workdir}: '
                   f'{e.strerror or e}. Fix its permissions or free space, '
@@ -121,7 +121,7 @@ def lock(workdir: str) -> Iterator[None]:
   if jax.process_index() != 0:
     yield
     return
-  if files.is_remote(workdir):
+  if storage.is_remote(workdir):
     with _remote_lock(workdir):
       yield
     return
@@ -201,7 +201,7 @@ def _remote_lock(workdir: str) -> Iterator[None]:
   left by a process of this host that is gone is taken over; one of
   another host is refused, naming it and the file to delete if that run
   is gone (a preempted VM's run, say)."""
-  path = files.path(files.join(workdir, LOCK_FILE))
+  path = storage.path(storage.join(workdir, LOCK_FILE))
   if path.exists():
     previous, damaged = _lock_record(os.fspath(path), path.read_bytes())
     match = re.fullmatch(_LOCK_RECORD, previous)
@@ -214,7 +214,7 @@ def _remote_lock(workdir: str) -> Iterator[None]:
           f'gone, delete {path}.')
     print(f'Taking over {path} from a run that ended without releasing it '
           f'({previous}).', flush=True)
-  files.write_atomically(os.fspath(path), _holder())
+  storage.write_atomically(os.fspath(path), _holder())
   try:
     yield
   finally:
@@ -236,13 +236,13 @@ def _alive(pid: int) -> bool:
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
   if jax.process_index() == 0:
-    files.write_atomically(files.join(workdir, CONFIG_FILE),
+    storage.write_atomically(storage.join(workdir, CONFIG_FILE),
                            config.to_json_best_effort(indent=2))
 
 
 def _saved(workdir: str) -> dict[str, Any]:
-  path = files.join(workdir, CONFIG_FILE)
-  if not files.exists(path):
+  path = storage.join(workdir, CONFIG_FILE)
+  if not storage.exists(path):
     raise FileNotFoundError(
         f'{path} not found: {workdir} is not a training workdir. Train into '
         f'it first: python -m transformer.main --workdir={workdir}')
@@ -272,7 +272,7 @@ def _fine_tuned_model(config: ml_collections.ConfigDict) -> None:
   now copy them into the config, and may then set their own context, e.g.
   128 tokens from BERT's 512: theirs is left as it is.)"""
   source = config.train.init_from
-  if source and files.exists(files.join(source, CONFIG_FILE)):
+  if source and storage.exists(storage.join(source, CONFIG_FILE)):
     pretrained = load_config(source)
     copied = all(config.model.get(key) == value
                  for key, value in pretrained.model.items()
@@ -295,7 +295,7 @@ def config_changes(workdir: str, config: ml_collections.ConfigDict
                    ) -> dict[str, tuple[Any, Any]]:
   """Fields whose value differs from the config.json of the workdir:
   {field: (saved, now)}; empty for a new workdir."""
-  if not files.exists(files.join(workdir, CONFIG_FILE)):
+  if not storage.exists(storage.join(workdir, CONFIG_FILE)):
     return {}
   saved = _flat(_saved(workdir))
   now = _flat(json.loads(config.to_json_best_effort()))
@@ -325,8 +325,8 @@ def load_progress(workdir: str) -> dict[str, float]:
   its units (e.g. 'tokens'); empty before its first checkpoint. A damaged
   file only loses those counts (the checkpoints hold the run): it is
   reported and read as empty."""
-  path = files.join(workdir, PROGRESS_FILE)
-  if not files.exists(path):
+  path = storage.join(workdir, PROGRESS_FILE)
+  if not storage.exists(path):
     return {}
   try:
     return read_checked(path)
@@ -338,7 +338,7 @@ def load_progress(workdir: str) -> dict[str, float]:
 
 def save_progress(workdir: str, progress: dict[str, float]) -> None:
   if jax.process_index() == 0:
-    files.write_atomically(files.join(workdir, PROGRESS_FILE),
+    storage.write_atomically(storage.join(workdir, PROGRESS_FILE),
                            json.dumps(progress))
 
 
@@ -346,7 +346,7 @@ def save_progress(workdir: str, progress: dict[str, float]) -> None:
 
 
 # A workdir file that does not fit its schema (`read_checked`).
-DamagedFile = files.DamagedFile
+DamagedFile = storage.DamagedFile
 
 
 _LOCK_RECORD = r'host (\S+), pid (\d+), since .*'
@@ -368,9 +368,9 @@ def _progress_problem(progress: Any) -> str:
   for key, value in progress.items():
     if key == 'step':
       if not (_is_int(value) and value >= 0):
-        return f'"step" is {files.shown(value)}, not a whole number >= 0'
+        return f'"step" is {storage.shown(value)}, not a whole number >= 0'
     elif not (_is_number(value) and math.isfinite(value) and value >= 0):
-      return f'"{key}" is {files.shown(value)}, not a finite number >= 0'
+      return f'"{key}" is {storage.shown(value)}, not a finite number >= 0'
   return ''
 
 
@@ -388,7 +388,7 @@ def _config_problem(saved: Any) -> str:
   if not isinstance(saved, dict) or not isinstance(saved.get('task'), str):
     return 'not an experiment config (no "task")'
   if saved['task'] not in tasks.TASKS:
-    return (f'"task" is {files.shown(saved["task"])}, not one of '
+    return (f'"task" is {storage.shown(saved["task"])}, not one of '
             f'{", ".join(tasks.TASKS)}')
   missing = [name for name in REQUIRED_SECTIONS if name not in saved]
   if missing:
@@ -421,7 +421,7 @@ def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
       continue
     if isinstance(schema[key], ml_collections.ConfigDict):
       if not isinstance(value, dict):
-        return f'"{field}" is {files.shown(value)}, not a section (a JSON object)'
+        return f'"{field}" is {storage.shown(value)}, not a section (a JSON object)'
       problem = _fields_problem(value, schema[key], f'{field}.')
       if problem:
         return problem
@@ -431,7 +431,7 @@ def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
       continue  # a placeholder: the named size's value
     expected = _TYPES.get(kind)
     if expected and not expected[1](value):
-      return f'"{field}" is {files.shown(value)}, not {expected[0]}'
+      return f'"{field}" is {storage.shown(value)}, not {expected[0]}'
   return ''
 
 
@@ -470,7 +470,7 @@ def read_checked(path: str, raw: bytes | None = None) -> Any:
     DamagedFile: '{path} is damaged: <the problem, naming the field>'.
   """
   is_json, problem_of = SCHEMAS[os.path.basename(path)]
-  return files.read_record(path, problem_of, is_json=is_json, raw=raw)
+  return storage.read_record(path, problem_of, is_json=is_json, raw=raw)
 
 
 # -- Inference ----------------------------------------------------------------
@@ -526,8 +526,8 @@ def vocabulary(workdir: str, task: tasks.Task
 
 
 def _lock_bytes(workdir: str) -> tuple[str, bytes]:
-  path = files.join(workdir, LOCK_FILE)
+  path = storage.join(workdir, LOCK_FILE)
   try:
-    return path, files.path(path).read_bytes()
+    return path, storage.path(path).read_bytes()
   except OSError:
     return path, b''

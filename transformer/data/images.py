@@ -14,7 +14,7 @@ import os
 from absl import logging
 import numpy as np
 
-from transformer.data import files
+from transformer import storage
 
 # The offline dataset's classes, each a region in coordinates (u, v)
 # relative to the shape's centre and radius (v points down).
@@ -105,7 +105,7 @@ MNIST_FILES = {'train': 'train', 'test': 't10k'}
 
 def _read_idx(path: str) -> np.ndarray:
   """An idx file (optionally gzipped): magic, dims, then big-endian data."""
-  data = files.read_bytes(path)
+  data = storage.read_bytes(path)
   if len(data) < 4 or data[:2] != b'\0\0' or data[2] != 8:
     raise ValueError(f'{path} is not an idx file of unsigned bytes.')
   ndim = data[3]

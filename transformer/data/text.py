@@ -25,7 +25,7 @@ from absl import logging
 import numpy as np
 
 from transformer.data import batching
-from transformer.data import files
+from transformer import storage
 from transformer.data import offline_mt
 from transformer.data import tokenizers
 
@@ -57,7 +57,7 @@ def split_lines(text: str) -> list[str]:
 def read_utf8(path: str) -> str:
   """The text of a UTF-8 file (gzipped if it ends in .gz), as on disk
   ('\\r\\n' kept)."""
-  return decode_utf8(files.read_bytes(path), path)
+  return decode_utf8(storage.read_bytes(path), path)
 
 
 def utf8_lines(path: str) -> list[str]:

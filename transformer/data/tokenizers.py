@@ -21,7 +21,7 @@ from absl import logging
 import numpy as np
 import sentencepiece as spm
 
-from transformer.data import files
+from transformer import storage
 
 PAD_ID = 0
 EOS_ID = 1
@@ -88,7 +88,7 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str,
         character_coverage=character_coverage, hard_vocab_limit=False,
         pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
         logstream=quiet)
-  files.write_atomically(model_path, model.getvalue())
+  storage.write_atomically(model_path, model.getvalue())
 
 
 # A damaged vocabulary cannot be rebuilt in place: checkpoints trained with
@@ -338,7 +338,7 @@ class _VocabularyTokenizer:
   def save(self, path: str) -> None:
     """Writes the units as JSON, atomically (folders are created)."""
     text = json.dumps({self.kind: self.units}, ensure_ascii=False)
-    files.write_atomically(path, text.encode('utf-8'))
+    storage.write_atomically(path, text.encode('utf-8'))
 
   @property
   def vocab_size(self) -> int:

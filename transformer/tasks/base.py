@@ -19,7 +19,7 @@ import numpy as np
 from transformer import layers
 from transformer import ranges
 from transformer.data import batching
-from transformer.data import files
+from transformer import storage
 from transformer.data import token_cache
 from transformer.data import tokenizers
 from transformer.tasks import vocabularies
@@ -268,6 +268,6 @@ def cached_sides(task: Any, split: str,
       yield chunk
 
   return token_cache.load_or_build(
-      files.local_mirror(files.join(task.workdir, 'cache')),
+      storage.local_mirror(storage.join(task.workdir, 'cache')),
       f'{task.config.task}-{split}', key, chunks,
       vocab_size=task.tokenizer.vocab_size, notes=lambda: notes)

@@ -30,7 +30,7 @@ from transformer import metrics
 from transformer import plots
 from transformer.data import batching
 from transformer.data import captions as caption_data
-from transformer.data import files
+from transformer import storage
 from transformer.data import tokenizers
 from transformer.models import captioning
 from transformer.tasks import base
@@ -333,7 +333,7 @@ class CaptioningTask(base.Task):
       words = [self.tokenizer.id_to_piece(int(t)) for t in ids[:length]]
       paths.append(plots.plot_image_attention(
           image / 255.0, weights[i, :length], words,
-          files.join(self.workdir, 'plots', f'caption_{label}_{i}.png'),
+          storage.join(self.workdir, 'plots', f'caption_{label}_{i}.png'),
           suptitle=self.tokenizer.decode(ids)))
     return paths
 

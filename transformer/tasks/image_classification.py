@@ -29,7 +29,7 @@ from transformer import configs
 from transformer import layers
 from transformer import plots
 from transformer.data import augment
-from transformer.data import files
+from transformer import storage
 from transformer.data import image_sources
 from transformer.models import vit
 from transformer.tasks import base
@@ -86,7 +86,7 @@ def _read_dataset_info(path: str) -> tuple[tuple[str, ...], int]:
   """(class names, channels) from a workdir's dataset.json, which is refused
   naming it unless it holds a list of names and a channel count."""
   try:
-    info = json.loads(files.read_text(path))
+    info = json.loads(storage.read_text(path))
   except (UnicodeDecodeError, json.JSONDecodeError):
     info = None  # refused below, as other damage
   if not (isinstance(info, dict) and isinstance(info.get('classes'), list)
@@ -133,12 +133,12 @@ class ImageClassificationTask(base.Task):
   def _dataset_info(self) -> tuple[tuple[str, ...], int]:
     """Class names and channels: from the workdir, or from the training
     data (then written to the workdir)."""
-    path = files.join(self.workdir, DATASET_FILE)
-    if files.exists(path):
+    path = storage.join(self.workdir, DATASET_FILE)
+    if storage.exists(path):
       return _read_dataset_info(path)
     names, channels = self.images.classes()
     if jax.process_index() == 0:
-      files.write_atomically(path, json.dumps(
+      storage.write_atomically(path, json.dumps(
           {'classes': list(names), 'channels': channels}))
     return tuple(names), channels
 
@@ -363,7 +363,7 @@ class ImageClassificationTask(base.Task):
     if self.model_config.pooling == 'token':
       self.plot_attention(
           params, self.images.first_eval_image(self.class_names),
-          files.join(self.workdir, 'plots', f'attention_{label}.png'))
+          storage.join(self.workdir, 'plots', f'attention_{label}.png'))
     return {}
 
 

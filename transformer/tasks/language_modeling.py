@@ -27,7 +27,7 @@ from transformer import layers
 from transformer import losses
 from transformer import plots
 from transformer import ranges
-from transformer.data import files
+from transformer import storage
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import tokenizers
@@ -424,8 +424,8 @@ class LanguageModelingTask(CorpusTask):
         temperature=cfg.temperature, top_k=cfg.top_k, top_p=cfg.top_p,
         seed=cfg.sample_seed)
     if jax.process_index() == 0:
-      path = files.join(self.workdir, 'reports', f'samples_{label}.txt')
-      files.write_atomically(path, ''.join(
+      path = storage.join(self.workdir, 'reports', f'samples_{label}.txt')
+      storage.write_atomically(path, ''.join(
           f'PROMPT {prompt!r}\n{prompt}{sample}\n\n'
           for prompt, sample in zip(cfg.prompts, samples)))
       for prompt, sample in zip(cfg.prompts, samples):

@@ -36,7 +36,7 @@ from transformer import losses
 from transformer import metrics
 from transformer import ranges
 from transformer.data import batching
-from transformer.data import files
+from transformer import storage
 from transformer.data import glue
 from transformer.data import offline_sentiment
 from transformer.data import text
@@ -109,11 +109,11 @@ def take_pretrained(config: ml_collections.ConfigDict,
 def trained_task(workdir: str) -> str:
   """The task a workdir's config.json names (read here, below the module
   that reads whole workdirs, `transformer.workdir`, which builds tasks)."""
-  path = files.join(workdir, 'config.json')
-  if not files.exists(path):
+  path = storage.join(workdir, 'config.json')
+  if not storage.exists(path):
     raise FileNotFoundError(f'{path} not found: {workdir} is not a training '
                             f'workdir.')
-  return files.read_record(path, lambda saved: '' if isinstance(
+  return storage.read_record(path, lambda saved: '' if isinstance(
       saved, dict) and isinstance(saved.get('task'), str) else
                            'not an experiment config (no "task")')['task']
 
@@ -244,7 +244,7 @@ class TextClassificationTask(base.Task):
     if data.tokenizer not in VOCABULARY_FILES:
       raise ValueError(f'config.data.tokenizer={data.tokenizer!r}; choose '
                        f'one of {sorted(VOCABULARY_FILES)}.')
-    own = files.exists(files.join(self.workdir, 'vocab',
+    own = storage.exists(storage.join(self.workdir, 'vocab',
                                   VOCABULARY_FILES['bert']))
     if data.tokenizer == 'bert' and not source and not own:
       raise ValueError("config.data.tokenizer='bert' is a converted BERT's: "

@@ -25,7 +25,7 @@ from transformer import losses
 from transformer import metrics
 from transformer import plots
 from transformer.data import batching
-from transformer.data import files
+from transformer import storage
 from transformer.data import packing
 from transformer.data import tokenizers
 from transformer.models import encoder_decoder
@@ -260,10 +260,10 @@ class TranslationTask(base.Task):
     score, signature = metrics.bleu(hypotheses, references,
                                     tokenize=cfg.bleu_tokenize)
     exact = float(np.mean([h == r for h, r in zip(hypotheses, references)]))
-    report = files.join(self.workdir, 'reports',
+    report = storage.join(self.workdir, 'reports',
                         f'{data.eval_split}_{label}.txt')
     if jax.process_index() == 0:  # one report, however many hosts
-      files.write_atomically(report, ''.join(
+      storage.write_atomically(report, ''.join(
           f'SRC {source}\nREF {reference}\nHYP {hypothesis}\n\n'
           for source, reference, hypothesis in zip(sources, references,
                                                    hypotheses)))
@@ -276,7 +276,7 @@ class TranslationTask(base.Task):
     if cfg.plot_example >= 0 and cfg.plot_example < len(sources):
       self.plot_cross_attention(params, sources[cfg.plot_example],
                                 hypotheses[cfg.plot_example],
-                                files.join(self.workdir, 'plots',
+                                storage.join(self.workdir, 'plots',
                                            f'cross_attention_{label}'))
     return {'bleu': score, 'exact_match': exact}
 

@@ -31,7 +31,7 @@ from transformer import layers
 from transformer import losses
 from transformer import plots
 from transformer.data import augment
-from transformer.data import files
+from transformer import storage
 from transformer.data import scenes
 from transformer.models import vilbert
 from transformer.tasks import base
@@ -164,7 +164,7 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
         params, questions.scenes.images[i], tokens[i],
         f'{questions.questions[i]} -> {scenes.ANSWERS[predicted[i]]} '
         f'(true: {scenes.ANSWERS[answers[i]]})',
-        files.join(self.workdir, 'plots', f'coattention_{label}_{i}.png'))
+        storage.join(self.workdir, 'plots', f'coattention_{label}_{i}.png'))
             for i in range(count)]
 
   def encode_questions(self, questions: list[str]) -> np.ndarray:

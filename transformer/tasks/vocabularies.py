@@ -20,7 +20,7 @@ from jax.experimental import multihost_utils
 import ml_collections
 
 from transformer import checkpoints
-from transformer.data import files
+from transformer import storage
 from transformer.data import tokenizers
 from transformer.data import published_tokenizers as published
 
@@ -34,30 +34,30 @@ def in_workdir(workdir: str, filename: str,
   that has checkpoints but lost its vocabulary is refused: a new one would
   not match the ids the checkpoints were trained with.
   """
-  path = files.join(workdir, 'vocab', filename)
-  if not files.exists(path) and checkpoints.exist(workdir):
+  path = storage.join(workdir, 'vocab', filename)
+  if not storage.exists(path) and checkpoints.exist(workdir):
     raise FileNotFoundError(
         f'{path} is missing but {workdir} has checkpoints: a new vocabulary '
         f'would not match them. Restore the file or use a new workdir.')
-  if not files.is_remote(path):
+  if not storage.is_remote(path):
     if jax.process_index() == 0:
       build(path)
     _sync(filename)
     return path
   # Tokenizer libraries read local files: build into the local mirror,
   # then keep the workdir's copy the one every run and host reads.
-  local = files.local_mirror(path)
+  local = storage.local_mirror(path)
   if jax.process_index() == 0:
-    if files.exists(path):
-      files.fetch(path)
+    if storage.exists(path):
+      storage.fetch(path)
     elif os.path.exists(local):
       os.remove(local)  # of an earlier run: never reused unseen
     build(local)
-    if not files.exists(path):
+    if not storage.exists(path):
       with open(local, 'rb') as f:
-        files.write_atomically(path, f.read())
+        storage.write_atomically(path, f.read())
   _sync(filename)
-  return files.fetch(path)
+  return storage.fetch(path)
 
 
 def _sync(filename: str) -> None:
@@ -67,10 +67,10 @@ def _sync(filename: str) -> None:
 
 def describe(workdir: str) -> str:
   """The workdir's vocabulary file, or its folder where it has several."""
-  folder = files.join(workdir, 'vocab')
-  names = files.listdir(folder)
+  folder = storage.join(workdir, 'vocab')
+  names = storage.listdir(folder)
   if len(names) == 1:
-    return files.join(folder, names[0])
+    return storage.join(folder, names[0])
   return f'the vocabulary files in {folder}'
 
 
@@ -86,9 +86,9 @@ def fingerprint(workdir: str, tokenizer: str) -> str:
   """A hash of the tokenizer's kind and the workdir's vocabulary files:
   what decides the ids a text gets (it keys the token cache)."""
   hasher = hashlib.blake2b(tokenizer.encode(), digest_size=16)
-  folder = files.join(workdir, 'vocab')
-  if files.exists(folder):
-    for name, path in files.walk_files(folder):
+  folder = storage.join(workdir, 'vocab')
+  if storage.exists(folder):
+    for name, path in storage.walk_files(folder):
       hasher.update(name.encode() + b'\0' + path.read_bytes())
   return hasher.hexdigest()
 
@@ -96,7 +96,7 @@ def fingerprint(workdir: str, tokenizer: str) -> str:
 def published_tokenizer(name: str, workdir: str):
   """The converted checkpoint's tokenizer kept in `workdir/vocab`."""
   return PUBLISHED_TOKENIZERS[name](
-      files.fetch_folder(files.join(workdir, 'vocab')))
+      storage.fetch_folder(storage.join(workdir, 'vocab')))
 
 
 def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
@@ -183,8 +183,8 @@ def check_built_from(config: ml_collections.ConfigDict, workdir: str) -> None:
   _sync(f'{RECORD} read')  # by every process, before process 0 changes it
   if rebuild is not None and jax.process_index() == 0:
     if rebuild:
-      files.path(files.join(workdir, 'vocab')).rmtree()
-    files.write_atomically(files.join(workdir, RECORD),
+      storage.path(storage.join(workdir, 'vocab')).rmtree()
+    storage.write_atomically(storage.join(workdir, RECORD),
                            json.dumps(wanted, indent=1))
   _sync(RECORD)
 
@@ -192,13 +192,13 @@ def check_built_from(config: ml_collections.ConfigDict, workdir: str) -> None:
 def _rebuild(workdir: str, wanted: dict[str, Any]) -> bool | None:
   """Whether to remove the vocabulary before recording `wanted` (False: to
   record it, nothing being built yet; None: to leave both as they are)."""
-  folder, path = files.join(workdir, 'vocab'), files.join(workdir, RECORD)
+  folder, path = storage.join(workdir, 'vocab'), storage.join(workdir, RECORD)
   trained = checkpoints.exist(workdir)
-  if not files.listdir(folder):
+  if not storage.listdir(folder):
     return None if trained else False
-  if not files.exists(path):
+  if not storage.exists(path):
     return None
-  recorded = files.read_record(path, record_problem)
+  recorded = storage.read_record(path, record_problem)
   changed = {key: (recorded.get(key), wanted.get(key))
              for key in sorted(set(recorded) | set(wanted))
              if recorded.get(key) != wanted.get(key)}
@@ -226,5 +226,5 @@ def record_problem(record: Any) -> str:
     return f'not a JSON object but {type(record).__name__}'
   for key, value in record.items():
     if isinstance(value, dict):
-      return f'"{key}" is {files.shown(value)}, not a setting\'s value'
+      return f'"{key}" is {storage.shown(value)}, not a setting\'s value'
   return ''

@@ -61,7 +61,7 @@ from transformer import faults
 from transformer import ranges
 from transformer import workdir as workdir_lib
 from transformer.data import datasets
-from transformer.data import files
+from transformer import storage
 from transformer.data import text
 
 RUN_FAILED = 1
@@ -103,10 +103,10 @@ def check_input_file(flag: str | None, path: str, what: str) -> None:
   """Refuses an input path that is missing or a folder, naming the flag
   (None: a command-line argument) and `what` to give instead."""
   name = f'{flag}={path}' if flag else path
-  if files.path(path).is_dir():
+  if storage.path(path).is_dir():
     raise IsADirectoryError(f'{name} is a folder; give {what} (a folder\'s '
                             'files: FOLDER/*).')
-  if not files.exists(path):
+  if not storage.exists(path):
     raise FileNotFoundError(f'{name}: no such file; give {what}.')
 
 
@@ -209,18 +209,18 @@ def output_names(inputs: Sequence[str]) -> list[str]:
 
 
 def _key(path: str) -> str:
-  return path if files.is_remote(path) else os.path.realpath(path)
+  return path if storage.is_remote(path) else os.path.realpath(path)
 
 
 def _existing(output: Output) -> list[str]:
   """The files already where `output` goes (for a series, its members)."""
   if not output.numbered:
-    return [output.path] if files.exists(output.path) else []
+    return [output.path] if storage.exists(output.path) else []
   folder, name = os.path.split(output.path)
   root, extension = os.path.splitext(name)
   pattern = re.compile(re.escape(root) + r'\d+' + re.escape(extension))
   folder = folder or '.'
-  return [files.join(folder, n) for n in files.listdir(folder)
+  return [storage.join(folder, n) for n in storage.listdir(folder)
           if pattern.fullmatch(n)]
 
 
@@ -228,12 +228,12 @@ def _blocking_file(path: str) -> str | None:
   """A file where `path` needs a folder (its parent or one above), if
   any."""
   folder = os.path.dirname(path.rstrip('/'))
-  while folder and not files.exists(folder):
+  while folder and not storage.exists(folder):
     parent = os.path.dirname(folder)
     if parent == folder:
       return None
     folder = parent
-  return folder if folder and not files.path(folder).is_dir() else None
+  return folder if folder and not storage.path(folder).is_dir() else None
 
 
 def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
@@ -270,7 +270,7 @@ def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
     if blocking:
       raise ValueError(f'{output.flag}: {blocking} is a file, not a folder '
                        f'to write {output.path} in; give another place.')
-    if not output.numbered and files.path(output.path).is_dir():
+    if not output.numbered and storage.path(output.path).is_dir():
       raise ValueError(f'{output.flag}: {output.path} is a folder; give the '
                        f'path of the file to write.')
     _check_length(output)
@@ -291,7 +291,7 @@ def check_outputs(outputs: Iterable[Output], *, overwrite: bool = False,
 # How `Writing` names what it writes meanwhile: a staging folder beside the
 # outputs ('.writing-' + 8 random characters + '.tmp'), and in it a
 # temporary file beside each ('.NAME.' + 8 random characters + '.tmp', as
-# tempfile and `files.write_atomically`, which the plots use, name theirs).
+# tempfile and `storage.write_atomically`, which the plots use, name theirs).
 _STAGING = ('.writing-', '.tmp')
 _STAGING_LENGTH = len(''.join(_STAGING)) + 8
 _TEMPORARY_LENGTH = len('.' '.' '.tmp') + 8
@@ -316,7 +316,7 @@ def _check_length(output: Output) -> None:
   """Refuses an output whose name, or path, is longer than its file system
   takes while `Writing` writes it (with the staging folder and temporary
   name): e.g. a map named after an image of 250 characters."""
-  if files.is_remote(output.path):
+  if storage.is_remote(output.path):
     return
   path = os.path.abspath(output.path)
   folder, name = os.path.split(path)
@@ -440,13 +440,13 @@ class Writing:
   # -- Staging.
 
   def _key(self, folder: str) -> str:
-    return folder if files.is_remote(folder) else os.path.abspath(
+    return folder if storage.is_remote(folder) else os.path.abspath(
         folder or '.')
 
   def _stage(self, folder: str) -> str:
     key = self._key(folder)
     if key not in self._stages:
-      if files.is_remote(key):  # copied up at the end
+      if storage.is_remote(key):  # copied up at the end
         self._stages[key] = tempfile.mkdtemp(prefix=_STAGING[0],
                                              suffix=_STAGING[1])
       else:
@@ -482,26 +482,26 @@ class Writing:
         for root, _, names in os.walk(stage):
           for name in sorted(names):
             staged = os.path.join(root, name)
-            path = (files.join(folder, *os.path.relpath(staged, stage).split(
-                os.sep)) if files.is_remote(folder) else
+            path = (storage.join(folder, *os.path.relpath(staged, stage).split(
+                os.sep)) if storage.is_remote(folder) else
                     os.path.join(folder, os.path.relpath(staged, stage)))
             if self._put(staged, path):
               placed.append(path)
     except BaseException:
       if not self._overwrite:  # only files of this run: it replaced none
         for path in placed:
-          if not files.is_remote(path):
+          if not storage.is_remote(path):
             os.remove(path)
       raise
 
   def _put(self, staged: str, path: str) -> bool:
     """`staged` at `path`; whether it was placed there (False: a remote
     copy, which is not taken back)."""
-    if files.is_remote(path):
-      if not self._overwrite and files.exists(path):
+    if storage.is_remote(path):
+      if not self._overwrite and storage.exists(path):
         raise self._appeared(path)
       with open(staged, 'rb') as f:
-        files.write_atomically(path, f.read())
+        storage.write_atomically(path, f.read())
       return False
     if not os.path.isdir(os.path.dirname(path)):
       self._makedirs(os.path.dirname(path))
@@ -555,7 +555,7 @@ class Writing:
         match = _TEMPORARY.fullmatch(parts[-1])
         parts[-1] = match[1] if match else parts[-1]
         parts = [part for part in parts if part != '.']
-        return files.join(folder, *parts) if parts else folder
+        return storage.join(folder, *parts) if parts else folder
     return None
 
   def _in_traceback(self, traceback: types.TracebackType | None
@@ -703,7 +703,7 @@ def handle_errors(main: Callable[[list[str]], None]
     except Exception as e:  # pylint: disable=broad-except
       # gs:// unreachable (no credentials, say): TensorFlow's or gcsfs's
       # error, whatever reached the bucket first.
-      failure = files.storage_failure(e)
+      failure = storage.storage_failure(e)
       if failure is not None:
         _exit(USER_ERROR, failure)
       if isinstance(e, FileNotFoundError):  # also a TFDS dataset not prepared
