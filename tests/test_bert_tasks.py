@@ -10,6 +10,7 @@ from conftest import load_experiment
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import offline_sentiment
+from transformer.insight import attention_views
 from transformer.tasks import text_classification
 
 
@@ -41,7 +42,7 @@ def test_encoder_attention_view_masks_nothing_and_sums_to_one(pretrained):
   restored = workdir_lib.restore(workdir)
   task = restored.task
   with restored.active():
-    [view] = task.attention_views(restored.params, 'the film was good')
+    [view] = attention_views.of(task, restored.params, 'the film was good')
   ids = task.tokenizer.encode('the film was good', add_eos=False)
   assert view.queries == view.keys and view.queries[0] == '[CLS]'
   assert len(view.queries) == len(ids) + 1
@@ -75,7 +76,8 @@ def test_fine_tuning_starts_from_the_pretrained_encoder(pretrained, tmp_path):
   # The explorer reads a fine-tuned classifier's encoder too.
   restored = workdir_lib.restore(tuned_workdir)
   with restored.active():
-    [view] = restored.task.attention_views(restored.params, 'a good film')
+    [view] = attention_views.of(restored.task, restored.params,
+                                 'a good film')
   assert view.queries[0] == '[CLS]'
   np.testing.assert_allclose(view.weights.sum(-1), 1.0, atol=1e-5)
 

@@ -6,8 +6,8 @@ import sys
 import numpy as np
 import pytest
 
-from transformer.tools import demo
 from transformer import plots
+from transformer.tools import demo
 
 
 # Trains two encoders for about 15 s (the README demo).

@@ -16,7 +16,7 @@ import shutil
 import numpy as np
 import pytest
 
-from transformer.tasks import base
+from transformer.insight import attention_views
 from transformer.tools import explore
 
 CHROMIUM = next((path for path in map(shutil.which, (
@@ -205,7 +205,7 @@ def hostile(tmp_path_factory):
   n = len(HOSTILE)
   weights = np.random.default_rng(0).random((1, 2, n, n))
   weights /= weights.sum(-1, keepdims=True)
-  view = base.AttentionView(name=' '.join(HOSTILE), queries=HOSTILE,
+  view = attention_views.AttentionView(name=' '.join(HOSTILE), queries=HOSTILE,
                             keys=HOSTILE[::-1], weights=weights)
   path = tmp_path_factory.mktemp('hostile') / 'page.html'
   path.write_text(explore.page('<!--<script> ' + HOSTILE[-1], ''.join(HOSTILE),

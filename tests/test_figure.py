@@ -5,7 +5,7 @@ import numpy as np
 import PIL.Image
 import pytest
 
-from transformer.tasks import base
+from transformer.insight import attention_views
 from transformer.tools import explore
 from transformer.tools import figure
 
@@ -16,7 +16,7 @@ def synthetic_view(image=None):
   rng = np.random.default_rng(0)
   weights = rng.random((3, 2, 5, 6))
   weights /= weights.sum(-1, keepdims=True)
-  return base.AttentionView('words over the image', list('abcde'),
+  return attention_views.AttentionView('words over the image', list('abcde'),
                             ['▁x', 'y', 'z', 'u', 'v', 'w'], weights,
                             image=image, grid=2 if image is not None else 0,
                             first_patch=2)

@@ -24,10 +24,10 @@ import sentencepiece as spm
 from conftest import randomised
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.data import published_tokenizers
 from transformer.data import text
 from transformer.interop import files
 from transformer.interop import llama
-from transformer.data import published_tokenizers
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')

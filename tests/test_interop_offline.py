@@ -18,10 +18,10 @@ import sentencepiece as spm
 from transformer import layers
 from transformer import positional
 from transformer.data import offline_mt
+from transformer.data import published_tokenizers
 from transformer.interop import bert
 from transformer.interop import gpt2
 from transformer.interop import marian
-from transformer.data import published_tokenizers
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder

@@ -14,6 +14,7 @@ from transformer import sharding
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import text
+from transformer.insight import attention_views
 from transformer.tools import generate
 
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare',
@@ -122,7 +123,7 @@ def test_self_attention_maps_are_causal_and_the_models_own(trained):
     pieces, maps = task.self_attention_maps(params, 'The red house', last=4)
     all_pieces, full = task.self_attention_maps(params, 'The red house',
                                                 last=1_000)
-    [view] = task.attention_views(params, 'The red house')
+    [view] = attention_views.of(task, params, 'The red house')
   # The explorer's view is every layer of the whole text.
   assert view.queries == view.keys == all_pieces
   np.testing.assert_array_equal(view.weights, np.stack(full))

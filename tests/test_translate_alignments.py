@@ -14,6 +14,7 @@ from conftest import load_experiment
 from transformer import layers
 from transformer import tasks
 from transformer import workdir as workdir_lib
+from transformer.insight import attention_views
 from transformer.tools import translate
 
 SENTENCES = ['the red house', 'a dog sees the cat', 'the cat']
@@ -129,7 +130,7 @@ def test_the_rnn_alignment_is_its_additive_attention(tmp_path):
   with pytest.raises(ValueError, match='one alignment, no layers or heads'):
     task.alignments(params, pairs, head=0)
   # The explorer shows the same alignment, for the model's own translation.
-  [view] = task.attention_views(params, 'the red house')
+  [view] = attention_views.of(task, params, 'the red house')
   assert view.name.startswith('alignment') and view.weights.shape[:2] == (1, 1)
   assert view.weights.shape[2:] == (len(view.queries), len(view.keys))
   np.testing.assert_allclose(view.weights.sum(-1), 1.0, atol=1e-5)

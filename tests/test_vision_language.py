@@ -16,6 +16,7 @@ from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import scenes
 from transformer.data import tokenizers
+from transformer.insight import attention_views
 from transformer.tasks import vision_language
 from transformer.tools import ask
 from transformer.tools import explore
@@ -238,7 +239,7 @@ def test_a_question_only_model_draws_no_attention_over_the_image(tmp_path):
   assert not (workdir / 'plots').exists() or not os.listdir(workdir / 'plots')
   # Its only view: the words', the same whatever the image.
   questions = task.split('test')[0]
-  views = [task.attention_views(params, questions.questions[0], image)
+  views = [attention_views.of(task, params, questions.questions[0], image)
            for image in questions.scenes.images[:2]]
   assert [v.name for v in views[0]] == [
       'self-attention over the words (a question-only model never sees the '

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 from typing import Any, Callable, ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from transformer import attention
 from transformer import positional
@@ -559,3 +561,22 @@ def attention_weights(intermediates: Any) -> dict[str, Array]:
 
   walk(unstack_layers(intermediates), ())
   return found
+
+
+def group_layers(weights: dict[str, Any], example: int = 0
+                 ) -> dict[str, np.ndarray]:
+  """`layers.attention_weights` of a batch grouped by kind of attention,
+  layers stacked by their index: {'encoder/self_attention': [L, N, T, S],
+  ...} for one example of the batch. (A jitted function returns the dict
+  with its keys sorted as text, layer_10 before layer_2: hence the
+  numeric sort.)"""
+  numeric = lambda name: [int(part) if part.isdigit() else part
+                          for part in re.split(r'(\d+)', name)]
+  grouped = {}
+  for name in sorted(weights, key=numeric):
+    value = weights[name]
+    # 'encoder/layer_3/self_attention' and 'co_layers_3/...' lose the index.
+    kind = re.sub(r'(^|/)layer_\d+(/|$)', r'\1', name).strip('/')
+    kind = re.sub(r'_\d+(?=/|$)', '', kind)
+    grouped.setdefault(kind or name, []).append(np.asarray(value[example]))
+  return {kind: np.stack(layers) for kind, layers in grouped.items()}

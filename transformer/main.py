@@ -37,9 +37,9 @@ import jax
 from ml_collections import config_flags
 
 from transformer import checkpoints
+from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer import storage
 from transformer.tools import cli
 # pylint: enable=g-import-not-at-top,wrong-import-position
 

@@ -40,8 +40,8 @@ import ml_collections
 
 from transformer import checkpoints
 from transformer import sharding
-from transformer import tasks
 from transformer import storage
+from transformer import tasks
 from transformer.tasks import base
 from transformer.tasks import text_classification
 from transformer.tasks import vocabularies

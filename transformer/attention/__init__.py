@@ -55,7 +55,7 @@ from transformer.attention.caches import tracked_beams
 from transformer.attention.classic import AdditiveAttention
 from transformer.attention.classic import KernelRegression
 from transformer.attention.classic import nadaraya_watson
-from transformer.attention.kernels import dot_product_attention
 from transformer.attention.kernels import IMPLEMENTATIONS
+from transformer.attention.kernels import dot_product_attention
 from transformer.attention.multi_head import HeadProjection
 from transformer.attention.multi_head import MultiHeadAttention

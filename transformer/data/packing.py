@@ -21,11 +21,11 @@ from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 
+from transformer.data.batching import Example
+from transformer.data.batching import Side
 from transformer.data.batching import as_sides
 from transformer.data.batching import check_host
 from transformer.data.batching import check_lengths
-from transformer.data.batching import Example
-from transformer.data.batching import Side
 from transformer.data.batching import sides
 from transformer.sharding import HostRows
 

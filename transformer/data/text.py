@@ -24,8 +24,8 @@ import random
 from absl import logging
 import numpy as np
 
-from transformer.data import batching
 from transformer import storage
+from transformer.data import batching
 from transformer.data import offline_mt
 from transformer.data import tokenizers
 

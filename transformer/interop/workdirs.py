@@ -31,13 +31,13 @@ from transformer import configs
 from transformer import sharding
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.data import published_tokenizers
 from transformer.interop import bert
 from transformer.interop import files
 from transformer.interop import gpt2
 from transformer.interop import llama
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
-from transformer.data import published_tokenizers
 from transformer.models import encoder
 from transformer.models import encoder_decoder
 from transformer.models import vit

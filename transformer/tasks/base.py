@@ -6,82 +6,18 @@ classes subclass it, which gives them the default `adapt_pretrained`.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
-import re
 from typing import Any, Callable, Iterable, Iterator, Protocol
 
 import jax
-from jax.experimental import multihost_utils
 import ml_collections
-import numpy as np
 
-from transformer import layers
 from transformer import ranges
-from transformer.data import batching
 from transformer import storage
+from transformer.data import batching
 from transformer.data import token_cache
-from transformer.data import tokenizers
 from transformer.tasks import vocabularies
 
 Batch = dict[str, Any]
-
-
-@dataclasses.dataclass
-class AttentionView:
-  """One kind of attention of a model on one input, every layer and head:
-  what the explorer page and the figures show."""
-  name: str  # e.g. 'encoder self-attention'
-  queries: list[str]  # T labels of the rows
-  keys: list[str]  # S labels of the columns
-  weights: np.ndarray  # [layers, heads, T, S]
-  # Image models: the picture [H, W, C] in [0, 1] the keys from
-  # `first_patch` on cover, as a grid x grid of patches, row-major.
-  image: np.ndarray | None = None
-  grid: int = 0
-  first_patch: int = 0
-
-
-def group_layers(weights: dict[str, Any], example: int = 0
-                 ) -> dict[str, np.ndarray]:
-  """`layers.attention_weights` of a batch grouped by kind of attention,
-  layers stacked by their index: {'encoder/self_attention': [L, N, T, S],
-  ...} for one example of the batch. (A jitted function returns the dict
-  with its keys sorted as text, layer_10 before layer_2: hence the
-  numeric sort.)"""
-  numeric = lambda name: [int(part) if part.isdigit() else part
-                          for part in re.split(r'(\d+)', name)]
-  grouped = {}
-  for name in sorted(weights, key=numeric):
-    value = weights[name]
-    # 'encoder/layer_3/self_attention' and 'co_layers_3/...' lose the index.
-    kind = re.sub(r'(^|/)layer_\d+(/|$)', r'\1', name).strip('/')
-    kind = re.sub(r'_\d+(?=/|$)', '', kind)
-    grouped.setdefault(kind or name, []).append(np.asarray(value[example]))
-  return {kind: np.stack(layers) for kind, layers in grouped.items()}
-
-
-@functools.partial(jax.jit, static_argnums=(0,))
-def _encoder_attention(model, params, tokens):
-  """Every encoder layer's weights (compiled: op by op, each op would
-  compile apart)."""
-  _, state = model.apply({'params': params}, tokens, deterministic=True,
-                         method='encode', mutable=['intermediates'])
-  return layers.attention_weights(state['intermediates'])
-
-
-def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
-  """The self-attention of a task's BERT encoder (`task.model.encode`) as
-  it reads `text_` after the start token (EOS in the place of [CLS]), cut
-  to the model's max_length: every layer and head."""
-  ids = ([tokenizers.EOS_ID] + task.tokenizer.encode(
-      text_, add_eos=False))[:task.model.config.max_length]
-  tokens = np.repeat(np.asarray([ids], np.int32), task.batch_divisor, 0)
-  # Rows may live on other hosts' devices, as in every task's views.
-  [weights] = group_layers(multihost_utils.process_allgather(
-      _encoder_attention(task.model, params, tokens), tiled=True)).values()
-  pieces = ['[CLS]'] + [task.tokenizer.id_to_piece(i) for i in ids[1:]]
-  return [AttentionView('encoder self-attention', pieces, pieces, weights)]
 
 
 class Task(Protocol):

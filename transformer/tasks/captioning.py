@@ -28,9 +28,9 @@ from transformer import layers
 from transformer import losses
 from transformer import metrics
 from transformer import plots
+from transformer import storage
 from transformer.data import batching
 from transformer.data import captions as caption_data
-from transformer import storage
 from transformer.data import tokenizers
 from transformer.models import captioning
 from transformer.tasks import base
@@ -252,47 +252,12 @@ class CaptioningTask(base.Task):
     return np.concatenate(outputs)
 
   @functools.partial(jax.jit, static_argnums=(0,))
-  def _attention(self, params, images, tokens):
+  def attention_weights(self, params, images, tokens):
     """Every attention layer's weights while the model reads the caption
     `tokens` of `images` (teacher forcing): {path: [B, N, T, S]}."""
     _, state = self.model.apply({'params': params}, _pixels(images), tokens,
                                 deterministic=True, mutable=['intermediates'])
     return layers.attention_weights(state['intermediates'])
-
-  def attention_views(self, params: Any, image: np.ndarray
-                      ) -> list[base.AttentionView]:
-    """The model's attention as it reads the caption it writes for a uint8
-    [S, S, 3] image (the workdir's beam settings): each word's attention
-    over the image grid (Show-Attend-Tell's a_t, or the decoder's
-    cross-attention), the caption's self-attention, and the image
-    encoder's over the grid; image views come with the picture."""
-    cfg = self.config.eval
-    [ids] = self.caption(params, image[None], beam_size=cfg.beam_size,
-                         length_penalty=cfg.length_penalty)
-    ends = np.flatnonzero(ids == tokenizers.EOS_ID)
-    ids = ids[:ends[0] + 1] if len(ends) else ids[ids > 0]
-    rows = lambda x: np.repeat(x[None], self.batch_divisor, 0)
-    grouped = base.group_layers(multihost_utils.process_allgather(
-        self._attention(params, rows(image), rows(ids)), tiled=True))
-    g = self.model_config.grid_size
-    words = [self.tokenizer.id_to_piece(int(t)) for t in ids]
-    cells = [f'cell {r},{c}' for r in range(g) for c in range(g)]
-    over = dict(image=image / 255.0, grid=g, first_patch=0)
-    kinds = {  # kind -> (name, query labels, key labels, over the image)
-        'attention': ('words attend to the image (a_t)', words, cells, True),
-        'text/decoder/cross_attention': (
-            'words attend to the image (decoder cross-attention)', words,
-            cells, True),
-        'text/decoder/self_attention': ('caption self-attention', words,
-                                        words, False),
-        'encoder/self_attention': ('image encoder self-attention', cells,
-                                   cells, True),
-        'grid/vit/self_attention': ('ViT grid self-attention', cells, cells,
-                                    True)}
-    return [base.AttentionView(name, queries, keys, grouped[kind],
-                               **(over if image_keys else {}))
-            for kind, (name, queries, keys, image_keys) in kinds.items()
-            if kind in grouped]
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     """BLEU-1..4 and exact match of captions of the evaluation images,

@@ -28,8 +28,8 @@ import optax
 from transformer import configs
 from transformer import layers
 from transformer import plots
-from transformer.data import augment
 from transformer import storage
+from transformer.data import augment
 from transformer.data import image_sources
 from transformer.models import vit
 from transformer.tasks import base
@@ -289,14 +289,14 @@ class ImageClassificationTask(base.Task):
     size (independent per class with the sigmoid loss)."""
     return self._probabilities(self._forward(params, pictures)[0])
 
-  def attention_views(self, params: Any, picture: np.ndarray
-                      ) -> list[base.AttentionView]:
-    """Every layer's and head's self-attention over the patches (and the
-    class token) for one uint8 picture at the stored size, with the
-    picture the model saw: the explorer's page."""
+  def patch_attention(self, params: Any, picture: np.ndarray
+                      ) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """For one uint8 picture at the stored size: every layer's and head's
+    self-attention over the patches (and the class token) [L, N, T, T],
+    the T labels, and the picture the model saw ([H, W, C] in [0, 1])."""
     c = self.model_config
     _, weights = self._forward(params, picture[None], with_weights=True)
-    stacked = np.stack([np.asarray(w[0]) for w in weights])  # [L, N, T, T]
+    stacked = np.stack([np.asarray(w[0]) for w in weights])
     first = 1 if c.pooling == 'token' else 0
     labels = ['[CLS]'] * first + [f'patch {row},{column}'
                                   for row in range(c.grid_size)
@@ -306,9 +306,7 @@ class ImageClassificationTask(base.Task):
                        f'patches and class token: not a plain ViT.')
     image = augment.center_crop(augment.to_unit(picture[None]),
                                 c.image_size)[0]
-    return [base.AttentionView('self-attention over the patches', labels,
-                               labels, stacked, image=np.asarray(image),
-                               grid=c.grid_size, first_patch=first)]
+    return stacked, labels, np.asarray(image)
 
   def plot_layer_attention(self, params: Any, picture: np.ndarray,
                            prefix: str) -> list[str]:
@@ -318,16 +316,16 @@ class ImageClassificationTask(base.Task):
     if self.model_config.pooling != 'token':
       raise ValueError("Attention maps follow the class token; this model "
                        "pools with 'gap'.")
-    [view] = self.attention_views(params, picture)
+    stacked, _, image = self.patch_attention(params, picture)
     if jax.process_index() != 0:
       return []
-    g = view.grid
+    g = self.model_config.grid_size
     paths = []
-    for k, heads in enumerate(view.weights):  # [N, T, T]
-      maps = heads[:, 0, view.first_patch:].reshape(-1, g, g)
+    for k, heads in enumerate(stacked):  # [N, T, T]
+      maps = heads[:, 0, 1:].reshape(-1, g, g)  # the class token's
       maps = np.concatenate([maps, maps.mean(0, keepdims=True)])
       paths.append(plots.plot_image_attention(
-          view.image, maps, [f'layer {k} head {h}' for h in range(len(heads))]
+          image, maps, [f'layer {k} head {h}' for h in range(len(heads))]
           + [f'layer {k} mean'], f'{prefix}_layer_{k}.png'))
     return paths
 

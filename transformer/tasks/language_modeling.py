@@ -529,17 +529,8 @@ class LanguageModelingTask(CorpusTask):
         self._self_attention(params, tokens), tiled=True)
     shown = slice(max(0, len(ids) - last), len(ids))
     pieces = [self.tokenizer.id_to_piece(t) for t in ids[shown]]
-    [stacked] = base.group_layers(weights).values()  # [L, N, T, T]
+    [stacked] = layers.group_layers(weights).values()  # [L, N, T, T]
     return pieces, list(stacked[:, :, shown, shown])
-
-  def attention_views(self, params: Any, text_: str
-                      ) -> list[base.AttentionView]:
-    """The model's causal self-attention, every layer and head, as it
-    reads `text_` (within the context, after the start token)."""
-    pieces, maps = self.self_attention_maps(
-        params, text_, last=self.model_config.max_length)
-    return [base.AttentionView('self-attention', pieces, pieces,
-                               np.stack(maps))]
 
   def plot_self_attention(self, params: Any, texts: Sequence[str],
                           prefix: str, *, last: int = 32) -> list[str]:

@@ -31,7 +31,6 @@ from transformer import ranges
 from transformer.data import batching
 from transformer.data import tokenizers
 from transformer.models import encoder
-from transformer.tasks import base
 from transformer.tasks import language_modeling
 
 # Set by the task from the data.
@@ -151,11 +150,6 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
     total, count = sums['loss']
     sums['loss'] = (total + count * losses.mean(sums, 'nsp_loss'), count)
     return losses.mean(sums), sums
-
-  def attention_views(self, params: Any, text_: str
-                      ) -> list[base.AttentionView]:
-    """The encoder's self-attention on `text_` (the explorer's page)."""
-    return base.encoder_views(self, params, text_)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     del params, label  # MLM accuracy comes from the evaluation batches

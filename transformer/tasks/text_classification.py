@@ -35,8 +35,8 @@ from transformer import configs
 from transformer import losses
 from transformer import metrics
 from transformer import ranges
-from transformer.data import batching
 from transformer import storage
+from transformer.data import batching
 from transformer.data import glue
 from transformer.data import offline_sentiment
 from transformer.data import text
@@ -412,11 +412,6 @@ class TextClassificationTask(base.Task):
     """The model's label (or STS-B score) for every row of `split`."""
     scores = self.scores(params, self.rows(split))
     return scores[:, 0] if self.num_classes == 1 else scores.argmax(-1)
-
-  def attention_views(self, params: Any, text_: str
-                      ) -> list[base.AttentionView]:
-    """The encoder's self-attention on `text_` (the explorer's page)."""
-    return base.encoder_views(self, params, text_)
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     """A GLUE or pair task's metrics (Matthews, F1, Pearson, Spearman, as

@@ -24,12 +24,12 @@ from transformer import layers
 from transformer import losses
 from transformer import metrics
 from transformer import plots
-from transformer.data import batching
 from transformer import storage
+from transformer.data import batching
 from transformer.data import packing
 from transformer.data import tokenizers
-from transformer.models import encoder_decoder
 from transformer.models import convs2s
+from transformer.models import encoder_decoder
 from transformer.models import rnn
 from transformer.tasks import base
 from transformer.tasks import vocabularies
@@ -356,7 +356,7 @@ class TranslationTask(base.Task):
     return list(zip(encoded, outputs))
 
   @functools.partial(jax.jit, static_argnums=(0,))
-  def _attention(self, params, inputs, targets):
+  def attention_weights(self, params, inputs, targets):
     """Every attention layer's weights while the model reads `targets`
     (teacher forcing): {path: [B, N, T, S]}."""
     _, state = self.model.apply({'params': params}, inputs, targets,
@@ -364,38 +364,11 @@ class TranslationTask(base.Task):
     # An RNN without attention sows nothing.
     return layers.attention_weights(state.get('intermediates', {}))
 
-  def attention_views(self, params: Any, source: str
-                      ) -> list[base.AttentionView]:
-    """The model's attention as it translates `source` (the workdir's beam
-    settings), then reads its translation: the encoder's and decoder's
-    self-attention and the decoder's attention over the source (the RNN's
-    alignment alone). Decoder positions are labelled with the piece each
-    predicts; the decoder reads the piece before it."""
-    cfg = self.config.eval
-    [(ids, output)] = self.translate_ids(
-        params, [source], beam_size=cfg.beam_size,
-        length_penalty=cfg.length_penalty,
-        max_length_offset=cfg.max_length_offset)
-    rows = lambda x: np.repeat(x[None], self.batch_divisor, 0)
-    weights = multihost_utils.process_allgather(
-        self._attention(params, rows(ids), rows(output)), tiled=True)
-    src = [self.tokenizer.id_to_piece(int(i)) for i in ids]
-    out = [self.tokenizer.id_to_piece(int(i)) for i in output]
-    # kind -> (name, query labels, key labels)
-    kinds = {'encoder/self_attention': ('encoder self-attention', src, src),
-             'decoder/self_attention': ('decoder self-attention', out, out),
-             'decoder/cross_attention': ('decoder attention over the source',
-                                         out, src),
-             'attention': ('alignment a_{t,i} over the source', out, src)}
-    grouped = base.group_layers(weights)
-    return [base.AttentionView(*labels, grouped[kind])
-            for kind, labels in kinds.items() if kind in grouped]
-
   @functools.partial(jax.jit, static_argnums=(0,))
   def _cross_attention(self, params, inputs, targets):
     """Every decoder layer's attention over the source while the model
     reads `targets` (teacher forcing): {path: [B, N, T, S]}."""
-    return {name: weights for name, weights in self._attention(
+    return {name: weights for name, weights in self.attention_weights(
         params, inputs, targets).items()
             if name == 'attention' or name.endswith('/cross_attention')}
 
@@ -461,7 +434,7 @@ class TranslationTask(base.Task):
     # Compiled: run op by op, this one pass compiled each of its ops apart
     # (15 of a small run's 45 s on a CPU).
     weights = multihost_utils.process_allgather(
-        self._attention(params, inputs, targets), tiled=True)
+        self.attention_weights(params, inputs, targets), tiled=True)
     maps = _cross_attention_maps(weights)
     pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
     if jax.process_index() != 0 or not maps:

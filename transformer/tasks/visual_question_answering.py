@@ -30,11 +30,9 @@ import numpy as np
 from transformer import layers
 from transformer import losses
 from transformer import plots
-from transformer.data import augment
 from transformer import storage
 from transformer.data import scenes
 from transformer.models import vilbert
-from transformer.tasks import base
 from transformer.tasks import vision_language
 
 
@@ -198,7 +196,7 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
     return jax.nn.softmax(self.logits(params, batch))
 
   @functools.partial(jax.jit, static_argnums=(0,))
-  def _attention(self, params, tokens, images):
+  def attention_weights(self, params, tokens, images):
     """Every attention layer's weights while the model reads the question
     `tokens` about `images`: {path: [B, N, T, S]}."""
     features, boxes, region_mask = self._regions_seen(images, tokens)
@@ -206,58 +204,6 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
         {'params': params}, tokens, features, boxes, region_mask,
         deterministic=True, method='encode', mutable=['intermediates'])
     return layers.attention_weights(state['intermediates'])
-
-  def attention_views(self, params: Any, question: str, image: np.ndarray
-                      ) -> list[base.AttentionView]:
-    """The model's attention on a question about a uint8 [S, S, 3] image:
-    two streams: each stream's self-attention, the words' co-attention over
-    the image regions (with the image, for overlays) and the regions' over
-    the words; one stream: its self-attention over words and regions."""
-    tokens = self.encode_questions([question])
-    weights = multihost_utils.process_allgather(self._attention(
-        params, np.repeat(tokens, self.batch_divisor, 0),
-        np.repeat(image[None], self.batch_divisor, 0)), tiled=True)
-    length = int((tokens[0] > 0).sum())
-    grid = self.config.data.image_size // self.config.data.patch_size
-    words = ['[CLS]'] + [self.tokenizer.id_to_piece(int(t))
-                         for t in tokens[0, 1:length]]
-    regions = ['[IMG]'] + [f'region {r},{c}' for r in range(grid)
-                           for c in range(grid)]
-    picture = augment.to_unit(image)
-    grouped = base.group_layers(weights)
-    if self.config.data.blind:  # no regions reach it: only the words'
-      # (one stream: words first, then the regions it never sees)
-      words_self = (next(iter(grouped.values()))
-                    if self.model_config.architecture == 'single_stream'
-                    else grouped['text_layers/self_attention'])
-      return [base.AttentionView(
-          'self-attention over the words (a question-only model never sees '
-          'the image)', words, words, words_self[..., :length, :length])]
-    if self.model_config.architecture == 'single_stream':
-      # Words (padded to max_length), then the IMG token and the regions.
-      [stacked] = grouped.values()
-      t = tokens.shape[1]
-      keep = np.r_[0:length, t:t + len(regions)]
-      both = words + regions
-      return [base.AttentionView(
-          'self-attention over words and regions', both, both,
-          stacked[..., keep[:, None], keep], image=picture, grid=grid,
-          first_patch=length + 1)]
-    return [
-        base.AttentionView('words attend to the regions (co-attention)',
-                           words, regions,
-                           grouped['co_layers/text_attends_to_other']
-                           [..., :length, :], image=picture, grid=grid,
-                           first_patch=1),
-        base.AttentionView('regions attend to the words (co-attention)',
-                           regions, words,
-                           grouped['co_layers/visual_attends_to_other']
-                           [..., :length]),
-        base.AttentionView('text stream self-attention', words, words,
-                           grouped['text_layers/self_attention']
-                           [..., :length, :length]),
-        base.AttentionView('visual stream self-attention', regions, regions,
-                           grouped['visual_layers/self_attention'])]
 
   @functools.partial(jax.jit, static_argnums=(0,))
   def _co_attention(self, params, tokens, images):

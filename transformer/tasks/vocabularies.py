@@ -21,8 +21,8 @@ import ml_collections
 
 from transformer import checkpoints
 from transformer import storage
-from transformer.data import tokenizers
 from transformer.data import published_tokenizers as published
+from transformer.data import tokenizers
 
 
 def in_workdir(workdir: str, filename: str,

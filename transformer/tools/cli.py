@@ -59,9 +59,9 @@ import ml_collections
 from transformer import checkpoints
 from transformer import faults
 from transformer import ranges
+from transformer import storage
 from transformer import workdir as workdir_lib
 from transformer.data import datasets
-from transformer import storage
 from transformer.data import text
 
 RUN_FAILED = 1

@@ -50,7 +50,7 @@ import PIL.Image
 
 from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
-from transformer.tasks import base
+from transformer.insight import attention_views
 from transformer.tools import cli
 from transformer.tools import explorer_server
 
@@ -85,7 +85,7 @@ def _png_data_url(image: np.ndarray) -> str:
       buffer.getvalue()).decode()
 
 
-def page(title: str, text: str, views: Sequence[base.AttentionView],
+def page(title: str, text: str, views: Sequence[attention_views.AttentionView],
          form: str = '') -> str:
   """The explorer's HTML for `views` of the model reading `text`, with
   `form` (HTML) above it when served."""
@@ -113,12 +113,6 @@ def page(title: str, text: str, views: Sequence[base.AttentionView],
 
 
 # What each task's model reads: (text, an image file).
-_READS = {'translation': (True, False), 'language_modeling': (True, False),
-          'masked_language_modeling': (True, False),
-          'text_classification': (True, False),
-          'image_classification': (False, True),
-          'captioning': (False, True),
-          'visual_question_answering': (True, True)}
 
 
 class Explorer:
@@ -129,15 +123,15 @@ class Explorer:
     cli.check_flag('average', average, at_least=1)
     self.workdir = workdir
     self.config = workdir_lib.load_config(workdir)
-    if self.config.task not in _READS:
+    if self.config.task not in attention_views.READS:
       raise ValueError(
           f'The explorer shows translation, language, BERT, ViT, captioning '
           f'and VQA models; {workdir} trained a {self.config.task!r} task.')
-    self.needs_text, self.needs_image = _READS[self.config.task]
+    self.needs_text, self.needs_image = attention_views.READS[self.config.task]
     self.restored = workdir_lib.restore(workdir, average=average)
 
   def views(self, text: str = '', image: str | bytes | None = None
-            ) -> list[base.AttentionView]:
+            ) -> list[attention_views.AttentionView]:
     """Every kind of attention of the model reading `text` and/or `image`
     (a file's path, or the bytes of a file sent to --serve's form);
     ValueError, naming the fix, for an input it cannot read."""
@@ -166,7 +160,8 @@ class Explorer:
         raise ValueError('The file sent cannot be decoded as an image: '
                          'choose a PNG or JPEG file.') from e
     with self.restored.active():
-      return self.restored.task.attention_views(self.restored.params, *reads)
+      return attention_views.of(self.restored.task, self.restored.params,
+                                *reads)
 
   def title(self) -> str:
     name = os.path.basename(os.path.normpath(self.workdir))
@@ -174,7 +169,7 @@ class Explorer:
 
   def page(self, text: str = '', image: str | bytes | None = None,
            form: str = '', image_name: str | None = None
-           ) -> tuple[str, list[base.AttentionView]]:
+           ) -> tuple[str, list[attention_views.AttentionView]]:
     """The page of the model reading `text` and/or `image` (as `views`;
     `image_name` names sent bytes), and its views (`views` says what it
     cannot read)."""
@@ -187,7 +182,7 @@ class Explorer:
 
 def explore(workdir: str, text: str = '', output: str | None = None, *,
             image: str | None = None, average: int = 1,
-            overwrite: bool = False) -> tuple[str, list[base.AttentionView]]:
+            overwrite: bool = False) -> tuple[str, list[attention_views.AttentionView]]:
   """Writes the explorer page of `workdir`'s model reading `text` and/or
   the `image` file (default WORKDIR/explorer.html; a page already there
   only with `overwrite`, checked before any work); the path and the views

@@ -34,7 +34,7 @@ from absl import flags
 import numpy as np
 
 from transformer import plots
-from transformer.tasks import base
+from transformer.insight import attention_views
 from transformer.tools import cli
 from transformer.tools import explore
 
@@ -61,8 +61,8 @@ def define_flags() -> None:
   cli.define_overwrite_flag()
 
 
-def choose_view(views: list[base.AttentionView], name: str
-                ) -> base.AttentionView:
+def choose_view(views: list[attention_views.AttentionView], name: str
+                ) -> attention_views.AttentionView:
   """The view whose name contains `name` (any case); the first if empty."""
   found = [v for v in views if name.lower() in v.name.lower()]
   if not found:
@@ -95,7 +95,7 @@ def query_index(labels: list[str], query: str) -> int:
   return plain.index(query.strip())
 
 
-def panels(view: base.AttentionView, layer: str, head: str
+def panels(view: attention_views.AttentionView, layer: str, head: str
            ) -> tuple[np.ndarray, list[str]]:
   """The [P, T, S] maps the flags choose and their titles."""
   weights = np.asarray(view.weights, np.float64)  # [L, N, T, S]

@@ -15,11 +15,11 @@ BERT-shaped encoder for XLNet), so some models differ where their papers
 changed those details.
 """
 
-from transformer.tools import cli
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder
 from transformer.models import vilbert
+from transformer.tools import cli
 
 # name, module, size, published parameters, source of the published
 # figure, training data, training hardware (data and hardware as the

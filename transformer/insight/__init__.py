@@ -1,0 +1,1 @@
+"""Insight: what models attend to (`views`), read from trained tasks."""
