@@ -50,3 +50,17 @@ def test_training_path_does_not_import_tensorflow(modules):
   out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                        text=True, check=True).stdout
   assert out.strip() == '[]'
+
+
+def test_metric_writing_imports_no_torch_where_it_is_installed(tmp_path):
+  # tensorboardX imports torch where it is installed; scalars need none of
+  # it, and importing it cost every start 3 s on a CPU.
+  pytest.importorskip('torch')
+  code = ('import sys; from transformer import metrics; '
+          f'writer = metrics.MetricWriter({str(tmp_path)!r}); '
+          'writer.write_scalars(1, {"train/loss": 2.5}); writer.close(); '
+          'print("torch" in sys.modules); '
+          f'print(metrics.read_scalars({str(tmp_path)!r}))')
+  out = subprocess.run([sys.executable, '-c', code], capture_output=True,
+                       text=True, check=True).stdout.split('\n')
+  assert out[:2] == ['False', "{'train/loss': {1: 2.5}}"], out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 from typing import Any, Mapping, Sequence
 
@@ -116,6 +117,21 @@ def multi_reference_bleu(hypotheses: Sequence[str],
           .corpus_score(list(hypotheses), streams).score for n in orders}
 
 
+def _summary_writer_class() -> type:
+  """tensorboardX's SummaryWriter, imported without torch: tensorboardX
+  imports torch wherever it is installed (3 s of every start on a CPU)
+  only to accept its tensors, and scalars need none of it."""
+  hidden = 'torch' not in sys.modules
+  if hidden:
+    sys.modules['torch'] = None  # `import torch` raises ImportError
+  try:
+    from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
+  finally:
+    if hidden:
+      del sys.modules['torch']
+  return SummaryWriter
+
+
 class MetricWriter:
   """TensorBoard event files via tensorboardX (no TensorFlow import).
 
@@ -129,10 +145,9 @@ class MetricWriter:
   def __init__(self, logdir: str):
     self._writer, self._logdir, self._uploaded = None, logdir, 0.0
     if jax.process_index() == 0:
-      from tensorboardX import SummaryWriter  # pylint: disable=g-import-not-at-top
       local = storage.local_mirror(logdir)
       os.makedirs(local, exist_ok=True)
-      self._writer = SummaryWriter(logdir=local)
+      self._writer = _summary_writer_class()(logdir=local)
 
   def _upload(self, force: bool = False) -> None:
     now = time.time()
