@@ -29,7 +29,10 @@ prints, per side and setting, the mean and range over seeds, each side's
 best setting, and the training speed: examples per second over the whole
 fine-tuning (process start to the end of training, compilation and
 loading included) and in the steady state (ours: the trainer's logged
-rate after the first epoch; theirs: Trainer's train_samples_per_second).
+rate over the second half of the run; theirs: Trainer's
+train_samples_per_second). Ours compiles from scratch in every run unless
+--compilation_cache=DIR keeps the programs as the commands do (a second
+run of the same setting then compiles nothing); time that in its own --out.
 """
 
 from __future__ import annotations
@@ -67,6 +70,10 @@ _PADDING = flags.DEFINE_enum(
     'padding', 'max_length', ['max_length', 'longest'],
     "transformers' rows: padded to 128 tokens as run_glue pads them by "
     "default, or to the batch's longest (the same sums, less work).")
+_CACHE = flags.DEFINE_string(
+    'compilation_cache', 'off', "Ours: XLA's compiled programs kept in this "
+    "folder, as the commands keep them (a second run compiles nothing); "
+    "'off': every run compiles from scratch.")
 _TABLE = flags.DEFINE_bool('table', False, 'Print the table of OUT only.')
 _ONE = flags.DEFINE_string('one', None, 'Internal: run one JSON setting.')
 
@@ -101,6 +108,8 @@ def _score(task: str, predictions, labels) -> float:
 def run_ours(setting: dict) -> dict:
   """Our fine-tuning in this process; its score, times and rates."""
   start = time.time()
+  from transformer.tools import cli  # pylint: disable=g-import-not-at-top
+  cli.use_compilation_cache()  # as the commands do; 'off' by default here
   from transformer import configs  # pylint: disable=g-import-not-at-top
   from transformer import train  # pylint: disable=g-import-not-at-top
   from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
@@ -221,7 +230,7 @@ def sweep(out: str) -> None:
     print(f'{setting["side"]} {setting["task"]} lr {setting["learning_rate"]}'
           f' epochs {setting["epochs"]} seed {setting["seed"]}', flush=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(setting['threads']),
-               PYTHONPATH=REPO)
+               PYTHONPATH=REPO, TRANSFORMER_COMPILATION_CACHE=_CACHE.value)
     process = subprocess.run(
         [sys.executable, __file__, f'--one={json.dumps(setting)}',
          f'--out={out}'], env=env, capture_output=True, text=True,
