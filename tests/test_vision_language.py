@@ -212,7 +212,7 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
   length = len(words_view.queries)
   tokens = restored.task.encode_questions([questions.questions[0]])
   with restored.active():
-    words, _ = restored.task._co_attention(  # pylint: disable=protected-access
+    words, _ = restored.task.co_attention(
         restored.params, tokens, questions.scenes.images[:1])
   np.testing.assert_allclose(words_view.weights[..., 1:],
                              np.asarray(words)[0][:, :, :length], atol=1e-6)

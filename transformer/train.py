@@ -33,6 +33,7 @@ from transformer import ranges
 from transformer import sharding
 from transformer import tasks
 from transformer import workdir as workdir_lib
+from transformer.insight import attention_figures
 from transformer.tasks import base as tasks_base
 from transformer.tasks import vocabularies
 
@@ -207,10 +208,11 @@ class Trainer:
     self.mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
     self.rules = sharding.rules_from_config(config.axis_rules)
     vocabularies.check_built_from(config, workdir)
-    # Every micro-batch is split evenly over the data-parallel shards.
-    self.task = tasks.build(
+    # Every micro-batch is split evenly over the data-parallel shards. Its
+    # evaluations' figures are drawn by `insight.figures`.
+    self.task = attention_figures.wire(tasks.build(
         config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *
-        config.train.microbatches)
+        config.train.microbatches))
     self.tx, self.schedule = optimizers.build(config.optimizer,
                                               config.train.num_steps)
     with sharding.active(self.mesh, self.rules):

@@ -47,8 +47,17 @@ class Task(Protocol):
     """Scalar training loss and metric (sum, count) pairs; pure, jittable."""
 
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
-    """Task metrics computed on the host (BLEU, ...); reports and plots are
-    named with `label` (e.g. 'step2000', 'step2000_average5')."""
+    """Task metrics computed on the host (BLEU, ...); reports are named
+    with `label` (e.g. 'step2000', 'step2000_average5'), and what is worth
+    a figure goes to `write_figures`."""
+
+  def write_figures(self, params: Any, label: str, **evaluated: Any
+                    ) -> list[str]:
+    """Figures of what an evaluation `evaluated` (the task's own keywords):
+    none here; the trainer wires in `insight.figures.evaluation_figures`,
+    which draws them, so that tasks hold no plotting."""
+    del params, label, evaluated
+    return []
 
   def adapt_pretrained(self, loaded: Any, params: Any, source: Task) -> Any:
     """The parameters `loaded` from the workdir of `source` (the task it was

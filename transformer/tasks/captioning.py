@@ -27,8 +27,6 @@ from transformer import decoding
 from transformer import layers
 from transformer import losses
 from transformer import metrics
-from transformer import plots
-from transformer import storage
 from transformer.data import batching
 from transformer.data import captions as caption_data
 from transformer.data import tokenizers
@@ -277,31 +275,18 @@ class CaptioningTask(base.Task):
           f'{result["exact_match"]:.1%} on {len(images)} images.', flush=True)
     for hypothesis, refs in list(zip(hypotheses, references))[:cfg.num_print]:
       print(f'  HYP {hypothesis}\n  REF {" | ".join(refs)}')
-    self._plot(params, images[:cfg.num_plots], tokens[:cfg.num_plots], label)
+    self.write_figures(params, label, images=images[:cfg.num_plots],
+                       tokens=tokens[:cfg.num_plots])
     return result
 
-  def _plot(self, params, images, tokens, label: str) -> list[str]:
-    """For each image: the image and the attention of every generated word
-    (the end of the caption included) over it."""
-    if not len(images):
-      return []
+  def word_attention(self, params: Any, images: np.ndarray,
+                     tokens: np.ndarray) -> np.ndarray:
+    """The attention of each caption position over the image grid, [B, T,
+    g, g], for uint8 images [B, S, S, 3] and their captions [B, T]."""
     weights = captioning.word_attention(
         self.model, params, _pixels(images), jnp.asarray(tokens))
-    weights = np.asarray(multihost_utils.process_allgather(weights,
-                                                           tiled=True))
-    if jax.process_index() != 0:
-      return []
-    paths = []
-    for i, (image, ids) in enumerate(zip(images, tokens)):
-      length = int(np.argmax(ids == tokenizers.EOS_ID)) + 1 \
-          if (ids == tokenizers.EOS_ID).any() else int((ids > 0).sum())
-      words = [self.tokenizer.id_to_piece(int(t)) for t in ids[:length]]
-      paths.append(plots.plot_image_attention(
-          image / 255.0, weights[i, :length], words,
-          storage.join(self.workdir, 'plots', f'caption_{label}_{i}.png'),
-          suptitle=self.tokenizer.decode(ids)))
-    return paths
-
+    return np.asarray(multihost_utils.process_allgather(weights,
+                                                        tiled=True))
 
 def _pixels(images: jax.Array) -> jax.Array:
   """uint8 [0, 255] -> float32 [-1, 1]."""

@@ -27,7 +27,6 @@ import optax
 
 from transformer import configs
 from transformer import layers
-from transformer import plots
 from transformer import storage
 from transformer.data import augment
 from transformer.data import image_sources
@@ -308,60 +307,12 @@ class ImageClassificationTask(base.Task):
                                 c.image_size)[0]
     return stacked, labels, np.asarray(image)
 
-  def plot_layer_attention(self, params: Any, picture: np.ndarray,
-                           prefix: str) -> list[str]:
-    """Per layer k, `{prefix}_layer_{k}.png`: the class token's attention
-    over the patches in each head and their mean, on the picture. Every
-    process calls this; process 0 writes."""
-    if self.model_config.pooling != 'token':
-      raise ValueError("Attention maps follow the class token; this model "
-                       "pools with 'gap'.")
-    stacked, _, image = self.patch_attention(params, picture)
-    if jax.process_index() != 0:
-      return []
-    g = self.model_config.grid_size
-    paths = []
-    for k, heads in enumerate(stacked):  # [N, T, T]
-      maps = heads[:, 0, 1:].reshape(-1, g, g)  # the class token's
-      maps = np.concatenate([maps, maps.mean(0, keepdims=True)])
-      paths.append(plots.plot_image_attention(
-          image, maps, [f'layer {k} head {h}' for h in range(len(heads))]
-          + [f'layer {k} mean'], f'{prefix}_layer_{k}.png'))
-    return paths
-
-  def plot_attention(self, params: Any, picture: np.ndarray, path: str
-                     ) -> str | None:
-    """The class token's attention over the patches for one image: each
-    head of the last layer, and the rollout through all layers. Every
-    process calls this; process 0 writes the PNG."""
-    c = self.model_config
-    if c.pooling != 'token':
-      raise ValueError("Attention maps follow the class token; this model "
-                       "pools with 'gap'.")
-    logits, weights = self._forward(params, picture[None], with_weights=True)
-    if jax.process_index() != 0:
-      return None
-    grid = lambda row: np.asarray(row[..., 1:]).reshape(-1, c.grid_size,
-                                                        c.grid_size)
-    last = grid(weights[-1][0, :, 0])
-    rollout = grid(vit.attention_rollout(weights)[0, 0])
-    probabilities = self._probabilities(logits)[0]
-    best = int(probabilities.argmax())
-    image = augment.center_crop(augment.to_unit(picture[None]),
-                                c.image_size)[0]
-    return plots.plot_image_attention(
-        image, np.concatenate([last, rollout]),
-        [f'layer {c.num_layers - 1} head {h}' for h in range(len(last))]
-        + ['rollout'], path,
-        suptitle=f'{self.class_names[best]} ({probabilities[best]:.2f})')
-
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
-    """Accuracy comes from the evaluation batches; this plots the class
-    token's attention for the first held-out image."""
+    """Accuracy comes from the evaluation batches; the figure is the
+    class token's attention for the first held-out image."""
     if self.model_config.pooling == 'token':
-      self.plot_attention(
-          params, self.images.first_eval_image(self.class_names),
-          storage.join(self.workdir, 'plots', f'attention_{label}.png'))
+      self.write_figures(params, label, picture=self.images.first_eval_image(
+          self.class_names))
     return {}
 
 

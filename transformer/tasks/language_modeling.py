@@ -25,7 +25,6 @@ from transformer import configs
 from transformer import decoding
 from transformer import layers
 from transformer import losses
-from transformer import plots
 from transformer import ranges
 from transformer import storage
 from transformer.data import packing
@@ -531,23 +530,6 @@ class LanguageModelingTask(CorpusTask):
     pieces = [self.tokenizer.id_to_piece(t) for t in ids[shown]]
     [stacked] = layers.group_layers(weights).values()  # [L, N, T, T]
     return pieces, list(stacked[:, :, shown, shown])
-
-  def plot_self_attention(self, params: Any, texts: Sequence[str],
-                          prefix: str, *, last: int = 32) -> list[str]:
-    """Per text and decoder layer one PNG, `{prefix}{i}_layer_{k}.png`, of
-    `self_attention_maps`: every head and their mean."""
-    paths = []
-    for i, text_ in enumerate(texts):
-      pieces, maps = self.self_attention_maps(params, text_, last=last)
-      labels = [p.replace('\n', '\\n') for p in pieces]
-      for k, heads in enumerate(maps):
-        titles = ([f'layer {k} head {h}' for h in range(len(heads))]
-                  + [f'layer {k} mean'])
-        if jax.process_index() == 0:
-          paths.append(plots.plot_attention(
-              np.concatenate([heads, heads.mean(0, keepdims=True)]), labels,
-              labels, f'{prefix}{i}_layer_{k}.png', titles=titles))
-    return paths
 
   def _beam_search(self, params, prompts: Sequence[str], beam_size: int,
                    max_new_tokens: int, alpha: float) -> list[list[int]]:

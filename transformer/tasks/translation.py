@@ -23,7 +23,6 @@ from transformer import decoding
 from transformer import layers
 from transformer import losses
 from transformer import metrics
-from transformer import plots
 from transformer import storage
 from transformer.data import batching
 from transformer.data import packing
@@ -274,10 +273,8 @@ class TranslationTask(base.Task):
                                                   hypotheses))[:cfg.num_print]:
       print(f'  SRC {source}\n  REF {reference}\n  HYP {hypothesis}')
     if cfg.plot_example >= 0 and cfg.plot_example < len(sources):
-      self.plot_cross_attention(params, sources[cfg.plot_example],
-                                hypotheses[cfg.plot_example],
-                                storage.join(self.workdir, 'plots',
-                                           f'cross_attention_{label}'))
+      self.write_figures(params, label, source=sources[cfg.plot_example],
+                         translation=hypotheses[cfg.plot_example])
     return {'bleu': score, 'exact_match': exact}
 
   # -- Inference ------------------------------------------------------------
@@ -420,32 +417,6 @@ class TranslationTask(base.Task):
           result[index] = chosen[row, :len(target), :len(source)]
     return result
 
-  def plot_cross_attention(self, params: Any, source: str, translation: str,
-                           prefix: str) -> list[str]:
-    """Heatmaps of the decoder's attention over the source for one sentence
-    pair: for the Transformer one PNG per layer (every head and their mean),
-    for the RNN the weights a_{t,i}."""
-    # One row per data-parallel shard: the batch axis is sharded.
-    rows, limit = self.batch_divisor, self.config.data.max_length
-    inputs = np.asarray([self.tokenizer.encode(source)[:limit]] * rows,
-                        np.int32)
-    targets = np.asarray([self.tokenizer.encode(translation)[:limit]] * rows,
-                         np.int32)
-    # Compiled: run op by op, this one pass compiled each of its ops apart
-    # (15 of a small run's 45 s on a CPU).
-    weights = multihost_utils.process_allgather(
-        self.attention_weights(params, inputs, targets), tiled=True)
-    maps = _cross_attention_maps(weights)
-    pieces = lambda ids: [self.tokenizer.id_to_piece(int(i)) for i in ids]
-    if jax.process_index() != 0 or not maps:
-      return []
-    paths = [plots.plot_attention(np.asarray(weights), pieces(targets[0]),
-                                  pieces(inputs[0]), f'{prefix}_{name}.png',
-                                  titles=titles)
-             for name, (weights, titles) in maps.items()]
-    print(f'Cross-attention plots: {paths[0]} ... ({len(paths)} files)',
-          flush=True)
-    return paths
 
 
 def _through_eos(ids: np.ndarray) -> np.ndarray:
@@ -453,24 +424,6 @@ def _through_eos(ids: np.ndarray) -> np.ndarray:
   row, padding dropped, when it reached its length limit first)."""
   ends = np.flatnonzero(ids == tokenizers.EOS_ID)
   return ids[:ends[0] + 1] if len(ends) else ids[ids != tokenizers.PAD_ID]
-
-
-def _cross_attention_maps(weights: dict[str, Any]
-                          ) -> dict[str, tuple[np.ndarray, list[str]]]:
-  """{layer: ([N + 1, T, S] of example 0, titles)}: every cross-attention
-  head of each decoder layer and their mean, or the RNN's alignment."""
-  maps = {}
-  for name, layer_weights in weights.items():
-    layer_weights = np.asarray(layer_weights[0])
-    if name == 'attention':  # the RNN's a_{t,i}
-      maps['alignment'] = (layer_weights, ['alignment a_{t,i}'])
-    elif name.startswith('decoder/') and name.endswith('/cross_attention'):
-      layer = name.split('/')[1]
-      maps[layer] = (
-          np.concatenate([layer_weights, layer_weights.mean(0, keepdims=True)]),
-          [f'{layer} head {h}' for h in range(len(layer_weights))] +
-          [f'{layer} mean'])
-  return maps
 
 
 TASK = TranslationTask

@@ -18,7 +18,6 @@ grammar).
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import jax
@@ -29,8 +28,6 @@ import numpy as np
 
 from transformer import layers
 from transformer import losses
-from transformer import plots
-from transformer import storage
 from transformer.data import scenes
 from transformer.models import vilbert
 from transformer.tasks import vision_language
@@ -149,21 +146,8 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
               for kind in scenes.QUESTION_TYPES if (kinds == kind).any()}
     print('VQA accuracy by question type: ' + ', '.join(
         f'{k[9:]} {v:.1%}' for k, v in result.items()), flush=True)
-    if not self.config.data.blind:  # a question-only model sees no image
-      self.plot_co_attention(params, split, predicted, label)
+    self.write_figures(params, label, split=split, predicted=predicted)
     return result
-
-  def plot_co_attention(self, params: Any, split: str,
-                        predicted: np.ndarray, label: str) -> list[str]:
-    """For the first `eval.num_plots` questions of a split, `figure`."""
-    count = min(self.config.eval.num_plots, len(predicted))
-    questions, tokens, answers = self.split(split)
-    return [self.figure(
-        params, questions.scenes.images[i], tokens[i],
-        f'{questions.questions[i]} -> {scenes.ANSWERS[predicted[i]]} '
-        f'(true: {scenes.ANSWERS[answers[i]]})',
-        storage.join(self.workdir, 'plots', f'coattention_{label}_{i}.png'))
-            for i in range(count)]
 
   def encode_questions(self, questions: list[str]) -> np.ndarray:
     """[Q, max_length] ids of questions, refused naming a word the
@@ -206,49 +190,13 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
     return layers.attention_weights(state['intermediates'])
 
   @functools.partial(jax.jit, static_argnums=(0,))
-  def _co_attention(self, params, tokens, images):
+  def co_attention(self, params, tokens, images):
+    """Each co-attentional layer's word-over-region and region-over-word
+    weights, ([K, B, N, T, R], [K, B, N, R, T]) (`vilbert.co_attention`)."""
     features, boxes, region_mask = self._regions_seen(images, tokens)
     return vilbert.co_attention(self.model, params, tokens, features, boxes,
                                 region_mask)
 
-  def figure(self, params: Any, image: np.ndarray, token_row: np.ndarray,
-             title: str, path: str) -> str | None:
-    """The co-attention of a question about an image, written by process 0:
-    at `path`, each word's attention over the image patches in every
-    co-attentional layer (heads averaged), overlaid on the image; beside it
-    (`*_heads.png`) the same per layer and head as word x patch heatmaps,
-    and (`*_regions.png`) each patch's attention over the words per layer
-    and head. Returns `path`."""
-    words, regions = self._co_attention(
-        params, np.repeat(token_row[None], self.batch_divisor, 0),
-        np.repeat(image[None], self.batch_divisor, 0))
-    gather = lambda x: np.asarray(multihost_utils.process_allgather(
-        x, tiled=True))[0]
-    words, regions = gather(words), gather(regions)  # [K, N, T, R], [K, N, R, T]
-    if jax.process_index() != 0:
-      return None
-    grid = self.config.data.image_size // self.config.data.patch_size
-    length = int((token_row > 0).sum())
-    names = ['[CLS]'] + [self.tokenizer.id_to_piece(int(t))
-                         for t in token_row[1:length]]
-    layers, heads = words.shape[:2]
-    label = lambda k: f'co-layer {k}' if layers > 1 else 'last layer'
-    averaged = words[:, :, :length].mean(1)  # [K, T, R]
-    plots.plot_image_attention(
-        image / 255.0, averaged.reshape(layers * length, grid, grid),
-        [f'{label(k)}: {n}' for k in range(layers) for n in names], path,
-        suptitle=title)
-    patches = [f'{r},{c}' for r in range(grid) for c in range(grid)]
-    panels = [f'{label(k)}, head {h}' for k in range(layers)
-              for h in range(heads)]
-    stem = os.path.splitext(path)[0]
-    plots.plot_attention(
-        words[:, :, :length].reshape(layers * heads, length, -1), names,
-        patches, f'{stem}_heads.png', titles=panels)
-    plots.plot_attention(
-        regions[..., :length].reshape(layers * heads, -1, length), patches,
-        names, f'{stem}_regions.png', titles=panels)
-    return path
 
 
 TASK = VisualQuestionAnsweringTask

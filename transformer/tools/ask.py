@@ -26,6 +26,7 @@ import numpy as np
 from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
 from transformer.data import scenes
+from transformer.insight import attention_figures
 from transformer.tools import cli
 
 
@@ -81,9 +82,10 @@ def ask(workdir: str, image: str, questions: Sequence[str], *,
       results.append((question, [(scenes.ANSWERS[i], float(row[i]))
                                  for i in best]))
       if figures:
-        task.figure(restored.params, picture, tokens[number],
-                    f'{question} -> {scenes.ANSWERS[best[0]]}',
-                    writing.path(figures[number]))
+        attention_figures.co_attention(
+            task, restored.params, picture, tokens[number],
+            f'{question} -> {scenes.ANSWERS[best[0]]}',
+            writing.path(figures[number]))
   return results, restored.step
 
 

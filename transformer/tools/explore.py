@@ -182,7 +182,8 @@ class Explorer:
 
 def explore(workdir: str, text: str = '', output: str | None = None, *,
             image: str | None = None, average: int = 1,
-            overwrite: bool = False) -> tuple[str, list[attention_views.AttentionView]]:
+            overwrite: bool = False
+            ) -> tuple[str, list[attention_views.AttentionView]]:
   """Writes the explorer page of `workdir`'s model reading `text` and/or
   the `image` file (default WORKDIR/explorer.html; a page already there
   only with `overwrite`, checked before any work); the path and the views

@@ -32,6 +32,7 @@ from typing import NamedTuple, Sequence
 from absl import flags
 
 from transformer import workdir as workdir_lib
+from transformer.insight import attention_figures
 from transformer.tools import cli
 
 
@@ -135,8 +136,9 @@ def generate(workdir: str, prompts: Sequence[str], *,
         length_penalty=0.6 if length_penalty is None else length_penalty)
     figures = [] if attention_dir is None else [
         os.path.join(attention_dir, os.path.basename(figure))
-        for figure in restored.task.plot_self_attention(
-            restored.params, [p + s for p, s in zip(prompts, samples)],
+        for figure in attention_figures.self_attention(
+            restored.task, restored.params,
+            [p + s for p, s in zip(prompts, samples)],
             writing.path(os.path.join(attention_dir, 'sample_')),
             last=attention_tokens)]
   return Generated(samples, restored.step, figures)

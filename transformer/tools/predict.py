@@ -46,6 +46,7 @@ from transformer import workdir as workdir_lib
 from transformer.data import glue
 from transformer.data import images as image_data
 from transformer.data import text
+from transformer.insight import attention_figures
 from transformer.tools import cli
 
 
@@ -106,10 +107,12 @@ def classify(workdir: str, paths: Sequence[str], *, top_k: int = 5,
             (path, [(task.class_names[i], float(row[i])) for i in best]))
         if attention_dir and names[path] not in drawn:  # once per file
           drawn.add(names[path])
-          task.plot_attention(restored.params, picture, writing.path(
-              os.path.join(attention_dir, f'{names[path]}_attention.png')))
-          task.plot_layer_attention(restored.params, picture, writing.path(
-              os.path.join(attention_dir, names[path])))
+          attention_figures.class_token_attention(
+              task, restored.params, picture, writing.path(os.path.join(
+                  attention_dir, f'{names[path]}_attention.png')))
+          attention_figures.layer_attention(
+              task, restored.params, picture,
+              writing.path(os.path.join(attention_dir, names[path])))
   return predictions, restored.step
 
 
