@@ -175,20 +175,35 @@ class Manager(ocp.CheckpointManager):
           f'place{f": {said}" if said else ""}). The run stopped; the '
           f'checkpoints it held went with that folder. Put it back where it '
           f'was and rerun to resume.')
-    complete = []
-    for name in storage.listdir(folder):
-      if (jax.process_index() == 0 and step is not None
-          and name.startswith(f'{step}{_UNFINISHED}')):
-        with contextlib.suppress(OSError):
-          (self.directory / name).rmtree()
-      elif name.isdigit() and int(name) != step:
-        complete.append(int(name))
+    if jax.process_index() == 0 and step is not None:
+      self._remove_unfinished(step)
+    complete = [int(name) for name in storage.listdir(folder)
+                if name.isdigit() and int(name) != step]
     last = (f'checkpoint {max(complete)} is intact: rerun to resume from it'
             if complete else 'no checkpoint was completed before')
     return WriteFailed(
         f'Writing checkpoint {step} into {folder} failed: '
         f'{_cause(error)}. The run stopped; {last}. Free space or fix the '
         f'storage first.')
+
+  def _remove_unfinished(self, step: int, grace: float = 5.0) -> None:
+    """Removes the temporary folder of the failed write of `step`. Orbax
+    writes a step's metadata from a thread of its own, which can still put a
+    file there while the folder goes (the removal then fails: "directory not
+    empty"), so the removal is retried until a listing finds it gone."""
+    for store in ('_non_blocking_metadata_store', '_blocking_metadata_store'):
+      with contextlib.suppress(Exception):
+        getattr(self, store).wait_until_finished()
+    deadline = time.monotonic() + grace
+    while True:
+      left = [name for name in storage.listdir(os.fspath(self.directory))
+              if name.startswith(f'{step}{_UNFINISHED}')]
+      for name in left:
+        with contextlib.suppress(OSError):
+          (self.directory / name).rmtree()
+      if not left or time.monotonic() > deadline:
+        return
+      time.sleep(0.05)
 
 
 def _identity(folder: Any) -> tuple[int, int] | bool:
