@@ -28,7 +28,7 @@ def test_load_experiment_from_the_repository_root_or_a_path(tmp_path,
       os.path.join(REPO, 'experiments', 'mt_offline.py') + ':runlocal')
   assert relative == absolute and relative.train.num_steps == 20
   assert configs.load_experiment('experiments/mt_offline.py').train.num_steps \
-      == 2_000
+      == 3_000
   with pytest.raises(FileNotFoundError, match='experiments'):
     configs.load_experiment('experiments/no_such.py')
 
