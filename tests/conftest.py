@@ -145,8 +145,9 @@ def prepare_translation_dataset(class_name: str, data_dir: str,
 
 # -- The `trains` marker -------------------------------------------------------
 # A test trains a model or starts a process when it, a fixture it uses or
-# a helper of the test modules it calls (however deep) does: `pytest -m
-# "not slow and not trains"` then runs the rest, the library's properties.
+# a helper of the test modules it calls (however deep) does; the others,
+# unless slow, are marked `unit`: `pytest -m unit` runs the library's
+# properties alone.
 _TRAINS = ('train_and_evaluate', 'subprocess.', 'Popen(', 'transformer.main',
            'reproduce(', 'compare.compare(', 'run_benchmark(', 'command(')
 
@@ -195,3 +196,5 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     if hasattr(item, 'function') and _trains(item):
       item.add_marker(pytest.mark.trains)
+    elif not item.get_closest_marker('slow'):
+      item.add_marker(pytest.mark.unit)

@@ -1,5 +1,5 @@
 """One training step of the MT Transformer and the GPT model under several
-meshes, compared with one device. Run by tests/test_sharding.py with 8
+meshes, compared with one device. Run by tests/train/test_sharding.py with 8
 simulated CPU devices:
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 \

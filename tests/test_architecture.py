@@ -1,7 +1,8 @@
 """The layout docs/architecture.md describes is the code's: every room (a
 top-level module or folder of the package) on one floor of the page's
 floors block, every import between rooms going down, and every module of
-the tree named on the page. Reads the source only (ast): nothing runs."""
+the tree named on the page; the tests' folders named after the rooms they
+test. Reads the source only (ast): nothing runs."""
 
 import ast
 import os
@@ -94,3 +95,21 @@ def test_every_module_is_named_on_the_page():
           not re.search(rf'\b{re.escape(stem)}\b', page)):
         unnamed.append(os.path.relpath(os.path.join(folder, name), REPO))
   assert not unnamed, f'not on {PAGE}: {unnamed}'
+
+
+# Test folders that are not a room: bad input to every command.
+CROSS_CUTTING = {'trust'}
+
+
+def test_test_folders_are_named_after_rooms():
+  tests = os.path.join(REPO, 'tests')
+  rooms = set(floors())
+  folders = {name for name in os.listdir(tests)
+             if os.path.isdir(os.path.join(tests, name))
+             and any(f.startswith('test_') for f in os.listdir(
+                 os.path.join(tests, name)))}
+  assert folders, 'no test folders'
+  assert folders - rooms - CROSS_CUTTING == set(), 'folders that are no room'
+  loose = [name for name in os.listdir(tests)
+           if name.startswith('test_') and name != 'test_architecture.py']
+  assert not loose, f'tests outside a room folder: {loose}'

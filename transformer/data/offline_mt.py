@@ -20,7 +20,7 @@ more than the aligned word:
 
 The lexicon has 112 nouns, 54 adjectives, 47 verbs, 10 determiners and 8
 prepositions: 394 English and 537 Spanish word forms. It generates 5.4e22
-distinct sentences (`tests/test_data_sources.py` counts them), far more than
+distinct sentences (`tests/data/test_data_sources.py` counts them), far more than
 any training set, so held-out sentences are new combinations of known words.
 """
 

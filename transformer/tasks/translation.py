@@ -35,7 +35,7 @@ from transformer.tasks import vocabularies
 
 Pairs = list[tuple[str, str]]
 # Model families: modules of the interface `family.TranslationFamily`
-# (tests/test_models.py checks each). A config may set any field of the
+# (tests/models/test_models.py checks each). A config may set any field of the
 # family's Config but these, which the task sets from the data.
 FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn, 'convs2s': convs2s}
 MODEL_EXCLUDE = ('vocab_size', 'max_length')

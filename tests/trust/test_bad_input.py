@@ -716,7 +716,7 @@ def test_alignment_layer_or_head_out_of_range_names_the_flag(
 @pytest.fixture(scope='module')
 def old_workdirs(tmp_path_factory):
   """Small image-classification and language-model workdirs with a
-  checkpoint, built without training (tests/test_old_workdirs.py)."""
+  checkpoint, built without training (tests/train/test_old_workdirs.py)."""
   from test_old_workdirs import rebuild  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('old')
   return {name: rebuild(name, root) for name in ('vit', 'lm')}

@@ -111,7 +111,7 @@ def test_logits_equal_transformers_llama(reference, tmp_path, tied):
 # ----------------------------------------------------------------------------
 
 # Head dim 16 (two heads sharing one key/value head), so that llama3's three
-# bands all occur at an original context of 32 (tests/test_rope.py), and a
+# bands all occur at an original context of 32 (tests/attention/test_rope.py), and a
 # context of 16 positions (dynamic NTK's original one) that the 48 tokens
 # of LONG exceed three times.
 ROPE_MODEL = dict(vocab_size=64, hidden_size=32, intermediate_size=48,

@@ -9,15 +9,15 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import REPO
 from transformer.data import batching
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import tfds_source
 from transformer.data import tokenizers
 
-REPO = os.path.join(os.path.dirname(__file__), '..')
-SHAKESPEARE = os.path.join(os.path.dirname(__file__), '..', '..', 'shared',
-                           'data', 'tinyshakespeare', 'input.txt')
+SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare',
+                           'input.txt')
 EOS = tokenizers.EOS_ID
 
 # ---------------------------------------------------------------------------

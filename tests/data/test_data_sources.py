@@ -10,13 +10,12 @@ import sys
 import pytest
 
 from conftest import prepare_translation_dataset
+from conftest import REPO
 from transformer.data import offline_mt
 from transformer.data import parallel_text
 from transformer.data import tfds_source
 
-REPO = os.path.join(os.path.dirname(__file__), '..')
-MULTI30K = os.path.join(os.path.dirname(__file__), '..', '..', 'shared', 'data',
-                        'multi30k')
+MULTI30K = os.path.join(REPO, '..', 'shared', 'data', 'multi30k')
 
 # ---------------------------------------------------------------------------
 # offline_mt

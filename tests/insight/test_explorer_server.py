@@ -23,10 +23,10 @@ import urllib.request
 
 import pytest
 
+from conftest import REPO
 from transformer.tools import explore
 from transformer.tools import explorer_server
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TEXT = 'the red house sees a cat'
 
 

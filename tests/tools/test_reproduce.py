@@ -21,6 +21,7 @@ from ml_collections import config_flags
 import pytest
 
 from conftest import load_experiment
+from conftest import REPO
 from transformer import attention
 from transformer import faults
 from transformer import metrics
@@ -29,7 +30,6 @@ from transformer.reproduce import outcomes
 from transformer.reproduce import rows as reproduce_rows
 from transformer.reproduce import specs
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TABLE2 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table2.py')
 TABLE3 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table3.py')
 

@@ -26,6 +26,7 @@ import orbax.checkpoint as ocp
 from PIL import Image
 import pytest
 
+from conftest import REPO
 from transformer import checkpoints
 from transformer import tasks
 from transformer import workdir as workdir_lib
@@ -34,7 +35,7 @@ from transformer.tools import generate
 from transformer.tools import predict
 from transformer.tools import translate
 
-FIXTURES = os.path.join(os.path.dirname(__file__), 'fixtures', 'workdirs_v1')
+FIXTURES = os.path.join(REPO, 'tests', 'fixtures', 'workdirs_v1')
 with open(os.path.join(FIXTURES, 'expected.json')) as f:
   EXPECTED = json.load(f)
 

@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from conftest import REPO
+
 LOCAL = os.path.join(REPO, 'launch', 'local.sh')
 TPU = os.path.join(REPO, 'launch', 'tpu_vm.sh')
 SLURM = os.path.join(REPO, 'launch', 'slurm_gpu.sbatch')

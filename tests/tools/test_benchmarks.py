@@ -9,11 +9,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from conftest import REPO
 from transformer.models import decoder
 
 # The benchmarks run as scripts with their folder on the path.
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), 'benchmarks'))
+sys.path.insert(0, os.path.join(REPO, 'benchmarks'))
 
 import devices  # pylint: disable=g-import-not-at-top,wrong-import-position
 import flops  # pylint: disable=g-import-not-at-top,wrong-import-position
@@ -116,10 +116,9 @@ def test_cache_bytes_per_position():
 
 def run_benchmark(name, *flags):
   import subprocess  # pylint: disable=g-import-not-at-top
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  out = subprocess.run([sys.executable, os.path.join(root, 'benchmarks',
+  out = subprocess.run([sys.executable, os.path.join(REPO, 'benchmarks',
                                                      name), *flags],
-                       capture_output=True, text=True, check=True, cwd=root)
+                       capture_output=True, text=True, check=True, cwd=REPO)
   return out.stdout
 
 
@@ -166,11 +165,10 @@ def test_input_pipeline_benchmark_reads_its_cache_in_a_fresh_process(
 
 def test_table1_window_that_does_not_fit_the_lengths_is_a_flag_error():
   import subprocess  # pylint: disable=g-import-not-at-top
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  run = subprocess.run([sys.executable, os.path.join(root, 'benchmarks',
+  run = subprocess.run([sys.executable, os.path.join(REPO, 'benchmarks',
                                                      'complexity.py'),
                         '--lengths=8,16', '--d=8'],  # the default window 64
-                       capture_output=True, text=True, check=False, cwd=root)
+                       capture_output=True, text=True, check=False, cwd=REPO)
   assert run.returncode == 1 and 'Traceback' not in run.stderr, run.stderr
   assert ('--window=64 must be >= 1 and divide every --lengths value (not '
           '8, 16)') in run.stderr and 'e.g. --window=8' in run.stderr

@@ -19,8 +19,6 @@ from conftest import REPO
 from transformer import sharding
 from transformer import workdir as workdir_lib
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-
 
 def devices_env(count: int, **extra) -> dict[str, str]:
   return {**os.environ, 'PYTHONPATH': REPO, 'JAX_PLATFORMS': 'cpu',
@@ -32,7 +30,7 @@ def devices_env(count: int, **extra) -> dict[str, str]:
 def sharded(tmp_path_factory):
   out = tmp_path_factory.mktemp('sharded')
   run = subprocess.run(
-      [sys.executable, os.path.join(HERE, 'sharded_steps.py'), str(out)],
+      [sys.executable, os.path.join(REPO, 'tests', 'sharded_steps.py'), str(out)],
       env=devices_env(8), capture_output=True, text=True, check=False)
   assert run.returncode == 0, run.stderr[-3000:]
   return json.loads(run.stdout.strip().splitlines()[-1])

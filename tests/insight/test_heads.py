@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import REPO
 from transformer import layers
 from transformer import sharding
 from transformer import workdir as workdir_lib
@@ -175,7 +176,7 @@ def _heads(*args):
   return subprocess.run(
       [sys.executable, '-m', 'transformer.tools.heads', '--steps=2',
        '--batches=1', *args], capture_output=True, text=True, timeout=900,
-      check=False, cwd=os.path.dirname(os.path.dirname(__file__)),
+      check=False, cwd=REPO,
       env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
 
 
