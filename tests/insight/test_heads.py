@@ -193,6 +193,9 @@ def test_the_command_writes_only_under_its_output_dir(trained, tmp_path):
   assert [p for p in written if p.startswith('reports/')] == [
       'reports/test_heads_pruned0.txt', 'reports/test_heads_pruned6.txt']
   assert not [p for p in written if '.writing-' in p or p.endswith('.tmp')]
+  # What the evaluations printed names where their reports ended up.
+  assert f'translations: {out}/reports/test_heads_pruned0.txt' in run.stdout
+  assert '.writing-' not in run.stdout + run.stderr
 
 
 def test_a_read_only_workdir_fails_before_any_work(trained, tmp_path):

@@ -352,6 +352,30 @@ def _check_length(output: Output) -> None:
         f'in a folder of a shorter path.')
 
 
+class _FinalPaths:
+  """sys.stdout, the staging folders of a `Writing` in what is written to
+  it replaced by the outputs' folders (`Writing.printing_final_paths`)."""
+
+  def __init__(self, writing: 'Writing'):
+    self._writing = writing
+    self._stdout = None
+
+  def __enter__(self) -> '_FinalPaths':
+    self._stdout, sys.stdout = sys.stdout, self
+    return self
+
+  def __exit__(self, *_) -> bool:
+    sys.stdout = self._stdout
+    return False
+
+  def write(self, text: str) -> int:
+    self._stdout.write(self._writing.final_paths(text))
+    return len(text)
+
+  def __getattr__(self, name):  # flush, isatty, fileno, encoding, ...
+    return getattr(self._stdout, name)
+
+
 class Writing:
   """Writes a command's outputs as `check_outputs` promised them, whatever
   happens while the command works.
@@ -420,6 +444,19 @@ class Writing:
   def folder(self, folder: str) -> str:
     """Where to write the files that go into `folder` meanwhile."""
     return self._stage(folder)
+
+  def final_paths(self, text: str) -> str:
+    """`text` with each staging folder replaced by the folder its files
+    go to: what the work printed names where the user will find them."""
+    for folder, stage in self._stages.items():
+      text = text.replace(stage, folder)
+    return text
+
+  def printing_final_paths(self) -> '_FinalPaths':
+    """While in this context, what is printed to stdout names the outputs'
+    final places (a task's evaluation prints where it wrote its reports,
+    which are staged here first)."""
+    return _FinalPaths(self)
 
   def write(self, path: str, data: str | bytes) -> None:
     """The output `path`'s content (text as UTF-8), put in place at the

@@ -392,8 +392,9 @@ def main(argv):
     except ValueError as e:  # importance and pruning still stand
       print(f'No entropy or distance: {e}', file=sys.stderr)
       patterns = None
-    rows = prune_heads(restored, importance, steps=args.steps,
-                       reports=writing.folder(folder))
+    with writing.printing_final_paths():
+      rows = prune_heads(restored, importance, steps=args.steps,
+                         reports=writing.folder(folder))
     report = write_report(names, importance, rows, writing.folder(folder),
                           patterns)
   sys.stdout.write(report)
