@@ -254,6 +254,15 @@ def test_a_converted_checkpoint_gets_the_measured_recipe(converted_bert,
   assert config.data.path == str(glue_dir / 'RTE')
   assert (config.data.max_length, config.data.batch_rows) == (128, 32)
   assert config.optimizer.schedule == 'linear'
+  # Pairs padded to multiples of 32 tokens, single sentences of 8.
+  assert config.data.length_multiple == 32
+  cola = tmp_path / 'glue_data' / 'CoLA'
+  cola.mkdir()
+  for split in ('train', 'dev'):
+    (cola / f'{split}.tsv').write_text('src\t1\t\tA cat sat.\n' * 40)
+  single = load_experiment('glue', f'task=cola,glue_dir={glue_dir},'
+                           f'init_from={converted_bert}')
+  assert single.data.length_multiple == 8
   epochs = 3  # glue.CONVERTED's
   assert config.train.num_steps == epochs * 3  # 70 pairs: 3 batches of 32
   assert config.train.eval_every == config.train.num_steps
