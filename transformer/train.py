@@ -209,7 +209,7 @@ class Trainer:
     self.rules = sharding.rules_from_config(config.axis_rules)
     vocabularies.check_built_from(config, workdir)
     # Every micro-batch is split evenly over the data-parallel shards. Its
-    # evaluations' figures are drawn by `insight.figures`.
+    # evaluations' figures are drawn by `insight.attention_figures`.
     self.task = attention_figures.wire(tasks.build(
         config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *
         config.train.microbatches))

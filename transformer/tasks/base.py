@@ -54,8 +54,9 @@ class Task(Protocol):
   def write_figures(self, params: Any, label: str, **evaluated: Any
                     ) -> list[str]:
     """Figures of what an evaluation `evaluated` (the task's own keywords):
-    none here; the trainer wires in `insight.figures.evaluation_figures`,
-    which draws them, so that tasks hold no plotting."""
+    none here; the trainer wires in
+    `insight.attention_figures.evaluation_figures`, which draws them, so
+    that tasks hold no plotting."""
     del params, label, evaluated
     return []
 

@@ -37,6 +37,7 @@ run brings them up to date.)
 from __future__ import annotations
 
 import collections
+import contextlib
 import errno
 import functools
 import logging as std_logging
@@ -353,27 +354,18 @@ def _check_length(output: Output) -> None:
 
 
 class _FinalPaths:
-  """sys.stdout, the staging folders of a `Writing` in what is written to
-  it replaced by the outputs' folders (`Writing.printing_final_paths`)."""
+  """A stream that writes to `stream` with a `Writing`'s staging folders
+  replaced by the outputs' folders (`Writing.printing_final_paths`)."""
 
-  def __init__(self, writing: 'Writing'):
-    self._writing = writing
-    self._stdout = None
-
-  def __enter__(self) -> '_FinalPaths':
-    self._stdout, sys.stdout = sys.stdout, self
-    return self
-
-  def __exit__(self, *_) -> bool:
-    sys.stdout = self._stdout
-    return False
+  def __init__(self, writing: 'Writing', stream):
+    self._writing, self._stream = writing, stream
 
   def write(self, text: str) -> int:
-    self._stdout.write(self._writing.final_paths(text))
+    self._stream.write(self._writing.final_paths(text))
     return len(text)
 
   def __getattr__(self, name):  # flush, isatty, fileno, encoding, ...
-    return getattr(self._stdout, name)
+    return getattr(self._stream, name)
 
 
 class Writing:
@@ -452,11 +444,11 @@ class Writing:
       text = text.replace(stage, folder)
     return text
 
-  def printing_final_paths(self) -> '_FinalPaths':
+  def printing_final_paths(self) -> contextlib.redirect_stdout:
     """While in this context, what is printed to stdout names the outputs'
     final places (a task's evaluation prints where it wrote its reports,
     which are staged here first)."""
-    return _FinalPaths(self)
+    return contextlib.redirect_stdout(_FinalPaths(self, sys.stdout))
 
   def write(self, path: str, data: str | bytes) -> None:
     """The output `path`'s content (text as UTF-8), put in place at the
