@@ -1,8 +1,9 @@
 """The layout docs/architecture.md describes is the code's: every room (a
 top-level module or folder of the package) on one floor of the page's
-floors block, every import between rooms going down, and every module of
-the tree named on the page; the tests' folders named after the rooms they
-test. Reads the source only (ast): nothing runs."""
+floors block, every import between rooms going down, the page's layout
+block the one `transformer.tools.architecture` writes from the tree, and
+the tests' folders named after the rooms they test. Reads the source
+only (ast); one test runs the layout command."""
 
 import ast
 import os
@@ -84,17 +85,51 @@ def test_imports_between_rooms_only_go_down():
   assert not wrong, '\n'.join(sorted(set(wrong)))
 
 
-def test_every_module_is_named_on_the_page():
+def test_the_layout_on_the_page_is_the_trees():
+  from transformer.tools import architecture  # pylint: disable=g-import-not-at-top
   with open(PAGE, encoding='utf-8') as f:
     page = f.read()
-  unnamed = []
+  assert architecture.with_layout(page) == page, (
+      'docs/architecture.md\'s layout differs from the tree: run python -m '
+      'transformer.tools.architecture')
+
+
+def test_the_layout_names_every_module_and_follows_a_new_one(tmp_path):
+  import shutil  # pylint: disable=g-import-not-at-top
+  from transformer.tools import architecture  # pylint: disable=g-import-not-at-top
+  with open(PAGE, encoding='utf-8') as f:
+    page = f.read()
+  block = architecture.layout(page)
   for folder, _, names in os.walk(PACKAGE):
     for name in names:
-      stem, extension = os.path.splitext(name)
-      if extension in ('.py', '.js', '.html') and stem != '__init__' and (
-          not re.search(rf'\b{re.escape(stem)}\b', page)):
-        unnamed.append(os.path.relpath(os.path.join(folder, name), REPO))
-  assert not unnamed, f'not on {PAGE}: {unnamed}'
+      if name.endswith(('.py', '.js', '.html')) and name != '__init__.py':
+        assert re.search(rf'^ +{re.escape(name)}\b', block, re.M), name
+  package = tmp_path / 'transformer'
+  shutil.copytree(PACKAGE, package)
+  (package / 'data' / 'new_source.py').write_text(
+      '"""A new source of examples. More."""\n')
+  moved = architecture.with_layout(page, str(package))
+  assert moved != page
+  assert 'new_source.py     A new source of examples.\n' in moved
+  assert 'More.' not in moved
+
+
+def test_the_layout_command_checks_and_writes(tmp_path):
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  with open(PAGE, encoding='utf-8') as f:
+    page = f.read()
+  stale = tmp_path / 'architecture.md'
+  stale.write_text(page.replace('Entry point: train and evaluate', 'Old'))
+  command = [sys.executable, '-m', 'transformer.tools.architecture',
+             f'--page={stale}']
+  checked = subprocess.run(command + ['--check'], capture_output=True,
+                           text=True, check=False)
+  assert checked.returncode == 1, checked.stderr
+  assert 'differs from the tree' in checked.stderr
+  assert stale.read_text() != page
+  subprocess.run(command, check=True, capture_output=True)
+  assert stale.read_text() == page
 
 
 # Test folders that are not a room: bad input to every command.

@@ -1,4 +1,5 @@
 """Published checkpoints in and out: readers that never unpickle (`files`),
-one module per model family (`gpt2`, `bert`, `vit`, `marian`: parameters
-mapped both ways, names and shapes checked), their tokenizers in our id
-conventions (`vocabularies`), and converted workdirs (`workdirs`)."""
+one module per model family (`gpt2`, `bert`, `vit`, `marian`, `llama`:
+parameters mapped both ways, names and shapes checked), and converted
+workdirs (`workdirs`); their tokenizers, in our id conventions, are
+`transformer.data.published_tokenizers`."""

@@ -1,5 +1,8 @@
-"""What the command-line tools share: flag parsing that refuses a misspelt
---config field with a message, and one meaning for exit codes:
+"""What the command-line tools share: flag parsing, exit codes, error
+messages, console logging and the rule for the files they write.
+
+Flags: a misspelt --config field is refused with a message. One meaning
+for exit codes:
 
    0  done
    1  the run failed: training stopped on non-finite values, or a

@@ -1,0 +1,144 @@
+"""The package's layout as docs/architecture.md shows it, written from the
+tree: every room of a floor and every module in it, each with the first
+sentence of its docstring.
+
+    python -m transformer.tools.architecture [--page=docs/architecture.md]
+        [--check]
+
+Rewrites the page's block between the two `layout` markers (the floors
+are the page's own, read from its floors block); `--check` changes
+nothing and exits 1 when the block differs from the tree, as
+tests/test_architecture.py does. Reads the source only: nothing is
+imported or run.
+"""
+
+import ast
+import os
+import re
+import sys
+import textwrap
+
+from absl import flags
+
+from transformer.tools import cli
+
+BEGIN = '<!-- layout: written by python -m transformer.tools.architecture -->'
+END = '<!-- end of layout -->'
+PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Columns: a name, then its description from this column on.
+NAME_WIDTH = 24
+WIDTH = 79
+
+_PAGE = flags.DEFINE_string(
+    'page', os.path.join(os.path.dirname(PACKAGE), 'docs', 'architecture.md'),
+    'The page whose layout block is written.')
+_CHECK = flags.DEFINE_bool(
+    'check', False, 'Change nothing; exit 1 when the page differs from the '
+    'tree.')
+
+
+def floors(page_text: str) -> list[tuple[int, list[str]]]:
+  """[(floor, [room, ...]), ...] from the page's 'floor N  a, b' lines,
+  top floor first as the page lists them."""
+  found = []
+  for line in page_text.splitlines():
+    match = re.fullmatch(r'floor (\d+)\s+(.+)', line.strip())
+    if match:
+      found.append((int(match.group(1)),
+                    [room.strip() for room in match.group(2).split(',')]))
+  if not found:
+    raise ValueError('the page has no floors block (lines "floor N  a, b")')
+  return found
+
+
+def first_sentence(path: str) -> str:
+  """The first sentence of a Python module's docstring, or of the leading
+  comment of a .js file; the first line of an HTML file's <title>."""
+  with open(path, encoding='utf-8') as f:
+    text = f.read()
+  if path.endswith('.py'):
+    doc = ast.get_docstring(ast.parse(text)) or ''
+  elif path.endswith('.js'):
+    doc = ' '.join(line.removeprefix('//').strip()
+                   for line in text.splitlines() if line.startswith('//'))
+  else:
+    match = re.search(r'<title>(.*?)</title>', text, re.S)
+    doc = f'{match.group(1).strip()}: the page.' if match else ''
+  paragraph = ' '.join(doc.strip().split('\n\n')[0].split())
+  # A sentence ends at '. ' but not after "et al" or "e.g".
+  match = re.search(r'(?<!\bal)(?<!e\.g)(?<!i\.e)\.(\s|$)', paragraph)
+  return paragraph[:match.start() + 1] if match else paragraph
+
+
+def _line(name: str, description: str, indent: int) -> list[str]:
+  head = ' ' * indent + name
+  wrapped = textwrap.wrap(description, WIDTH - NAME_WIDTH) or ['']
+  if len(head) >= NAME_WIDTH - 1:
+    lines = [head]
+  else:
+    lines = [head.ljust(NAME_WIDTH) + wrapped.pop(0)]
+  return lines + [' ' * NAME_WIDTH + rest for rest in wrapped]
+
+
+def _module_files(folder: str) -> list[str]:
+  return sorted(name for name in os.listdir(folder)
+                if name.endswith(('.py', '.js', '.html'))
+                and name != '__init__.py')
+
+
+def layout(page_text: str, package: str = PACKAGE) -> str:
+  """The layout block: the package's rooms floor by floor, top first;
+  a folder's modules under it."""
+  lines = ['transformer/']
+  for floor, rooms in floors(page_text):
+    lines.append(f'  floor {floor}')
+    for room in rooms:
+      folder = os.path.join(package, room)
+      if os.path.isdir(folder):
+        lines += _line(f'{room}/', first_sentence(
+            os.path.join(folder, '__init__.py')), 4)
+        for name in _module_files(folder):
+          lines += _line(name, first_sentence(os.path.join(folder, name)), 6)
+      elif os.path.exists(folder + '.py'):
+        lines += _line(f'{room}.py', first_sentence(folder + '.py'), 4)
+      else:
+        raise ValueError(f'floor {floor} names {room!r}: no {room}.py or '
+                         f'{room}/ in {package}')
+  return '\n'.join(lines)
+
+
+def with_layout(page_text: str, package: str = PACKAGE) -> str:
+  """The page with its block between the markers written from the tree."""
+  if BEGIN not in page_text or END not in page_text:
+    raise ValueError(f'the page has no layout markers; put the lines\n'
+                     f'{BEGIN}\n{END}\nwhere the layout goes')
+  before, rest = page_text.split(BEGIN, 1)
+  after = rest.split(END, 1)[1]
+  block = layout(page_text, package)
+  return f'{before}{BEGIN}\n```\n{block}\n```\n{END}{after}'
+
+
+def main(argv):
+  cli.no_arguments(argv)
+  cli.check_input_file('page', _PAGE.value, 'page')
+  with open(_PAGE.value, encoding='utf-8') as f:
+    page_text = f.read()
+  written = with_layout(page_text)
+  if written == page_text:
+    print(f'{_PAGE.value}: the layout matches the tree.')
+  elif _CHECK.value:
+    print(f'{_PAGE.value}: the layout differs from the tree; run python -m '
+          f'transformer.tools.architecture to write it.', file=sys.stderr)
+    sys.exit(1)
+  else:
+    with open(_PAGE.value, 'w', encoding='utf-8') as f:
+      f.write(written)
+    print(f'Written: the layout of {_PAGE.value}')
+
+
+def run() -> None:
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()
