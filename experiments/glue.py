@@ -38,6 +38,7 @@ from transformer import configs
 from transformer import workdir
 from transformer.data import datasets
 from transformer.data import glue
+from transformer.data import sources
 from transformer.tasks import text_classification
 
 
@@ -120,6 +121,6 @@ def _steps(data, epochs: int) -> int:
   max_length rows at least)."""
   if epochs < 1:
     raise ValueError(f'epochs={epochs} must be >= 1.')
-  count = len(text_classification.read_split(data, data.train_split))
+  count = len(sources.read('labelled_text', data, data.train_split))
   rows = data.batch_rows or max(1, data.tokens_per_batch // data.max_length)
   return epochs * -(-count // rows)

@@ -10,8 +10,8 @@ from conftest import load_experiment
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import offline_sentiment
+from transformer.data import sources
 from transformer.insight import attention_views
-from transformer.tasks import text_classification
 
 
 @pytest.fixture(scope='module')
@@ -120,18 +120,18 @@ def test_offline_sentiment_and_tsv(tmp_path):
     assert score != 0 and label == int(score > 0)
   (tmp_path / 'train.tsv').write_text('a fine film\t1\nawful\t0\n')
   config = load_experiment('sst2', f'source=tsv,path={tmp_path},runlocal')
-  assert text_classification.read_split(config.data, 'train') == [
+  assert sources.read('labelled_text', config.data, 'train') == [
       ('a fine film', None, 1), ('awful', None, 0)]
   (tmp_path / 'validation.tsv').write_text('no label here\n')
   with pytest.raises(ValueError, match='line 1'):
-    text_classification.read_split(config.data, 'validation')
+    sources.read('labelled_text', config.data, 'validation')
 
 
 def test_glue_sst2_loads_under_mock_data():
   tfds = pytest.importorskip('tensorflow_datasets')
   config = load_experiment('sst2', 'source=tfds,runlocal')
   with tfds.testing.mock_data(num_examples=5):
-    pairs = text_classification.read_split(config.data, 'train')
+    pairs = sources.read('labelled_text', config.data, 'train')
   assert len(pairs) == 5
   assert all(isinstance(t, str) and b is None and label in (0, 1)
              for t, b, label in pairs)

@@ -13,6 +13,7 @@ from conftest import load_experiment
 from transformer import decoding
 from transformer import metrics
 from transformer import train
+from transformer.data import sources
 from transformer.models import captioning
 
 IMAGES = jax.random.uniform(jax.random.key(0), (2, 16, 16, 3), minval=-1,
@@ -189,15 +190,14 @@ def test_multi_reference_bleu():
 @pytest.mark.slow
 def test_coco_experiment_under_mock_tfds(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
-  from transformer.tasks import captioning as task  # pylint: disable=g-import-not-at-top
   config = load_experiment('coco_captions', 'model=transformer,runlocal')
   # The splits are read under mock_data, training runs outside it: the mock
   # also redirects file calls that orbax's checkpoint writer makes.
   with tfds.testing.mock_data(num_examples=8):
-    splits = {split: task.read_split(config.data, split)
+    splits = {split: sources.read('captions', config.data, split)
               for split in (config.data.train_split, config.data.eval_split)}
   assert all(len(images) == 8 for images, _ in splits.values())
-  monkeypatch.setattr(task, 'read_split', lambda data, split: splits[split])
+  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   assert 'bleu4' in result and np.isfinite(result['loss'])
 

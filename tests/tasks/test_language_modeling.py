@@ -13,6 +13,7 @@ from transformer import metrics
 from transformer import sharding
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.data import sources
 from transformer.data import text
 from transformer.insight import attention_views
 from transformer.tools import generate
@@ -208,8 +209,8 @@ def test_word_tokenizer_round_trip_and_unknowns(tmp_path):
 
 
 def test_token_lengths_count_raw_text():
-  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
   from transformer.tasks import language_modeling  # pylint: disable=g-import-not-at-top
+  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
   chars = tokenizers.CharTokenizer.build(['a\né'])
   lengths = language_modeling._token_lengths(chars)  # pylint: disable=protected-access
   for c, n_bytes in (('\n', 1), ('a', 1), ('é', 2)):
@@ -223,16 +224,14 @@ def test_token_lengths_count_raw_text():
 
 def test_lm1b_experiment_with_mock_tfds(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
-  from transformer.tasks import language_modeling  # pylint: disable=g-import-not-at-top
   config = load_experiment('lm1b', 'runlocal')
   # The real TFDS reading code under mock_data; training outside it, whose
   # fake file system would also catch the checkpoint writes.
   with tfds.testing.mock_data(num_examples=16):
-    splits = {split: language_modeling.read_documents(config.data, split)
+    splits = {split: sources.read('documents', config.data, split)
               for split in ('train', 'test')}
   assert all(isinstance(d, str) for docs in splits.values() for d in docs)
-  monkeypatch.setattr(language_modeling, 'read_documents',
-                      lambda data, split: splits[split])
+  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   assert math.isfinite(result['loss'])
 

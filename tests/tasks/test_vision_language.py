@@ -3,6 +3,7 @@ region masking and targets, the loss's parts, runlocal end to end and an
 exactly resumed run."""
 
 import os
+import re
 
 import jax
 import jax.numpy as jnp
@@ -15,6 +16,7 @@ from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import scenes
+from transformer.data import sources
 from transformer.data import tokenizers
 from transformer.insight import attention_views
 from transformer.tasks import vision_language
@@ -309,15 +311,13 @@ def test_captions_from_files_regress_masked_region_features(tmp_path):
 @pytest.mark.slow
 def test_coco_pretraining_under_mock_tfds(tmp_path, monkeypatch):
   tfds = pytest.importorskip('tensorflow_datasets')
-  from transformer.tasks import captioning  # pylint: disable=g-import-not-at-top
   config = load_experiment('vilbert_coco', 'runlocal')
   # Read under mock_data, trained outside it (the mock also redirects
   # orbax's file calls).
   with tfds.testing.mock_data(num_examples=8):
-    splits = {split: captioning.read_split(config.data, split)
+    splits = {split: sources.read('captions', config.data, split)
               for split in (config.data.train_split, config.data.eval_split)}
-  monkeypatch.setattr(captioning, 'read_split',
-                      lambda data, split: splits[split])
+  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(result['loss']) and 'region_mse' in result
 
@@ -325,5 +325,6 @@ def test_coco_pretraining_under_mock_tfds(tmp_path, monkeypatch):
 def test_scene_tasks_refuse_captions_from_files(tmp_path):
   config = load_experiment('vilbert_vqa', 'runlocal')
   config.data.source = 'tfds'
-  with pytest.raises(ValueError, match="generated; set it to 'offline'"):
+  with pytest.raises(ValueError, match=re.escape(
+      "config.data.source='tfds'; choose one of ('offline',) (scenes).")):
     tasks.build(config, str(tmp_path)).split('train')

@@ -14,6 +14,7 @@ from transformer import metrics
 from transformer import sharding
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.data import sources
 from transformer.tasks import translation
 from transformer.tools import translate
 
@@ -142,12 +143,11 @@ def test_wmt_experiment_with_mock_tfds(tmp_path, monkeypatch):
   # it, because mock_data's fake file system would also catch the
   # checkpoint writes.
   with tfds.testing.mock_data(num_examples=32):
-    splits = {split: translation.read_split(config.data, split)
+    splits = {split: sources.read('pairs', config.data, split)
               for split in ('train', 'validation')}
   assert all(isinstance(s, str) and isinstance(t, str)
              for pairs in splits.values() for s, t in pairs)
-  monkeypatch.setattr(translation, 'read_split',
-                      lambda data, split: splits[split])
+  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   trainer = train.Trainer(config, str(tmp_path))
   assert result['loss'] < eval_loss(trainer, trainer.initialise().params)

@@ -21,10 +21,9 @@ from transformer.data import captions
 from transformer.data import glue
 from transformer.data import images
 from transformer.data import parallel_text
+from transformer.data import sources
 from transformer.data import text
 from transformer.data import tokenizers
-from transformer.tasks import language_modeling
-from transformer.tasks import text_classification
 from transformer.tools import cli
 from transformer.tools import generate
 from transformer.tools import predict
@@ -373,7 +372,7 @@ def test_labelled_sentences_not_utf8_name_file_line_and_byte(tmp_path):
   (tmp_path / 'train.tsv').write_bytes(b'good\t1\ncaf\xe9\t0\n')
   with pytest.raises(ValueError, match=r'train.tsv is not valid UTF-8: byte '
                      r'0xe9 at line 2'):
-    text_classification.read_split(sst2_tsv(tmp_path), 'train')
+    sources.read('labelled_text', sst2_tsv(tmp_path), 'train')
 
 
 def test_labelled_sentences_bad_line_is_counted_from_the_top(tmp_path):
@@ -381,7 +380,7 @@ def test_labelled_sentences_bad_line_is_counted_from_the_top(tmp_path):
       'sentence\tlabel\n\ngood\t1\n\nno label here\n')
   with pytest.raises(ValueError, match=r'train.tsv: line 5 is not '
                      r'"text<TAB>label"'):
-    text_classification.read_split(sst2_tsv(tmp_path), 'train')
+    sources.read('labelled_text', sst2_tsv(tmp_path), 'train')
 
 
 def local_text(path, **changes):
@@ -394,7 +393,7 @@ def test_local_text_with_no_text_is_refused(tmp_path):
   (tmp_path / 'corpus.txt').write_text('\n   \n\t\n')
   with pytest.raises(ValueError, match=r'corpus.txt holds no text: every '
                      r'line is empty'):
-    language_modeling.read_documents(local_text(tmp_path / 'corpus.txt'),
+    sources.read('documents', local_text(tmp_path / 'corpus.txt'),
                                      'train')
 
 
@@ -407,7 +406,7 @@ def test_train_fraction_leaving_a_split_empty(tmp_path, fraction, message):
   data = local_text(tmp_path / 'corpus.txt',
                     **{'data.train_fraction': fraction})
   with pytest.raises(ValueError, match=message):
-    language_modeling.read_documents(data, 'validation')
+    sources.read('documents', data, 'validation')
 
 
 @pytest.fixture(name='toy_tfds', scope='module')

@@ -16,6 +16,7 @@ import numpy as np
 
 from transformer.data import batching
 from transformer.data import images as image_data
+from transformer.data import sources
 from transformer.sharding import HostRows
 
 Batch = dict[str, np.ndarray]
@@ -26,29 +27,8 @@ def read_split(data: ml_collections.ConfigDict, split: str, *,
                ) -> tuple[np.ndarray, np.ndarray, tuple[str, ...]]:
   """(images uint8 [N, S, S, C], labels [N], class names) of a split."""
   size = data.load_size or data.image_size
-  if data.source == 'offline':
-    offsets = {'train': 0, 'validation': 1, 'test': 2}
-    if split not in offsets:
-      raise ValueError(f'The offline shapes have splits {tuple(offsets)}, '
-                       f'not {split!r}.')
-    count = data.num_train if split == 'train' else data.num_eval
-    return image_data.offline_shapes(count, 3 * data.seed + offsets[split],
-                                     image_size=size)
-  if data.source == 'mnist':
-    result = image_data.read_mnist(data.path, split)
-  elif data.source == 'folder':
-    result = image_data.read_folder(data.path, split, image_size=size,
-                                    class_names=class_names,
-                                    bad_images=data.bad_images)
-  elif data.source == 'tfds':
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    result = tfds_source.load_images(
-        data.tfds_name, split, data.tfds_data_dir or None, image_size=size,
-        max_examples=data.max_examples_per_split or None)
-  else:
-    raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
-                     f"'mnist', 'folder' or 'tfds'.")
-  pictures, labels, names = result
+  pictures, labels, names = sources.read('images', data, split, size=size,
+                                         class_names=class_names)
   if pictures.shape[1:3] != (size, size):
     pictures = np.stack([image_data.square(p, size) for p in pictures])
   return pictures, labels, names

@@ -83,13 +83,6 @@ def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,
           f'choose a multiple.')
 
 
-def check_split(split: str, splits: tuple[str, ...], what: str) -> None:
-  """Refuses a split that a source does not have, naming those it has."""
-  if split not in splits:
-    raise ValueError(f'The {what} have splits {splits}, not {split!r}: set '
-                     f'config.data.train_split and eval_split to them.')
-
-
 # config.data fields that count rows, tokens or examples, where a task has
 # them: 0 would divide by zero or read nothing.
 _COUNTS = ('batch_size', 'eval_batch_size', 'eval_rows', 'tokens_per_batch')

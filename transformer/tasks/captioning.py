@@ -28,7 +28,7 @@ from transformer import layers
 from transformer import losses
 from transformer import metrics
 from transformer.data import batching
-from transformer.data import captions as caption_data
+from transformer.data import sources
 from transformer.data import tokenizers
 from transformer.models import captioning
 from transformer.tasks import base
@@ -36,7 +36,6 @@ from transformer.tasks import vocabularies
 
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'image_size', 'num_channels')
-SOURCES = ('offline', 'folder', 'tfds')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -52,7 +51,7 @@ def default_config() -> ml_collections.ConfigDict:
                                grad_clip_norm=1.0,
                                end_learning_rate_ratio=0.01))
   config.data = ml_collections.ConfigDict(dict(
-      source='offline',  # see SOURCES
+      source='offline',  # data.sources.names('captions')
       train_split='train', eval_split='test',
       num_train=10_000, num_eval=500, seed=0,  # offline scenes
       path='',  # folder: ROOT/SPLIT/*.png + ROOT/SPLIT/captions.tsv
@@ -68,32 +67,6 @@ def default_config() -> ml_collections.ConfigDict:
                           num_examples=0,  # captioned images; 0: all
                           num_print=3, num_plots=2))
   return config
-
-
-def read_split(data: ml_collections.ConfigDict, split: str
-               ) -> tuple[np.ndarray, list[list[str]]]:
-  """Images uint8 [N, S, S, 3] and their reference captions (lower case)."""
-  if data.source not in SOURCES:
-    raise ValueError(f'config.data.source={data.source!r}; choose one of '
-                     f'{SOURCES}.')
-  if data.source == 'offline':
-    offsets = {'train': 0, 'validation': 1, 'test': 2}
-    if split not in offsets:
-      raise ValueError(f'The offline captions have splits {tuple(offsets)}, '
-                       f'not {split!r}.')
-    count = data.num_train if split == 'train' else data.num_eval
-    images, references = caption_data.offline_captions(
-        count, 3 * data.seed + offsets[split], image_size=data.image_size)
-  elif data.source == 'folder':
-    images, references, _ = caption_data.read_caption_folder(
-        data.path, split, image_size=data.image_size)
-  else:
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    images, references = tfds_source.load_captions(
-        data.tfds_name, split, data.tfds_data_dir or None,
-        image_size=data.image_size,
-        max_examples=data.max_examples_per_split or None)
-  return images, [[r.strip().lower() for r in refs] for refs in references]
 
 
 class CaptioningTask(base.Task):
@@ -122,7 +95,7 @@ class CaptioningTask(base.Task):
 
   @functools.cache
   def split(self, split: str) -> tuple[np.ndarray, list[list[str]]]:
-    images, references = read_split(self.config.data, split)
+    images, references = sources.read('captions', self.config.data, split)
     if not len(images):
       raise ValueError(f'The {split!r} split has no captioned images.')
     return images, references

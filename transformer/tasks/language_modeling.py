@@ -25,9 +25,9 @@ from transformer import configs
 from transformer import decoding
 from transformer import layers
 from transformer import losses
-from transformer import ranges
 from transformer import storage
 from transformer.data import packing
+from transformer.data import sources
 from transformer.data import text
 from transformer.data import tokenizers
 from transformer.models import decoder
@@ -73,50 +73,6 @@ def default_config() -> ml_collections.ConfigDict:
       prompts=('',), max_new_tokens=200, temperature=0.8, top_k=0,
       top_p=1.0, sample_seed=0))
   return config
-
-
-def _nonempty_documents(path: str, per: str) -> list[str]:
-  """`text.read_documents`, refused naming `path` when it holds no text."""
-  documents = text.read_documents(path, per=per)
-  if not documents:
-    raise ValueError(f'{path} holds no text: every {per} is empty or '
-                     f'blank. Point config.data.path at the corpus.')
-  return documents
-
-
-def read_documents(data: ml_collections.ConfigDict, split: str) -> list[str]:
-  """Documents of one split of the configured corpus."""
-  if data.source == 'offline':
-    base.check_split(split, ('train', 'validation'), 'offline documents')
-    return text.offline_splits(data.num_train, data.num_eval, data.seed,
-                               max_sentences=data.max_sentences)[split]
-  if data.source == 'tfds':
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    return tfds_source.load_text(
-        data.tfds_name, split, data.tfds_data_dir or None,
-        max_examples=data.max_examples_per_split or None)
-  if data.source != 'local':
-    raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
-                     f"'local' or 'tfds'.")
-  base.check_split(split, ('train', 'validation'), 'local text')
-  if data.eval_path:
-    return _nonempty_documents(data.path if split == 'train'
-                               else data.eval_path, data.per)
-  ranges.check('config.data.train_fraction', data.train_fraction, low=0,
-               low_in=False, high=1,
-               why=f': the rest of {data.path} is the validation text (or '
-               f'give config.data.eval_path)')
-  documents = _nonempty_documents(data.path, data.per)
-  if len(documents) == 1:
-    parts = text.split_text(documents[0], data.train_fraction)
-    return [parts[0] if split == 'train' else parts[1]]
-  cut = int(len(documents) * data.train_fraction)
-  if not 0 < cut < len(documents):
-    raise ValueError(
-        f'{data.path}: config.data.train_fraction={data.train_fraction} of '
-        f'its {len(documents)} {data.per}s leaves a split empty; use more '
-        f'text, or give config.data.eval_path.')
-  return documents[:cut] if split == 'train' else documents[cut:]
 
 
 def model_config(config: ml_collections.ConfigDict,
@@ -311,7 +267,7 @@ class CorpusTask(base.Task):
 
   @functools.cache
   def documents(self, split: str) -> list[str]:
-    return read_documents(self.config.data, split)
+    return sources.read('documents', self.config.data, split)
 
   @functools.cache
   def examples(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:

@@ -27,6 +27,7 @@ import numpy as np
 
 from transformer import losses
 from transformer.data import scenes
+from transformer.data import sources
 from transformer.tasks import vision_language
 
 
@@ -56,10 +57,10 @@ class ReferringExpressionsTask(vision_language.SceneTask):
     """(the expressions, token ids [N, max_length] with [CLS] first, the
     proposals' features uint8 [N, P, p, p, 3])."""
     data = self.config.data
-    referring = vision_language.offline_split(
-        data, split, functools.partial(scenes.referring,
-                                       proposals=data.proposals),
-        'offline referring expressions')
+    referring = sources.read(
+        'scenes', data, split, generate=functools.partial(
+            scenes.referring, proposals=data.proposals),
+        what='offline referring expressions')
     tokens = vision_language.with_cls(
         self.tokenizer.encode_batch(referring.expressions), data.max_length)
     crops = scenes.crop_regions(referring.scenes.images,

@@ -38,8 +38,7 @@ from transformer import ranges
 from transformer import storage
 from transformer.data import batching
 from transformer.data import glue
-from transformer.data import offline_sentiment
-from transformer.data import text
+from transformer.data import sources
 from transformer.data import tokenizers
 from transformer.models import encoder
 from transformer.tasks import base
@@ -132,63 +131,6 @@ def check_pretrained_task(source: str, task: str | None = None) -> None:
                      f'task; fine-tune from a masked_language_modeling '
                      f'(experiments/bert_mlm.py) or text_classification '
                      f'workdir.')
-
-
-def _read_tsv(path: str) -> list[tuple[str, int]]:
-  """The (text, label) rows of a UTF-8 file of "text<TAB>label" lines; a
-  first line whose label is not a number is a header (GLUE's)."""
-  rows = [(number, line.rstrip('\r').rsplit('\t', 1))
-          for number, line in enumerate(text.utf8_lines(path), 1)
-          if line.strip()]
-  if rows and len(rows[0][1]) == 2 and not rows[0][1][1].strip().isdigit():
-    rows = rows[1:]
-  bad = [number for number, row in rows
-         if len(row) != 2 or not row[1].strip().isdigit()]
-  if bad:
-    raise ValueError(f'{path}: line {bad[0]} is not "text<TAB>label" '
-                     f'with an integer label ({len(bad)} such lines).')
-  return [(words, int(label)) for _, (words, label) in rows]
-
-
-def read_split(data: ml_collections.ConfigDict, split: str) -> list[Row]:
-  """(sentence a, sentence b or None, label) rows of one split."""
-  if data.glue_task:
-    if data.glue_task in glue.OFFLINE:
-      return glue.offline_pairs(
-          data.glue_task,
-          data.num_train if split == data.train_split else data.num_eval,
-          data.seed, split)
-    if data.source == 'tsv':
-      return glue.read_tsv(data.glue_task,
-                           glue.tsv_path(data.path, data.glue_task, split))
-    if data.source == 'tfds':
-      return glue.read_tfds(data.glue_task, split, data.tfds_data_dir or None,
-                            data.max_examples_per_split or None)
-    raise ValueError(f"config.data.source={data.source!r} for GLUE task "
-                     f"{data.glue_task!r}; choose 'tsv' or 'tfds' (or an "
-                     f"offline glue_task: {tuple(glue.OFFLINE)}).")
-  if data.source == 'offline':
-    rows = offline_sentiment.examples(
-        data.num_train if split == data.train_split else data.num_eval,
-        data.seed, split)
-  elif data.source == 'tsv':
-    path = os.path.join(data.path, f'{split}.tsv')
-    if not os.path.exists(path):
-      raise FileNotFoundError(
-          f'{path} not found: config.data.path must hold {split}.tsv with '
-          f'lines "text<TAB>label" (GLUE names its validation split dev: '
-          f'set config.data.eval_split=dev).')
-    rows = _read_tsv(path)
-  elif data.source == 'tfds':
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    rows = tfds_source.load_features(
-        data.tfds_name, split, data.tfds_data_dir or None,
-        ('sentence', 'label'),
-        max_examples=data.max_examples_per_split or None)
-  else:
-    raise ValueError(f"config.data.source={data.source!r}; choose "
-                     f"'offline', 'tsv' or 'tfds'.")
-  return [(sentence, None, float(label)) for sentence, label in rows]
 
 
 def truncate_pair(a: list[int], b: list[int], limit: int
@@ -292,7 +234,7 @@ class TextClassificationTask(base.Task):
 
   @functools.cache
   def rows(self, split: str) -> list[Row]:
-    rows = read_split(self.config.data, split)
+    rows = sources.read('labelled_text', self.config.data, split)
     if self.num_classes > 1:
       labels = {label for *_, label in rows}
       if not labels <= set(range(self.num_classes)):

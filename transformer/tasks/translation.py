@@ -26,6 +26,7 @@ from transformer import metrics
 from transformer import storage
 from transformer.data import batching
 from transformer.data import packing
+from transformer.data import sources
 from transformer.data import tokenizers
 from transformer.models import convs2s
 from transformer.models import encoder_decoder
@@ -73,28 +74,6 @@ def default_config() -> ml_collections.ConfigDict:
       num_bleu_examples=0,  # 0: the whole eval split
       num_print=3, plot_example=0, bleu_tokenize='13a'))
   return config
-
-
-def read_split(data: ml_collections.ConfigDict, split: str) -> Pairs:
-  """(source, target) sentence pairs of one split of the configured corpus."""
-  if data.source == 'offline':
-    from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
-    base.check_split(split, ('train', 'validation', 'test'), 'offline pairs')
-    return offline_mt.splits(data.num_train, data.num_eval, data.num_test,
-                             seed=data.seed,
-                             max_clauses=data.max_clauses)[split]
-  if data.source == 'local':
-    from transformer.data import parallel_text  # pylint: disable=g-import-not-at-top
-    return parallel_text.read_parallel(data.path, split, data.source_lang,
-                                       data.target_lang)
-  if data.source == 'tfds':
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    return tfds_source.load_translation(
-        data.tfds_name, split, data.source_lang, data.target_lang,
-        data.tfds_data_dir or None,
-        max_examples=data.max_examples_per_split or None)
-  raise ValueError(f"config.data.source={data.source!r}; choose 'offline', "
-                   f"'local' or 'tfds'.")
 
 
 def model_family(config: ml_collections.ConfigDict):
@@ -178,7 +157,7 @@ class TranslationTask(base.Task):
 
   @functools.cache
   def pairs(self, split: str) -> Pairs:
-    return read_split(self.config.data, split)
+    return sources.read('pairs', self.config.data, split)
 
   def _tokenised(self, pairs: Pairs, report: bool = True
                  ) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:

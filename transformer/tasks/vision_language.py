@@ -50,17 +50,16 @@ from transformer import losses
 from transformer import ranges
 from transformer.data import batching
 from transformer.data import scenes
+from transformer.data import sources
 from transformer.data import tokenizers
 from transformer.models import encoder
 from transformer.models import vilbert
 from transformer.tasks import base
-from transformer.tasks import captioning as captioning_task
 from transformer.tasks import vocabularies
 
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'feature_dim',
                  'num_region_classes', 'answer_classes')
-SOURCES = ('offline', 'folder', 'tfds')  # pretraining; the others: offline
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -73,7 +72,7 @@ def default_config() -> ml_collections.ConfigDict:
                                warmup_steps=200, b2=0.999, eps=1e-6,
                                weight_decay=0.01, grad_clip_norm=1.0))
   config.data = ml_collections.ConfigDict(dict(
-      source='offline',  # see SOURCES
+      source='offline',  # data.sources.names('captions'); VQA, referring: offline
       train_split='train', eval_split='test',
       num_train=20_000, num_eval=1_000, seed=0, max_objects=4,  # offline
       path='',  # folder: ROOT/SPLIT/*.png + ROOT/SPLIT/captions.tsv
@@ -156,20 +155,6 @@ def with_cls(ids: list[list[int]], max_length: int) -> np.ndarray:
     tokens[row, 0] = tokenizers.EOS_ID
     tokens[row, 1:len(sentence) + 1] = sentence
   return tokens
-
-
-def offline_split(data: ml_collections.ConfigDict, split: str, generate,
-                  what: str):
-  """`generate(count, seed, image_size=, max_objects=)` for a split of the
-  offline scenes (splits 'train', 'validation', 'test', one seed each)."""
-  if data.source != 'offline':
-    raise ValueError(f'config.data.source={data.source!r}: the {what} are '
-                     f"generated; set it to 'offline'.")
-  offsets = {'train': 0, 'validation': 1, 'test': 2}
-  base.check_split(split, tuple(offsets), what)
-  count = data.num_train if split == 'train' else data.num_eval
-  return generate(count, 3 * data.seed + offsets[split],
-                  image_size=data.image_size, max_objects=data.max_objects)
 
 
 class SceneTask(base.Task):
@@ -286,9 +271,9 @@ class VisionLanguageTask(SceneTask):
     ranges.check('config.data.hard_negative_rate',
                  data.get('hard_negative_rate', 0.0), low=0, high=1,
                  high_in=True)
-    if data.source not in SOURCES:
+    if data.source not in sources.names('captions'):
       raise ValueError(f'config.data.source={data.source!r}; choose one of '
-                       f'{SOURCES}.')
+                       f"{sources.names('captions')}.")
     if data.get('hard_negative_rate', 0.0) and data.source != 'offline':
       raise ValueError(
           f'config.data.hard_negative_rate={data.hard_negative_rate}: foils '
@@ -327,11 +312,12 @@ class VisionLanguageTask(SceneTask):
     captions, per image its objects or None)."""
     data = self.config.data
     if self.generated:
-      drawn, references = offline_split(data, split, scenes.captioned,
-                                        'offline scenes')
+      drawn, references = sources.read('scenes', data, split,
+                                       generate=scenes.captioned,
+                                       what='offline scenes')
       return drawn, references, [drawn.objects(i)
                                  for i in range(len(references))]
-    images, references = captioning_task.read_split(data, split)
+    images, references = sources.read('captions', data, split)
     if not len(images):
       raise ValueError(f'The {split!r} split has no captioned images.')
     return CaptionedImages(images), references, None

@@ -29,6 +29,7 @@ import numpy as np
 from transformer import layers
 from transformer import losses
 from transformer.data import scenes
+from transformer.data import sources
 from transformer.models import vilbert
 from transformer.tasks import vision_language
 
@@ -69,8 +70,9 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
                                        np.ndarray]:
     """(questions, token ids [N, max_length] with [CLS] first, answer ids
     [N] into scenes.ANSWERS)."""
-    questions = vision_language.offline_split(
-        self.config.data, split, scenes.questions, 'offline questions')
+    questions = sources.read('scenes', self.config.data, split,
+                             generate=scenes.questions,
+                             what='offline questions')
     tokens = vision_language.with_cls(
         self.tokenizer.encode_batch(
             [question_words(q) for q in questions.questions]),

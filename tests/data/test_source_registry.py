@@ -1,0 +1,94 @@
+"""The one registry of data sources (`data.sources`): every task reads its
+examples through it, every experiment's source is registered for its kind,
+and a new source serves every task of its kind."""
+
+import glob
+import os
+import re
+
+import pytest
+
+from conftest import load_experiment
+from conftest import REPO
+from transformer import tasks
+from transformer.data import sources
+
+# The kind each task reads.
+KINDS = {'translation': 'pairs', 'language_modeling': 'documents',
+         'masked_language_modeling': 'documents',
+         'text_classification': 'labelled_text', 'captioning': 'captions',
+         'image_classification': 'images', 'vision_language': 'captions',
+         'visual_question_answering': 'scenes',
+         'referring_expressions': 'scenes'}
+
+
+def test_every_kind_has_its_sources():
+  assert {kind: sources.names(kind) for kind in sources.READERS} == {
+      'pairs': ('offline', 'local', 'tfds'),
+      'documents': ('offline', 'tfds', 'local'),
+      'labelled_text': ('offline', 'tsv', 'tfds'),
+      'captions': ('offline', 'folder', 'tfds'),
+      'images': ('offline', 'mnist', 'folder', 'tfds'),
+      'scenes': ('offline',)}
+
+
+def test_every_tasks_default_source_is_registered_for_its_kind():
+  assert set(KINDS) == set(tasks.TASKS)
+  for name, kind in KINDS.items():
+    assert tasks.default_config(name).data.source in sources.names(kind)
+
+
+# Arguments the experiments need (vit_finetune's config is a trained
+# workdir's: test_image_classification builds it).
+NEEDS = {'mt_local': 'src=a.de,tgt=a.en'}
+
+
+@pytest.mark.parametrize('path', sorted(
+    path for path in glob.glob(os.path.join(REPO, 'experiments', '*.py'))
+    if not path.endswith('vit_finetune.py')))
+def test_every_experiments_source_is_registered(path):
+  name = os.path.basename(path)[:-3]
+  config = load_experiment(name, NEEDS.get(name, ''))
+  assert config.data.source in sources.names(KINDS[config.task]), name
+
+
+def test_an_unknown_source_names_the_kinds_choices():
+  config = load_experiment('mt_offline')
+  config.data.source = 'ftp'
+  with pytest.raises(ValueError, match=re.escape(
+      "config.data.source='ftp'; choose one of ('offline', 'local', 'tfds') "
+      "(pairs).")):
+    sources.read('pairs', config.data, 'train')
+
+
+def test_a_source_is_registered_once():
+  with pytest.raises(ValueError, match='registered twice'):
+    sources.register('pairs', 'offline')(lambda data, split: [])
+
+
+def test_a_new_source_serves_every_task_of_its_kind(tmp_path, monkeypatch):
+  read = []
+
+  def memory(data, split):
+    read.append(split)
+    return [('a b', 'x y'), ('b a', 'y x')]
+
+  monkeypatch.setitem(sources.READERS['pairs'], 'memory', memory)
+  config = load_experiment('mt_offline', 'runlocal')
+  config.data.source = 'memory'
+  task = tasks.build(config, str(tmp_path))
+  assert task.pairs('train') == [('a b', 'x y'), ('b a', 'y x')]
+  assert read == ['train']
+
+
+def test_generated_glue_tasks_and_file_tasks_name_their_source():
+  config = load_experiment('glue', 'task=entailment,runlocal')
+  assert config.data.source == 'offline'
+  rows = sources.read('labelled_text', config.data, 'train')
+  assert rows and all(b is not None for _, b, _ in rows)
+  config.data.source = 'tsv'
+  with pytest.raises(ValueError, match="glue_task='entailment' is generated"):
+    sources.read('labelled_text', config.data, 'train')
+  config.data.update(source='offline', glue_task='rte')
+  with pytest.raises(ValueError, match="'rte' is read from files"):
+    sources.read('labelled_text', config.data, 'train')
