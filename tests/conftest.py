@@ -143,11 +143,15 @@ def prepare_translation_dataset(class_name: str, data_dir: str,
   builder(config='de-en', data_dir=data_dir).download_and_prepare()
 
 
-# -- The `trains` marker -------------------------------------------------------
-# A test trains a model or starts a process when it, a fixture it uses or
-# a helper of the test modules it calls (however deep) does; the others,
-# unless slow, are marked `unit`: `pytest -m unit` runs the library's
-# properties alone.
+# -- The tiers: e2e, integration, unit ----------------------------------------
+# A test is end to end (`e2e`) when it, a fixture it uses or a helper of
+# the test modules it calls (however deep) trains a model or starts a
+# process; else `integration` in the folders whose tests put the pieces
+# together (a task over data and a model, the trainer and its
+# checkpoints, published checkpoints against their reference
+# implementations, the commands); else, unless slow, `unit`: `pytest -m
+# unit` runs the properties of the library's parts alone.
+_INTEGRATION = ('tasks', 'train', 'interop', 'tools', 'trust')
 _TRAINS = ('train_and_evaluate', 'subprocess.', 'Popen(', 'transformer.main',
            'reproduce(', 'compare.compare(', 'run_benchmark(', 'command(')
 
@@ -194,7 +198,13 @@ def _trains(item) -> bool:
 def pytest_collection_modifyitems(config, items):
   del config
   for item in items:
+    folder = os.path.relpath(str(item.path), os.path.join(REPO, 'tests')
+                             ).split(os.sep)[0]
     if hasattr(item, 'function') and _trains(item):
-      item.add_marker(pytest.mark.trains)
-    elif not item.get_closest_marker('slow'):
+      item.add_marker(pytest.mark.e2e)
+    elif item.get_closest_marker('slow'):
+      continue
+    elif folder in _INTEGRATION:
+      item.add_marker(pytest.mark.integration)
+    else:
       item.add_marker(pytest.mark.unit)
