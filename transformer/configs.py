@@ -237,6 +237,17 @@ def model_section(*model_classes: type, exclude: Sequence[str] = (),
   return section
 
 
+def section_in_use(section: ml_collections.ConfigDict, model_class: type,
+                   exclude: Sequence[str] = ()) -> ml_collections.ConfigDict:
+  """`section` without the placeholders (None) of fields `model_class`
+  does not have: a task whose section serves several model families
+  (translation's) writes only the chosen family's fields."""
+  applies = model_fields(model_class, frozenset(exclude))
+  kept = {key: value for key, value in section.items()
+          if value is not None or key in applies}
+  return ml_collections.ConfigDict(kept)
+
+
 def model_overrides(section: ml_collections.ConfigDict, model_class: type,
                     exclude: Sequence[str] = ()) -> dict[str, Any]:
   """The fields of `model_class` that `section` (a config's model section)

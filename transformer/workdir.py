@@ -235,9 +235,12 @@ def _alive(pid: int) -> bool:
 
 
 def save_config(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """config.json: every field that applies to the run's model
+  (`tasks.saved_config`); `load_config` restores the rest as defaults."""
   if jax.process_index() == 0:
-    storage.write_atomically(storage.join(workdir, CONFIG_FILE),
-                           config.to_json_best_effort(indent=2))
+    storage.write_atomically(
+        storage.join(workdir, CONFIG_FILE),
+        tasks.saved_config(config).to_json_best_effort(indent=2))
 
 
 def _saved(workdir: str) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from conftest import copy_of
+from conftest import load_experiment
 from conftest import tiny_training_config as tiny_config
 from conftest import REPO
 from transformer import train
@@ -237,3 +238,22 @@ def test_config_value_out_of_range_names_the_file(trained, tmp_path, section,
   with pytest.raises(workdir_lib.DamagedFile) as error:
     workdir_lib.restore(str(workdir))
   assert str(error.value).startswith(f'{path} is damaged: {problem}')
+
+
+@pytest.mark.parametrize('family,absent', [
+    ('transformer', ('hidden_dim', 'kernel_size', 'bidirectional')),
+    ('rnn', ('num_heads', 'd_ff', 'kernel_size', 'rope_theta')),
+    ('convs2s', ('num_heads', 'bidirectional', 'attention_dim'))])
+def test_config_json_keeps_the_chosen_familys_model_fields(tmp_path, family,
+                                                           absent):
+  config = load_experiment('mt_offline')
+  config.model.family = family
+  config.model.num_layers = 3
+  workdir_lib.save_config(config, str(tmp_path))
+  saved = json.loads((tmp_path / 'config.json').read_text())['model']
+  assert saved['family'] == family and saved['num_layers'] == 3
+  assert not set(absent) & set(saved)
+  # The others come back as the defaults' placeholders: nothing changed.
+  restored = workdir_lib.load_config(str(tmp_path))
+  assert restored.model.to_dict() == config.model.to_dict()
+  assert workdir_lib.config_changes(str(tmp_path), config) == {}

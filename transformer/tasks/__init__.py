@@ -48,6 +48,16 @@ def _module(task: str):
   return importlib.import_module(f'transformer.tasks.{task}')
 
 
+def saved_config(config: ml_collections.ConfigDict
+                 ) -> ml_collections.ConfigDict:
+  """The config as a workdir's config.json keeps it: only the fields that
+  apply to its model, where the task's module says which
+  (`saved_config(config)`); the config itself elsewhere."""
+  saved = getattr(_module(config.task), 'saved_config', None) if (
+      config.get('task') in TASKS) else None
+  return saved(config) if saved else config
+
+
 # The vocabulary size the model settings are checked with before the
 # vocabulary is built (the model's checks do not depend on it).
 _STAND_IN_VOCABULARY = 512

@@ -84,6 +84,18 @@ def model_family(config: ml_collections.ConfigDict):
   return FAMILIES[config.model.family]
 
 
+def saved_config(config: ml_collections.ConfigDict
+                 ) -> ml_collections.ConfigDict:
+  """The config as a workdir keeps it: config.model with the chosen
+  family's fields only (the section's defaults hold all three families';
+  `workdir.load_config` fills the others back in)."""
+  saved = ml_collections.ConfigDict(config.to_dict())
+  saved.model = configs.section_in_use(config.model,
+                                       model_family(config).Config,
+                                       MODEL_EXCLUDE)
+  return saved
+
+
 def model_config(config: ml_collections.ConfigDict, vocab_size: int):
   """The model's dataclass from the named size and the config's overrides."""
   family = model_family(config)
