@@ -43,7 +43,6 @@ from transformer import sharding
 from transformer import storage
 from transformer import tasks
 from transformer.tasks import base
-from transformer.tasks import text_classification
 from transformer.tasks import vocabularies
 
 CONFIG_FILE = 'config.json'
@@ -263,25 +262,8 @@ def load_config(workdir: str) -> ml_collections.ConfigDict:
   saved = _saved(workdir)
   config = tasks.default_config(saved['task'])
   config.update(saved)
-  if config.task == 'text_classification':
-    _fine_tuned_model(config)
+  tasks.restore_config(config, load_config)
   return config
-
-
-def _fine_tuned_model(config: ml_collections.ConfigDict) -> None:
-  """Text classification once took the model, context and tokenizer of
-  its `train.init_from` workdir when it was built, not from its own config;
-  workdirs written then restore with them, as they trained. (Experiments
-  now copy them into the config, and may then set their own context, e.g.
-  128 tokens from BERT's 512: theirs is left as it is.)"""
-  source = config.train.init_from
-  if source and storage.exists(storage.join(source, CONFIG_FILE)):
-    pretrained = load_config(source)
-    copied = all(config.model.get(key) == value
-                 for key, value in pretrained.model.items()
-                 if key not in ('dropout_rate', 'dtype'))
-    if pretrained.task == 'masked_language_modeling' and not copied:
-      text_classification.take_pretrained(config, pretrained)
 
 
 def _flat(tree: dict[str, Any], prefix: str = '') -> dict[str, Any]:

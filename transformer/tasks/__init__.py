@@ -8,6 +8,7 @@ class `TASK`) and its name to `TASKS`, never editing the trainer.
 from __future__ import annotations
 
 import importlib
+from typing import Callable
 
 import ml_collections
 
@@ -56,6 +57,17 @@ def saved_config(config: ml_collections.ConfigDict
   saved = getattr(_module(config.task), 'saved_config', None) if (
       config.get('task') in TASKS) else None
   return saved(config) if saved else config
+
+
+def restore_config(config: ml_collections.ConfigDict,
+                   load_config: Callable[[str], ml_collections.ConfigDict]
+                   ) -> None:
+  """Brings a config read from a workdir to what that run trained with,
+  where its task's module says how (`restore_config(config, load_config)`:
+  old workdirs' conventions; `load_config` reads another workdir's)."""
+  restore = getattr(_module(config.task), 'restore_config', None)
+  if restore:
+    restore(config, load_config)
 
 
 # The vocabulary size the model settings are checked with before the

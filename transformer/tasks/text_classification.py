@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -103,6 +103,24 @@ def take_pretrained(config: ml_collections.ConfigDict,
   config.model.update(own)
   config.data.update(dict(max_length=pretrained.data.max_length,
                           tokenizer=pretrained.data.tokenizer))
+
+
+def restore_config(config: ml_collections.ConfigDict,
+                   load_config: Callable[[str], ml_collections.ConfigDict]
+                   ) -> None:
+  """Text classification once took the model, context and tokenizer of
+  its `train.init_from` workdir when it was built, not from its own config;
+  workdirs written then restore with them, as they trained. (Experiments
+  now copy them into the config, and may then set their own context, e.g.
+  128 tokens from BERT's 512: theirs is left as it is.)"""
+  source = config.train.init_from
+  if source and storage.exists(storage.join(source, 'config.json')):
+    pretrained = load_config(source)
+    copied = all(config.model.get(key) == value
+                 for key, value in pretrained.model.items()
+                 if key not in ('dropout_rate', 'dtype'))
+    if pretrained.task == 'masked_language_modeling' and not copied:
+      take_pretrained(config, pretrained)
 
 
 def trained_task(workdir: str) -> str:
