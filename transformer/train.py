@@ -541,7 +541,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict,
         result.update(_evaluate_averaged(trainer, writer))
   except faults.Interrupted:
     raise faults.Preempted(config.train.num_steps, (
-        f'Preempted during the final evaluation: every checkpoint is '
+        'Preempted during the final evaluation: every checkpoint is '
         f'written; rerun the same command to evaluate.')) from None
   finally:
     writer.close()

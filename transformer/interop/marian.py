@@ -44,13 +44,11 @@ OPUS-MT models name 'swish'):
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import numpy as np
 
-from transformer import layers
 from transformer import positional
 from transformer.interop import files
 from transformer.models import encoder_decoder
