@@ -542,7 +542,7 @@ def _train_and_evaluate(config: ml_collections.ConfigDict,
   except faults.Interrupted:
     raise faults.Preempted(config.train.num_steps, (
         'Preempted during the final evaluation: every checkpoint is '
-        f'written; rerun the same command to evaluate.')) from None
+        'written; rerun the same command to evaluate.')) from None
   finally:
     writer.close()
   return result
