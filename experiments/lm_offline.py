@@ -13,10 +13,10 @@ same width and depth:
         --config=experiments/lm_offline.py:model=llama \
         --workdir=workdirs/lm_offline_llama
 
-Measured on a 2-core CPU (shared with another job; 14 min 40 s, 0.42
-s/step): 845K parameters, validation loss 2.163 after 2,000 steps
-(perplexity 8.69, accuracy 0.438, 1.053 bits per byte), the samples
-grammatical ("My poor wall closes this slow wolf behind a dry wild chair.").
+Measured on a 2-core CPU (2026-11-27, seed 0, beside other work, 7 min
+32 s) with --config.train.num_steps=1000: 862,976 parameters, validation
+perplexity 8.87 (accuracy 43.6%, 1.063 bits per byte); the samples
+grammatical ("Three tall brothers want the tiny red guitars.").
 
 Its rotary settings are the model section's rope_* fields, e.g.
 `--config.model.rope_theta=500000.0`. `:runlocal` (also

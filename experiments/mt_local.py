@@ -11,7 +11,8 @@ loss and BLEU, default val), size (model size of encoder_decoder.SIZES,
 default small: 3+3 layers, D=256, 8 heads, d_ff 512, as in the Multi30k
 tutorial models), runlocal (any value: a seconds-long variant for tests).
 
-Measured on Multi30k de->en (2-core CPU, 1 h 6 min) with
+Measured on earlier code (86a2163, 2026-11-21; docs/earlier_results.md)
+on Multi30k de->en (2-core CPU, 1 h 6 min) with
 `--config.data.max_length=64 --config.train.num_steps=3000` and
 `eval=test_2016_flickr`: sacreBLEU 41.35 with beam 4 (40.2 greedy), 41.16
 averaging the last 5 checkpoints.

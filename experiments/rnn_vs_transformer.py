@@ -15,8 +15,9 @@ the length effect can show); runlocal (seconds, for tests).
 All models see the same data in the same length-bucketed, unpacked batches
 (an LSTM cannot be reset inside a packed row), are decoded by the same beam
 search and scored by the same sacreBLEU. RNNs use Adam at 1e-3 with gradient
-clipping at 1.0, the Transformer the rsqrt schedule. Measured results: see
-the README (section "RNN encoder-decoders and the Transformer").
+clipping at 1.0, the Transformer the rsqrt schedule. Measured results, on
+earlier code: docs/earlier_results.md ("RNN encoder-decoders and the
+Transformer").
 """
 
 from transformer import configs

@@ -17,8 +17,9 @@ together, so their shares are not known).
 
 Reference (nanoGPT): best validation loss 1.47 nats per character in
 5,000 iterations (it keeps the best checkpoint: the model overfits later).
-Measured here on one H200 (float32, 2026-11-26): best 1.449 at step 2,500,
-1.539 after 5,000 steps, 3 min 45 s beside another run (docs/results.md);
+Measured here on earlier code (84a02b7) on one H200 (float32, 2026-11-26):
+best 1.449 at step 2,500, 1.539 after 5,000 steps, 3 min 45 s beside
+another run (docs/earlier_results.md);
 on a 2-core CPU with a quarter of the batch
 (--config.data.tokens_per_batch=4096) and 800 steps
 (--config.train.num_steps=800): 1.953 nats per character, 24 min (before
