@@ -283,7 +283,9 @@ def config_changes(workdir: str, config: ml_collections.ConfigDict
   if not storage.exists(storage.join(workdir, CONFIG_FILE)):
     return {}
   saved = _flat(_saved(workdir))
-  now = _flat(json.loads(config.to_json_best_effort()))
+  # Both as config.json keeps them: the fields another source or model
+  # family would read are in neither.
+  now = _flat(json.loads(tasks.saved_config(config).to_json_best_effort()))
   return {field: (saved.get(field), now.get(field))
           for field in sorted(set(saved) | set(now))
           if saved.get(field) != now.get(field)}

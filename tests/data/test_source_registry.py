@@ -3,6 +3,7 @@ examples through it, every experiment's source is registered for its kind,
 and a new source serves every task of its kind."""
 
 import glob
+import json
 import os
 import re
 
@@ -20,6 +21,12 @@ KINDS = {'translation': 'pairs', 'language_modeling': 'documents',
          'image_classification': 'images', 'vision_language': 'captions',
          'visual_question_answering': 'scenes',
          'referring_expressions': 'scenes'}
+
+
+def test_every_task_declares_the_kind_it_reads():
+  import importlib  # pylint: disable=g-import-not-at-top
+  assert {task: importlib.import_module(f'transformer.tasks.{task}').DATA_KIND
+          for task in tasks.TASKS} == KINDS
 
 
 def test_every_kind_has_its_sources():
@@ -92,3 +99,35 @@ def test_generated_glue_tasks_and_file_tasks_name_their_source():
   config.data.update(source='offline', glue_task='rte')
   with pytest.raises(ValueError, match="'rte' is read from files"):
     sources.read('labelled_text', config.data, 'train')
+
+
+def test_a_source_declares_the_fields_only_it_reads():
+  config = load_experiment('mt_offline')
+  kept = sources.in_use('pairs', config.data)
+  assert {'num_train', 'max_clauses'} <= set(kept)
+  assert not {'path', 'tfds_name', 'tfds_data_dir'} & set(kept)
+  config.data.update(source='local', path='/corpus')
+  kept = sources.in_use('pairs', config.data)
+  assert kept.path == '/corpus' and 'num_train' not in kept
+  # Fields no source claims (the tokenizer, batches) stay whatever the
+  # source.
+  assert {'tokenizer', 'max_length', 'tokens_per_batch', 'seed'} <= set(kept)
+
+
+def test_config_json_keeps_the_sources_fields_and_restores_the_rest(
+    tmp_path):
+  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  config = load_experiment('mt_local', 'src=de,tgt=en')
+  config.data.num_train = 7  # read by no local source: not kept
+  workdir_lib.save_config(config, str(tmp_path))
+  saved = json.loads((tmp_path / 'config.json').read_text())['data']
+  assert saved['path'] == config.data.path and 'num_train' not in saved
+  assert 'tfds_name' not in saved
+  restored = workdir_lib.load_config(str(tmp_path))
+  assert restored.data.path == config.data.path
+  assert restored.data.num_train == tasks.default_config(
+      'translation').data.num_train
+  assert workdir_lib.config_changes(str(tmp_path), config) == {}
+  config.data.path = '/elsewhere'
+  assert workdir_lib.config_changes(str(tmp_path), config) == {
+      'data.path': (saved['path'], '/elsewhere')}

@@ -38,20 +38,39 @@ from transformer.data import parallel_text
 from transformer.data import text
 
 Reader = Callable[..., Any]
-READERS: dict[str, dict[str, Reader]] = {
-    kind: {} for kind in ('pairs', 'documents', 'labelled_text', 'captions',
-                          'images', 'scenes')}
+KINDS = ('pairs', 'documents', 'labelled_text', 'captions', 'images',
+         'scenes')
+READERS: dict[str, dict[str, Reader]] = {kind: {} for kind in KINDS}
+# The config.data fields only a source reads, per kind and source.
+FIELDS: dict[str, dict[str, tuple[str, ...]]] = {kind: {} for kind in KINDS}
+_TFDS_FIELDS = ('tfds_name', 'tfds_data_dir', 'max_examples_per_split')
 
 
-def register(kind: str, name: str) -> Callable[[Reader], Reader]:
+def register(kind: str, name: str, fields: tuple[str, ...] = ()
+             ) -> Callable[[Reader], Reader]:
   """Registers `reader(data, split, **options)` as source `name` of
-  `kind`."""
+  `kind`, which alone reads the config.data `fields`."""
   def add(reader: Reader) -> Reader:
     if name in READERS[kind]:
       raise ValueError(f'source {name!r} of {kind} registered twice')
     READERS[kind][name] = reader
+    FIELDS[kind][name] = fields
     return reader
   return add
+
+
+def in_use(kind: str, data: ml_collections.ConfigDict
+           ) -> ml_collections.ConfigDict:
+  """`data` without the fields only the kind's other sources read (a
+  workdir's config.json shows what applies to its source; the task's
+  defaults give the others back when it is read)."""
+  if data.get('source') not in READERS[kind]:
+    return data
+  own = set(FIELDS[kind][data.source])
+  others = {field for name, fields in FIELDS[kind].items()
+            if name != data.source for field in fields} - own
+  return ml_collections.ConfigDict(
+      {key: value for key, value in data.items() if key not in others})
 
 
 def names(kind: str) -> tuple[str, ...]:
@@ -92,20 +111,21 @@ def _tfds():
 # -- pairs ----------------------------------------------------------------------
 
 
-@register('pairs', 'offline')
+@register('pairs', 'offline',
+          ('num_train', 'num_eval', 'num_test', 'max_clauses'))
 def _offline_pairs(data, split):
   check_split(split, ('train', 'validation', 'test'), 'offline pairs')
   return offline_mt.splits(data.num_train, data.num_eval, data.num_test,
                            seed=data.seed, max_clauses=data.max_clauses)[split]
 
 
-@register('pairs', 'local')
+@register('pairs', 'local', ('path',))
 def _local_pairs(data, split):
   return parallel_text.read_parallel(data.path, split, data.source_lang,
                                      data.target_lang)
 
 
-@register('pairs', 'tfds')
+@register('pairs', 'tfds', _TFDS_FIELDS)
 def _tfds_pairs(data, split):
   return _tfds().load_translation(
       data.tfds_name, split, data.source_lang, data.target_lang,
@@ -115,14 +135,14 @@ def _tfds_pairs(data, split):
 # -- documents ------------------------------------------------------------------
 
 
-@register('documents', 'offline')
+@register('documents', 'offline', ('num_train', 'num_eval', 'max_sentences'))
 def _offline_documents(data, split):
   check_split(split, ('train', 'validation'), 'offline documents')
   return text.offline_splits(data.num_train, data.num_eval, data.seed,
                              max_sentences=data.max_sentences)[split]
 
 
-@register('documents', 'tfds')
+@register('documents', 'tfds', _TFDS_FIELDS)
 def _tfds_documents(data, split):
   return _tfds().load_text(data.tfds_name, split, data.tfds_data_dir or None,
                            max_examples=_max_examples(data))
@@ -137,7 +157,8 @@ def _nonempty_documents(path: str, per: str) -> list[str]:
   return documents
 
 
-@register('documents', 'local')
+@register('documents', 'local',
+          ('path', 'per', 'eval_path', 'train_fraction'))
 def _local_documents(data, split):
   """`data.path`'s documents: all of them for training and
   `data.eval_path`'s for validation, or the first `train_fraction` of
@@ -174,7 +195,7 @@ def _not_generated(data) -> None:
                      f"generated: set config.data.source='offline'.")
 
 
-@register('labelled_text', 'offline')
+@register('labelled_text', 'offline', ('num_train', 'num_eval'))
 def _offline_labelled_text(data, split):
   if data.glue_task in glue.OFFLINE:
     return glue.offline_pairs(data.glue_task, _count(data, split), data.seed,
@@ -204,7 +225,7 @@ def _read_sentences_tsv(path: str) -> list[tuple[str, int]]:
   return [(words, int(label)) for _, (words, label) in rows]
 
 
-@register('labelled_text', 'tsv')
+@register('labelled_text', 'tsv', ('path',))
 def _tsv_labelled_text(data, split):
   _not_generated(data)
   if data.glue_task:
@@ -220,7 +241,7 @@ def _tsv_labelled_text(data, split):
           for sentence, label in _read_sentences_tsv(path)]
 
 
-@register('labelled_text', 'tfds')
+@register('labelled_text', 'tfds', _TFDS_FIELDS)
 def _tfds_labelled_text(data, split):
   _not_generated(data)
   if data.glue_task:
@@ -239,7 +260,7 @@ def _lower(images, references):
   return images, [[r.strip().lower() for r in refs] for refs in references]
 
 
-@register('captions', 'offline')
+@register('captions', 'offline', ('num_train', 'num_eval'))
 def _offline_captions(data, split):
   offsets = {'train': 0, 'validation': 1, 'test': 2}
   check_split(split, tuple(offsets), 'offline captions')
@@ -248,14 +269,14 @@ def _offline_captions(data, split):
       count, 3 * data.seed + offsets[split], image_size=data.image_size))
 
 
-@register('captions', 'folder')
+@register('captions', 'folder', ('path',))
 def _folder_captions(data, split):
   images, references, _ = caption_data.read_caption_folder(
       data.path, split, image_size=data.image_size)
   return _lower(images, references)
 
 
-@register('captions', 'tfds')
+@register('captions', 'tfds', _TFDS_FIELDS)
 def _tfds_captions(data, split):
   return _lower(*_tfds().load_captions(
       data.tfds_name, split, data.tfds_data_dir or None,
@@ -265,7 +286,7 @@ def _tfds_captions(data, split):
 # -- images ---------------------------------------------------------------------
 
 
-@register('images', 'offline')
+@register('images', 'offline', ('num_train', 'num_eval'))
 def _offline_images(data, split, *, size, class_names=None):
   del class_names  # the shapes' own
   offsets = {'train': 0, 'validation': 1, 'test': 2}
@@ -275,20 +296,20 @@ def _offline_images(data, split, *, size, class_names=None):
                                    image_size=size)
 
 
-@register('images', 'mnist')
+@register('images', 'mnist', ('path',))
 def _mnist_images(data, split, *, size, class_names=None):
   del size, class_names  # 28 x 28, the digits
   return image_data.read_mnist(data.path, split)
 
 
-@register('images', 'folder')
+@register('images', 'folder', ('path', 'bad_images'))
 def _folder_images(data, split, *, size, class_names=None):
   return image_data.read_folder(data.path, split, image_size=size,
                                 class_names=class_names,
                                 bad_images=data.bad_images)
 
 
-@register('images', 'tfds')
+@register('images', 'tfds', _TFDS_FIELDS)
 def _tfds_images(data, split, *, size, class_names=None):
   del class_names  # the dataset's
   return _tfds().load_images(data.tfds_name, split, data.tfds_data_dir or None,
@@ -298,7 +319,7 @@ def _tfds_images(data, split, *, size, class_names=None):
 # -- scenes ---------------------------------------------------------------------
 
 
-@register('scenes', 'offline')
+@register('scenes', 'offline', ('num_train', 'num_eval', 'max_objects'))
 def _offline_scenes(data, split, *, generate, what):
   """`generate(count, seed, image_size=, max_objects=)` for a split of the
   generated scenes (splits 'train', 'validation', 'test', a seed each)."""

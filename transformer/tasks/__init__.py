@@ -1,8 +1,9 @@
 """Tasks: what differs between machine translation, language modelling, ...
 
 The trainer sees a task only through the `Task` interface (`tasks/base.py`);
-adding a task means adding a module here (with `default_config()` and a
-class `TASK`) and its name to `TASKS`, never editing the trainer.
+adding a task means adding a module here (with `default_config()`, a
+class `TASK` and the kind of examples it reads, `DATA_KIND`, a kind of
+`data.sources`) and its name to `TASKS`, never editing the trainer.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Callable
 
 import ml_collections
 
+from transformer.data import sources
 from transformer.tasks import base
 from transformer.tasks.base import Task
 
@@ -51,12 +53,18 @@ def _module(task: str):
 
 def saved_config(config: ml_collections.ConfigDict
                  ) -> ml_collections.ConfigDict:
-  """The config as a workdir's config.json keeps it: only the fields that
-  apply to its model, where the task's module says which
-  (`saved_config(config)`); the config itself elsewhere."""
-  saved = getattr(_module(config.task), 'saved_config', None) if (
-      config.get('task') in TASKS) else None
-  return saved(config) if saved else config
+  """The config as a workdir's config.json keeps it: config.data without
+  the fields only other sources read (`sources.in_use` of the task's
+  DATA_KIND), and config.model with only the fields of its model where the
+  task's module says which (`saved_config(config)`: translation's
+  families). `workdir.load_config` gives the rest back as defaults."""
+  if config.get('task') not in TASKS:
+    return config
+  module = _module(config.task)
+  saved = (module.saved_config(config) if hasattr(module, 'saved_config')
+           else ml_collections.ConfigDict(config.to_dict()))
+  saved.data = sources.in_use(module.DATA_KIND, config.data)
+  return saved
 
 
 def restore_config(config: ml_collections.ConfigDict,

@@ -34,6 +34,9 @@ from transformer.models import captioning
 from transformer.tasks import base
 from transformer.tasks import vocabularies
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'captions'
+
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'image_size', 'num_channels')
 

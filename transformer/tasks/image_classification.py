@@ -33,6 +33,9 @@ from transformer.data import image_sources
 from transformer.models import vit
 from transformer.tasks import base
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'images'
+
 # Set by the task from the data, or by the size name ('mu/4': patch 4).
 MODEL_EXCLUDE = ('image_size', 'num_channels', 'num_classes', 'patch_size')
 CROPS = ('none', 'pad', 'resized')

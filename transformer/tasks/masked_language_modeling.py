@@ -33,6 +33,9 @@ from transformer.data import tokenizers
 from transformer.models import encoder
 from transformer.tasks import language_modeling
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'documents'
+
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'num_classes')
 

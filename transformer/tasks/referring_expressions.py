@@ -30,6 +30,9 @@ from transformer.data import scenes
 from transformer.data import sources
 from transformer.tasks import vision_language
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'scenes'
+
 
 def default_config() -> ml_collections.ConfigDict:
   """Every setting of a referring-expressions experiment."""

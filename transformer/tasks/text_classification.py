@@ -44,6 +44,9 @@ from transformer.models import encoder
 from transformer.tasks import base
 from transformer.tasks import vocabularies
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'labelled_text'
+
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'num_classes')
 # Vocabulary files of each tokenizer, as a masked-LM workdir keeps them.

@@ -34,6 +34,9 @@ from transformer.models import rnn
 from transformer.tasks import base
 from transformer.tasks import vocabularies
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'pairs'
+
 Pairs = list[tuple[str, str]]
 # Model families: modules of the interface `family.TranslationFamily`
 # (tests/models/test_models.py checks each). A config may set any field of the

@@ -57,6 +57,9 @@ from transformer.models import vilbert
 from transformer.tasks import base
 from transformer.tasks import vocabularies
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'captions'
+
 # Set by the task from the data.
 MODEL_EXCLUDE = ('vocab_size', 'max_length', 'feature_dim',
                  'num_region_classes', 'answer_classes')

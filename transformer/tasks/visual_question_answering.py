@@ -33,6 +33,9 @@ from transformer.data import sources
 from transformer.models import vilbert
 from transformer.tasks import vision_language
 
+# The kind of examples the task reads (`data.sources`).
+DATA_KIND = 'scenes'
+
 
 def default_config() -> ml_collections.ConfigDict:
   """Every setting of a visual question answering experiment."""
