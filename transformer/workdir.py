@@ -282,9 +282,17 @@ def config_changes(workdir: str, config: ml_collections.ConfigDict
   {field: (saved, now)}; empty for a new workdir."""
   if not storage.exists(storage.join(workdir, CONFIG_FILE)):
     return {}
-  saved = _flat(_saved(workdir))
-  # Both as config.json keeps them: the fields another source or model
-  # family would read are in neither.
+  raw = _saved(workdir)
+  # Both as config.json keeps them now: the fields another source or model
+  # family would read are in neither (a config.json written before kept
+  # them all).
+  saved = _flat(raw)
+  if raw['task'] in tasks.TASKS:
+    whole = tasks.default_config(raw['task'])
+    whole.update(raw)
+    kept = _flat(json.loads(tasks.saved_config(whole).to_json_best_effort()))
+    saved = {field: value for field, value in saved.items()
+             if field in kept or field not in _flat(whole.to_dict())}
   now = _flat(json.loads(tasks.saved_config(config).to_json_best_effort()))
   return {field: (saved.get(field), now.get(field))
           for field in sorted(set(saved) | set(now))

@@ -131,3 +131,7 @@ def test_config_json_keeps_the_sources_fields_and_restores_the_rest(
   config.data.path = '/elsewhere'
   assert workdir_lib.config_changes(str(tmp_path), config) == {
       'data.path': (saved['path'], '/elsewhere')}
+  # A config.json written before kept every field: the same comparison.
+  config.data.path = saved['path']
+  (tmp_path / 'config.json').write_text(config.to_json_best_effort())
+  assert workdir_lib.config_changes(str(tmp_path), config) == {}

@@ -113,9 +113,13 @@ def restore_config(config: ml_collections.ConfigDict,
                    ) -> None:
   """Text classification once took the model, context and tokenizer of
   its `train.init_from` workdir when it was built, not from its own config;
-  workdirs written then restore with them, as they trained. (Experiments
+  workdirs written then restore with them, as they trained. Its generated
+  pair tasks read as generated whatever the source (now refused). (Experiments
   now copy them into the config, and may then set their own context, e.g.
   128 tokens from BERT's 512: theirs is left as it is.)"""
+  if config.data.glue_task in glue.OFFLINE:
+    # Generated pair tasks were once generated whatever the source said.
+    config.data.source = 'offline'
   source = config.train.init_from
   if source and storage.exists(storage.join(source, 'config.json')):
     pretrained = load_config(source)
