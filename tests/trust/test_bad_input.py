@@ -716,6 +716,10 @@ def test_alignment_layer_or_head_out_of_range_names_the_flag(
 def old_workdirs(tmp_path_factory):
   """Small image-classification and language-model workdirs with a
   checkpoint, built without training (tests/train/test_old_workdirs.py)."""
+  # The helper lives with the old-workdir tests, in tests/train, which is
+  # on the path only when that folder is collected too.
+  if os.path.join(REPO, 'tests', 'train') not in sys.path:
+    sys.path.insert(0, os.path.join(REPO, 'tests', 'train'))
   from test_old_workdirs import rebuild  # pylint: disable=g-import-not-at-top
   root = tmp_path_factory.mktemp('old')
   return {name: rebuild(name, root) for name in ('vit', 'lm')}
