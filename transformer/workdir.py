@@ -291,8 +291,9 @@ def config_changes(workdir: str, config: ml_collections.ConfigDict
     whole = tasks.default_config(raw['task'])
     whole.update(raw)
     kept = _flat(json.loads(tasks.saved_config(whole).to_json_best_effort()))
+    dropped = set(_flat(whole.to_dict())) - set(kept)
     saved = {field: value for field, value in saved.items()
-             if field in kept or field not in _flat(whole.to_dict())}
+             if field not in dropped}
   now = _flat(json.loads(tasks.saved_config(config).to_json_best_effort()))
   return {field: (saved.get(field), now.get(field))
           for field in sorted(set(saved) | set(now))
