@@ -107,3 +107,10 @@ def test_translation_runs_with_the_convolution_family(tmp_path):
   with pytest.raises(ValueError, match=r'no multi-head attention \(ConvS2S '
                      r'attends with one dot-product head per decoder layer'):
     heads.head_importance(workdir_lib.restore(str(tmp_path)))
+
+
+def test_param_count_is_the_built_models_count():
+  config, _, params, _, _ = setup(num_layers=3)
+  count = sum(x.size for x in jax.tree.leaves(params))
+  assert convs2s.param_count(config) == count
+  assert convs2s.param_count(config.replace(num_layers=2)) < count

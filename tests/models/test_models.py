@@ -1,5 +1,7 @@
 """The encoder-decoder Transformer: sizes, parameter counts, masking."""
 
+import importlib
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -46,7 +48,7 @@ def test_options_change_the_count_as_the_formula_says():
   assert ed.config_for('big').dropout_rate == 0.3
   assert (ed.config_for('big').d_model, ed.config_for('big').num_heads) == (
       1024, 16)
-  with pytest.raises(ValueError, match='Unknown model size'):
+  with pytest.raises(ValueError, match='Unknown Transformer size'):
     ed.config_for('huge')
 
 
@@ -135,14 +137,32 @@ def test_final_logits_bias_and_unscaled_embeddings_are_what_they_say():
                          atol=1e-3)
 
 
-def test_every_translation_family_has_the_interface_the_task_uses():
+def test_every_model_module_is_a_model_family():
+  import pkgutil  # pylint: disable=g-import-not-at-top
+  from transformer import models  # pylint: disable=g-import-not-at-top
+  from transformer.models import family  # pylint: disable=g-import-not-at-top
+  names = [m.name for m in pkgutil.iter_modules(models.__path__)
+           if m.name != 'family']
+  assert len(names) == 8, names
+  for name in names:
+    module = importlib.import_module(f'transformer.models.{name}')
+    assert isinstance(module, family.ModelFamily), name
+    if name != 'vit':  # its sizes are VARIANT/PATCH, tested in test_vit
+      with pytest.raises(ValueError, match=r"size 'nope'; choose one of \("):
+        module.config_for('nope')
+  assert not isinstance(layers, family.ModelFamily)  # can fail
+
+
+def test_every_translation_family_decodes_through_the_interface():
+  from transformer.models import captioning  # pylint: disable=g-import-not-at-top
+  from transformer.models import decoder  # pylint: disable=g-import-not-at-top
   from transformer.models import family  # pylint: disable=g-import-not-at-top
   from transformer.tasks import translation  # pylint: disable=g-import-not-at-top
-  for name, module in translation.FAMILIES.items():
-    assert isinstance(module, family.TranslationFamily), name
+  for name, module in [*translation.FAMILIES.items(),
+                       ('captioning', captioning)]:
+    assert isinstance(module, family.DecodingFamily), name
     config = module.config_for(next(iter(module.SIZES)), vocab_size=11,
                                max_length=7)
     assert (config.vocab_size, config.max_length) == (11, 7), name
-    with pytest.raises(ValueError, match=r"size 'nope'; choose one of \("):
-      module.config_for('nope')
-  assert not isinstance(layers, family.TranslationFamily)  # can fail
+  # The GPT decoder decodes through the language-modelling task's cache.
+  assert not isinstance(decoder, family.DecodingFamily)  # can fail

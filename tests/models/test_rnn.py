@@ -144,3 +144,10 @@ def test_config_errors():
     rnn.config_for('tiny', attention='multiplicative')
   with pytest.raises(ValueError, match='Unknown RNN size'):
     rnn.config_for('huge')
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_param_count_is_the_built_models_count(variant):
+  model, params, _, _ = setup_model(variant)
+  count = sum(x.size for x in jax.tree.leaves(params))
+  assert rnn.param_count(model.config) == count

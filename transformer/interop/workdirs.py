@@ -452,7 +452,7 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   layout = bert.layout(tensors)
   params = files.fitted(hf, bert.DEFAULTS,
                         lambda: bert.params_from_hf(tensors, config))
-  del tensors
+  tensors = None  # frees the published arrays (the lambda held them)
   order = published_tokenizers.BertTokenizer.bert_order(
       published_tokenizers.token_list(tokenizer))
   _check_tokenizer_size(len(order), config.vocab_size)

@@ -117,9 +117,7 @@ class Config:
         max_length=self.max_length, dtype=self.dtype)
 
 
-def config_for(size: str, **overrides) -> Config:
-  """The Config of a named size (`SIZES`) with field overrides."""
-  return family.sized(Config, SIZES, size, 'captioning', overrides)
+config_for = family.size_lookup(Config, SIZES, 'captioning')
 
 
 class ImageGrid(nn.Module):

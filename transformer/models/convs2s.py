@@ -76,9 +76,7 @@ class Config:
     return self.num_layers * (self.kernel_size - 1) + 1
 
 
-def config_for(size: str, **overrides) -> Config:
-  """The Config of a named size (`SIZES`) with field overrides."""
-  return family.sized(Config, SIZES, size, 'ConvS2S', overrides)
+config_for = family.size_lookup(Config, SIZES, 'ConvS2S')
 
 
 class SourceAttention(nn.Module):
@@ -279,3 +277,11 @@ def init_decoding(model: ConvS2S, params: Any, inputs: Array,
 def decoding_step(model: ConvS2S, params: Any, tokens: Array,
                   state: dict[str, Any]) -> tuple[Array, dict[str, Any]]:
   return model.apply({'params': params}, tokens, state, method='decode_step')
+
+
+def param_count(config: Config) -> int:
+  """Parameters of a configuration, from shapes alone (nothing allocated)."""
+  tokens = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+  return layers.count_parameters(
+      lambda key, s, t: build(config).init(key, s, t, deterministic=True),
+      tokens, tokens)

@@ -96,9 +96,7 @@ class Config(layers.TransformerConfig):
   tie_embeddings: bool = True
 
 
-def config_for(size: str, **overrides) -> Config:
-  """The Config of a named size (`SIZES`) with field overrides."""
-  return family.sized(Config, SIZES, size, 'decoder', overrides)
+config_for = family.size_lookup(Config, SIZES, 'decoder')
 
 
 class Decoder(nn.Module):

@@ -64,9 +64,7 @@ class Config(layers.TransformerConfig):
   positional_encoding: str = 'learned'
 
 
-def config_for(size: str, **overrides) -> Config:
-  """The Config of a named size (`SIZES`) with field overrides."""
-  return family.sized(Config, SIZES, size, 'encoder', overrides)
+config_for = family.size_lookup(Config, SIZES, 'encoder')
 
 
 class Bert(nn.Module):
@@ -226,6 +224,10 @@ def mlm_head(module: nn.Module, c: Config, states: Array) -> Array:
   bias = module.param('mlm_bias', nn.initializers.zeros, (c.vocab_size,),
                       c.param_dtype)
   return (module.embed.attend(h) + bias).astype(jnp.float32)
+
+
+def build(config: Config) -> Bert:
+  return Bert(config)
 
 
 def param_count(config: Config, method: str = 'encode') -> int:

@@ -55,9 +55,7 @@ class Config(layers.TransformerConfig):
   final_logits_bias: bool = False
 
 
-def config_for(size: str, **overrides) -> Config:
-  """Config of a named size (`SIZES`) with field overrides."""
-  return family.sized(Config, SIZES, size, 'model', overrides)
+config_for = family.size_lookup(Config, SIZES, 'Transformer')
 
 
 class Transformer(nn.Module):

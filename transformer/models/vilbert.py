@@ -149,9 +149,7 @@ class Config:
                                num_heads=self.v_num_heads, d_ff=self.v_d_ff)
 
 
-def config_for(size: str, **overrides) -> Config:
-  """The Config of a named size (`SIZES`) with field overrides."""
-  return family.sized(Config, SIZES, size, 'ViLBERT', overrides)
+config_for = family.size_lookup(Config, SIZES, 'ViLBERT')
 
 
 def region_locations(boxes: Array) -> Array:

@@ -72,7 +72,7 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
         dtype=jnp.dtype(config.model.dtype),
         **configs.model_overrides(config.model, encoder.Config,
                                   MODEL_EXCLUDE))
-    self.model = encoder.Bert(self.model_config)
+    self.model = encoder.build(self.model_config)
 
   def rows(self, split: str) -> list[tuple[np.ndarray, np.ndarray]]:
     """One document chunk per row (its tokens as inputs and targets)."""

@@ -201,7 +201,7 @@ class TextClassificationTask(base.Task):
         dtype=jnp.dtype(config.model.dtype),
         **configs.model_overrides(config.model, encoder.Config,
                                   MODEL_EXCLUDE))
-    self.model = encoder.Bert(self.model_config)
+    self.model = encoder.build(self.model_config)
 
   def _tokenizer(self):
     """With `train.init_from`, the pretrained workdir's vocabulary

@@ -38,7 +38,7 @@ from transformer.tasks import vocabularies
 DATA_KIND = 'pairs'
 
 Pairs = list[tuple[str, str]]
-# Model families: modules of the interface `family.TranslationFamily`
+# Model families: modules of the interface `family.DecodingFamily`
 # (tests/models/test_models.py checks each). A config may set any field of the
 # family's Config but these, which the task sets from the data.
 FAMILIES = {'transformer': encoder_decoder, 'rnn': rnn, 'convs2s': convs2s}
