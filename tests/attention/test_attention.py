@@ -1,5 +1,7 @@
 """Properties of attention stated in the lectures, and its error messages."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -11,6 +13,23 @@ from transformer import masks
 from transformer import positional
 
 IMPLS = ('einsum', 'xla', 'auto')
+
+# Most of these tests' time was compiling: eagerly each operation compiles
+# on its own, per shape. Under jit a call is one program, reused by every
+# call of the same shapes and static arguments. The tests of what happens
+# eagerly (error messages, what reaches the kernel, a patched backend) call
+# the library itself.
+dot_product_attention = jax.jit(
+    attention.dot_product_attention,
+    static_argnames=('causal', 'scale', 'implementation', 'dropout_rate',
+                     'return_weights'))
+
+
+@functools.partial(jax.jit, static_argnums=0, static_argnames=(
+    'deterministic', 'causal', 'return_weights', 'mutable', 'method'))
+def apply(module, variables, *args, **kwargs):
+  """`module.apply` under jit; `mutable` a tuple (static)."""
+  return module.apply(variables, *args, **kwargs)
 
 
 def normal(seed, *shape, dtype=jnp.float32):
@@ -64,7 +83,7 @@ def combined(mask, lengths, causal, t, s):
 def test_weights_are_probabilities_and_masked_keys_get_zero(kind):
   b, t, s = 3, 5, 7
   mask, lengths, causal = mask_cases(b, t, s)[kind]
-  _, weights = attention.dot_product_attention(
+  _, weights = dot_product_attention(
       normal(0, b, t, 4, 8), normal(1, b, s, 4, 8), normal(2, b, s, 4, 8),
       mask=mask, key_lengths=lengths, causal=causal, return_weights=True)
   weights = np.asarray(weights)
@@ -89,7 +108,7 @@ def test_fully_masked_rows_give_zeros_and_finite_gradients(impl):
   lengths = jnp.asarray([0, 3])  # the first example has no keys at all
   f = lambda q, k, v: attention.dot_product_attention(
       q, k, v, key_lengths=lengths, implementation=impl)
-  out = f(q, k, v)
+  out = jax.jit(f)(q, k, v)
   np.testing.assert_array_equal(out[0], 0.0)
   assert np.abs(np.asarray(out[1])).min() > 0
   grads = jax.jit(jax.grad(lambda *a: f(*a).sum(), argnums=(0, 1, 2)))(q, k, v)
@@ -138,7 +157,8 @@ def test_causal_self_attention_in_halves_matches_the_whole(kind, kv_heads):
       lambda *a: loss(*a, True), argnums=(0, 1, 2), has_aux=True))(q, k, v)
   expected, _ = reference_attention(q, k, v, whole)
   np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
-  want = jax.grad(lambda *a: loss(*a, False)[0], argnums=(0, 1, 2))(q, k, v)
+  want = jax.jit(jax.grad(lambda *a: loss(*a, False)[0],
+                          argnums=(0, 1, 2)))(q, k, v)
   for got, wanted in zip(grads, want):
     np.testing.assert_allclose(got, wanted, rtol=1e-5, atol=1e-6)
 
@@ -161,20 +181,22 @@ def test_causal_self_attention_never_scores_the_masked_quarter():
 def test_equals_jax_nn_dot_product_attention(causal):
   q, k, v = normal(0, 2, 6, 4, 8), normal(1, 2, 6, 2, 8), normal(2, 2, 6, 2, 8)
   lengths = jnp.asarray([6, 4], jnp.int32)
-  expected = jax.nn.dot_product_attention(
-      q, k, v, is_causal=causal, key_value_seq_lengths=lengths)
+  expected = jax.jit(jax.nn.dot_product_attention,
+                     static_argnames='is_causal')(
+                         q, k, v, is_causal=causal,
+                         key_value_seq_lengths=lengths)
   for impl in IMPLS:
-    out = attention.dot_product_attention(q, k, v, key_lengths=lengths,
-                                          causal=causal, implementation=impl)
+    out = dot_product_attention(q, k, v, key_lengths=lengths, causal=causal,
+                                implementation=impl)
     np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_plain_dot_product_uses_no_scale():
   q, k, v = normal(0, 1, 3, 1, 16), normal(1, 1, 4, 1, 16), normal(2, 1, 4, 1, 16)
-  out = attention.dot_product_attention(q, k, v, scale=1.0)
+  out = dot_product_attention(q, k, v, scale=1.0)
   expected, _ = reference_attention(q, k, v, scale=1.0)
   np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
-  scaled = attention.dot_product_attention(q, k, v)
+  scaled = dot_product_attention(q, k, v)
   assert np.abs(np.asarray(scaled) - expected).max() > 1e-2
 
 
@@ -183,10 +205,10 @@ def test_extra_leading_batch_dimensions():
       2, 2, 3, 6, 2, 4)
   mask = jnp.asarray(np.random.default_rng(3).random((2, 3, 1, 5, 6)) > 0.3)
   for impl in IMPLS:
-    out = attention.dot_product_attention(q, k, v, mask=mask,
-                                          implementation=impl)
-    for i in range(2):
-      expected, _ = reference_attention(q[i], k[i], v[i], mask[i])
+    out = dot_product_attention(q, k, v, mask=mask, implementation=impl)
+    for i in range(2):  # sliced in NumPy: no jax program per index
+      expected, _ = reference_attention(*(np.asarray(a)[i]
+                                          for a in (q, k, v, mask)))
       np.testing.assert_allclose(out[i], expected, rtol=1e-5, atol=1e-6)
 
 
@@ -195,7 +217,7 @@ def test_bf16_within_bf16_tolerance_of_float32():
       2, 2, 16, 4, 32)
   lengths = jnp.asarray([16, 9])
   for impl in IMPLS:
-    f = lambda q, k, v: attention.dot_product_attention(
+    f = lambda q, k, v: dot_product_attention(
         q, k, v, key_lengths=lengths, causal=True, implementation=impl)
     full = f(q, k, v)
     half = f(*(a.astype(jnp.bfloat16) for a in (q, k, v)))
@@ -228,9 +250,11 @@ def test_jax_kernel_matches_the_einsum_path(groups, masking, monkeypatch):
   t, mask, lengths, causal = _KERNEL_MASKING[masking]
   q = normal(0, 2, t, 4, 8)
   k, v = (normal(i, 2, 6, 4 // groups, 8) for i in (1, 2))
-  f = lambda impl: attention.dot_product_attention(
+  # Under jit, a new function for each path: the patched backend is read
+  # while tracing the kernel's.
+  f = lambda impl: jax.jit(lambda q, k, v: attention.dot_product_attention(
       q, k, v, mask=mask, causal=causal, implementation=impl,
-      key_lengths=None if lengths is None else jnp.asarray(lengths))
+      key_lengths=None if lengths is None else jnp.asarray(lengths)))(q, k, v)
   reference = f('einsum')
   monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
   fused = f('xla')
@@ -286,10 +310,14 @@ def test_cudnn_without_gpu_says_so():
 # ----------------------------------------------------------------------------
 
 
-def init_mha(module, *inputs, **kwargs):
-  variables = module.init(jax.random.key(0), *inputs, deterministic=True,
-                          **kwargs)
-  return nn.unbox(variables)
+@functools.partial(jax.jit, static_argnums=0, static_argnames='deterministic')
+def init(module, *inputs, **kwargs):
+  """Unboxed variables of `module`, under jit as `apply`."""
+  return nn.unbox(module.init(jax.random.key(0), *inputs, **kwargs))
+
+
+def init_mha(module, *inputs):
+  return init(module, *inputs, deterministic=True)
 
 
 def test_self_attention_is_permutation_equivariant_without_positions():
@@ -297,7 +325,7 @@ def test_self_attention_is_permutation_equivariant_without_positions():
   perm = np.random.default_rng(1).permutation(7)
   mha = attention.MultiHeadAttention(num_heads=4)
   params = init_mha(mha, x)
-  f = lambda x: mha.apply(params, x, deterministic=True)
+  f = lambda x: apply(mha, params, x, deterministic=True)
   np.testing.assert_allclose(f(x[:, perm]), f(x)[:, perm], rtol=1e-5,
                              atol=1e-6)
   # Adding positions first breaks equivariance: f(s(x) + P) != s(f(x + P)).
@@ -350,8 +378,8 @@ def test_causal_output_ignores_later_inputs():
   params = init_mha(mha, x)
   t = 4
   changed = x.at[:, t + 1:].set(normal(5, 2, 8 - t - 1, 16))
-  f = lambda x, causal: mha.apply(params, x, causal=causal,
-                                  deterministic=True)
+  f = lambda x, causal: apply(mha, params, x, causal=causal,
+                              deterministic=True)
   np.testing.assert_allclose(f(changed, True)[:, :t + 1],
                              f(x, True)[:, :t + 1], rtol=1e-6, atol=1e-6)
   assert np.abs(np.asarray(f(changed, True)[:, t + 1:] -
@@ -365,8 +393,8 @@ def test_cross_attention_depends_on_queries_only_through_weights():
   decoder, encoder = normal(0, 2, 3, 16), normal(1, 2, 6, 12)
   mha = attention.MultiHeadAttention(num_heads=4)
   params = init_mha(mha, decoder, encoder)
-  out, weights = mha.apply(params, decoder, encoder, deterministic=True,
-                           return_weights=True)
+  out, weights = apply(mha, params, decoder, encoder, deterministic=True,
+                       return_weights=True)
   assert out.shape == (2, 3, 16) and weights.shape == (2, 4, 3, 6)
   # Y = (A V) W_O + b with V computed from the encoder alone.
   p = params['params']
@@ -381,11 +409,11 @@ def test_cross_attention_depends_on_queries_only_through_weights():
   frozen = jax.tree.map(lambda a: a, params)
   frozen['params']['query'] = jax.tree.map(jnp.zeros_like, p['query'])
   other = normal(2, 2, 3, 16)
-  a = mha.apply(frozen, decoder, encoder, deterministic=True)
-  b = mha.apply(frozen, other, encoder, deterministic=True)
+  a = apply(mha, frozen, decoder, encoder, deterministic=True)
+  b = apply(mha, frozen, other, encoder, deterministic=True)
   np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
-  assert np.abs(np.asarray(mha.apply(params, other, encoder,
-                                     deterministic=True) - out)).max() > 1e-3
+  assert np.abs(np.asarray(apply(mha, params, other, encoder,
+                                 deterministic=True) - out)).max() > 1e-3
 
 
 def test_multi_head_equals_single_heads_concatenated_and_projected():
@@ -403,7 +431,7 @@ def test_multi_head_equals_single_heads_concatenated_and_projected():
     heads.append(a @ v)
   w_o = p['out']['kernel'].reshape(3 * 6, 12)  # rows: head-major concat
   expected = np.concatenate(heads, -1) @ w_o + p['out']['bias']
-  np.testing.assert_allclose(mha.apply(params, x, deterministic=True),
+  np.testing.assert_allclose(apply(mha, params, x, deterministic=True),
                              expected, rtol=1e-5, atol=1e-5)
 
 
@@ -413,8 +441,8 @@ def test_grouped_query_attention():
   plain = attention.MultiHeadAttention(num_heads=4)
   same = attention.MultiHeadAttention(num_heads=4, num_kv_heads=4)
   params = init_mha(plain, x)
-  np.testing.assert_array_equal(plain.apply(params, x, deterministic=True),
-                                same.apply(params, x, deterministic=True))
+  np.testing.assert_array_equal(apply(plain, params, x, deterministic=True),
+                                apply(same, params, x, deterministic=True))
   # With K < N it equals multi-head attention whose key/value heads repeat
   # each shared head for its group of G = N / K consecutive query heads.
   grouped = attention.MultiHeadAttention(num_heads=4, num_kv_heads=2)
@@ -427,8 +455,8 @@ def test_grouped_query_attention():
   for impl in IMPLS:
     grouped = grouped.clone(implementation=impl)
     np.testing.assert_allclose(
-        grouped.apply(gparams, x, causal=True, deterministic=True),
-        plain.apply(repeated, x, causal=True, deterministic=True),
+        apply(grouped, gparams, x, causal=True, deterministic=True),
+        apply(plain, repeated, x, causal=True, deterministic=True),
         rtol=1e-5, atol=1e-6)
   assert gparams['params']['key']['kernel'].shape == (16, 2, 4)
 
@@ -438,9 +466,9 @@ def test_attention_dropout_only_when_not_deterministic():
   mha = attention.MultiHeadAttention(num_heads=4, dropout_rate=0.5)
   params = init_mha(mha, x)
   rngs = lambda seed: {'dropout': jax.random.key(seed)}
-  clean = mha.apply(params, x, deterministic=True)
-  noisy = mha.apply(params, x, deterministic=False, rngs=rngs(1))
-  again = mha.apply(params, x, deterministic=False, rngs=rngs(1))
+  clean = apply(mha, params, x, deterministic=True)
+  noisy = apply(mha, params, x, deterministic=False, rngs=rngs(1))
+  again = apply(mha, params, x, deterministic=False, rngs=rngs(1))
   assert np.abs(np.asarray(noisy - clean)).max() > 1e-3
   np.testing.assert_array_equal(noisy, again)
 
@@ -454,8 +482,9 @@ def test_no_dropout_without_a_key_or_when_deterministic():
   x = normal(3, 2, 6, 16)
   mha = attention.MultiHeadAttention(num_heads=4, dropout_rate=0.5)
   params = init_mha(mha, x)
-  fused = mha.apply(params, x, deterministic=True)
-  reference, _ = mha.apply(params, x, deterministic=True, return_weights=True)
+  fused = apply(mha, params, x, deterministic=True)
+  reference, _ = apply(mha, params, x, deterministic=True,
+                       return_weights=True)
   np.testing.assert_allclose(fused, reference, rtol=1e-5, atol=1e-6)
 
 
@@ -470,9 +499,9 @@ def test_weights_are_sown_for_plots():
   x = normal(0, 2, 5, 16)
   mha = attention.MultiHeadAttention(num_heads=4)
   params = init_mha(mha, x)
-  (_, weights), state = mha.apply(params, x, causal=True, deterministic=True,
-                                  return_weights=True,
-                                  mutable=['intermediates'])
+  (_, weights), state = apply(mha, params, x, causal=True,
+                              deterministic=True, return_weights=True,
+                              mutable=('intermediates',))
   sown = state['intermediates']['attention_weights'][0]
   np.testing.assert_array_equal(sown, weights)
   assert sown.shape == (2, 4, 5, 5)
@@ -485,12 +514,12 @@ def test_weights_are_sown_for_plots():
 
 def decode_in_chunks(module, params, x, chunks, **kwargs):
   """Runs `module` in decode mode over consecutive chunks of x."""
-  _, cache = module.apply(params, jnp.zeros_like(x), deterministic=True,
-                          mutable=['cache'], **kwargs)
+  _, cache = apply(module, params, jnp.zeros_like(x), deterministic=True,
+                   mutable=('cache',), **kwargs)
   outputs, start = [], 0
   for size in chunks:
-    out, cache = module.apply({**params, **cache}, x[:, start:start + size],
-                              deterministic=True, mutable=['cache'], **kwargs)
+    out, cache = apply(module, {**params, **cache}, x[:, start:start + size],
+                       deterministic=True, mutable=('cache',), **kwargs)
     outputs.append(out)
     start += size
   return jnp.concatenate(outputs, axis=1), cache
@@ -502,7 +531,7 @@ def test_kv_cache_decoding_equals_full_causal_pass(chunks, kv_heads):
   x = normal(0, 2, 7, 16)
   mha = attention.MultiHeadAttention(num_heads=4, num_kv_heads=kv_heads)
   params = init_mha(mha, x)
-  full = mha.apply(params, x, causal=True, deterministic=True)
+  full = apply(mha, params, x, causal=True, deterministic=True)
   stepped, cache = decode_in_chunks(mha.clone(decode=True), params, x, chunks,
                                     causal=True)
   np.testing.assert_allclose(stepped, full, rtol=1e-5, atol=1e-5)
@@ -513,12 +542,12 @@ def test_kv_cache_with_rotary_positions_equals_full_pass():
   x = normal(0, 2, 7, 16)
   mha = attention.MultiHeadAttention(num_heads=4, num_kv_heads=2, rotary=True)
   params = init_mha(mha, x)
-  full = mha.apply(params, x, causal=True, deterministic=True)
+  full = apply(mha, params, x, causal=True, deterministic=True)
   stepped, _ = decode_in_chunks(mha.clone(decode=True), params, x,
                                 [4, 1, 1, 1], causal=True)
   np.testing.assert_allclose(stepped, full, rtol=1e-5, atol=1e-5)
-  plain = mha.clone(rotary=False).apply(params, x, causal=True,
-                                        deterministic=True)
+  plain = apply(mha.clone(rotary=False), params, x, causal=True,
+                deterministic=True)
   assert np.abs(np.asarray(plain - full)).max() > 1e-3
 
 
@@ -526,7 +555,7 @@ def test_kv_cache_overflow_is_an_error():
   x = normal(0, 1, 3, 8)
   mha = attention.MultiHeadAttention(num_heads=2, decode=True)
   params = init_mha(mha.clone(decode=False), x)
-  _, cache = mha.apply(params, x, deterministic=True, mutable=['cache'])
+  _, cache = apply(mha, params, x, deterministic=True, mutable=('cache',))
   with pytest.raises(ValueError, match='do not fit a KV cache'):
     mha.apply({**params, **cache}, normal(1, 1, 4, 8), deterministic=True,
               mutable=['cache'])
@@ -542,15 +571,15 @@ def test_beams_read_their_examples_cached_cross_attention_keys():
   params = init_mha(mha.clone(decode=False), queries[:2], memory)
 
   def cached(keys_from):  # the cache-creating call, then one decode step
-    _, cache = mha.apply(params, keys_from[:, :1], keys_from,
-                         deterministic=True, mutable=['cache'])
+    _, cache = apply(mha, params, keys_from[:, :1], keys_from,
+                     deterministic=True, mutable=('cache',))
     mask = padding[:, None, None, :]
     if len(keys_from) > len(memory):
       mask = jnp.repeat(mask, groups, axis=0)
     # Later calls ignore inputs_kv for the cached keys and values.
-    return mha.apply({**params, **cache}, queries, keys_from, mask=mask,
-                     deterministic=True, mutable=['cache'],
-                     return_weights=True)[0]
+    return apply(mha, {**params, **cache}, queries, keys_from, mask=mask,
+                 deterministic=True, mutable=('cache',),
+                 return_weights=True)[0]
 
   shared, weights = cached(memory)
   tiled, tiled_weights = cached(jnp.repeat(memory, groups, axis=0))
@@ -558,8 +587,8 @@ def test_beams_read_their_examples_cached_cross_attention_keys():
   np.testing.assert_allclose(weights, tiled_weights, rtol=1e-5, atol=1e-6)
   assert np.all(np.asarray(weights)[:groups, :, :, 3:] == 0)  # padding
 
-  _, cache = mha.apply(params, memory[:, :1], memory, deterministic=True,
-                       mutable=['cache'])
+  _, cache = apply(mha, params, memory[:, :1], memory, deterministic=True,
+                   mutable=('cache',))
   per_query = jnp.ones((2 * groups, 1, 1, 5), bool)
   with pytest.raises(ValueError, match='the same for every query'):
     mha.apply({**params, **cache}, queries, memory, mask=per_query,
@@ -573,7 +602,7 @@ def test_beams_read_their_examples_cached_cross_attention_keys():
 
 def test_rotary_embedding_is_a_complex_rotation():
   x, positions = normal(0, 2, 5, 3, 8), jnp.asarray([[0, 1, 2, 7, 30]] * 2)
-  ours = np.asarray(positional.rotary_embedding(x, positions))
+  ours = np.asarray(jax.jit(positional.rotary_embedding)(x, positions))
   # Pair i = (x_i, x_{i+H/2}) as the complex number x_i + j x_{i+H/2},
   # multiplied by exp(j p theta_i), theta_i = 10000^(-2i/H).
   z = np.asarray(x[..., :4], np.float64) + 1j * np.asarray(x[..., 4:])
@@ -585,10 +614,14 @@ def test_rotary_embedding_is_a_complex_rotation():
 
 def test_rotary_scores_depend_only_on_relative_position():
   q, k = normal(0, 1, 1, 1, 16), normal(1, 1, 1, 1, 16)
-  def score(m, n):
+
+  @jax.jit  # one program for every pair of positions
+  def dot(m, n):
     rotated_q = positional.rotary_embedding(q, jnp.asarray([m]))
     rotated_k = positional.rotary_embedding(k, jnp.asarray([n]))
-    return float(jnp.sum(rotated_q * rotated_k))
+    return jnp.sum(rotated_q * rotated_k)
+
+  score = lambda m, n: float(dot(m, n))
   assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-4, abs=1e-5)
   assert score(3, 1) == pytest.approx(score(102, 100), rel=1e-4, abs=1e-5)
   assert abs(score(3, 1) - score(3, 2)) > 1e-3
@@ -612,8 +645,8 @@ def test_additive_attention_matches_its_formula():
   s, h = normal(0, 2, 3, 10), normal(1, 2, 6, 8)
   mask = jnp.asarray(np.random.default_rng(2).random((2, 1, 6)) > 0.3)
   module = attention.AdditiveAttention(features=5)
-  params = nn.unbox(module.init(jax.random.key(0), s, h))
-  context, weights = module.apply(params, s, h, mask=mask)
+  params = init(module, s, h)
+  context, weights = apply(module, params, s, h, mask=mask)
   p = jax.tree.map(lambda a: np.asarray(a, np.float64), params['params'])
   # e_i = v^T tanh(W_q s + W_k h_i)
   e = np.tanh((s @ p['query_projection']['kernel'] + p['query_projection'][
@@ -633,17 +666,17 @@ def test_additive_attention_is_jit_and_grad_safe_with_empty_rows():
   mask = jnp.asarray([[[True, True, False, False]],
                       [[False, False, False, False]]])
   module = attention.AdditiveAttention(features=5)
-  params = nn.unbox(module.init(jax.random.key(0), s, h))
+  params = init(module, s, h)
   loss = lambda p: module.apply(p, s, h, mask=mask)[0].sum()
   grads = jax.jit(jax.grad(loss))(params)
   assert all(np.isfinite(g).all() for g in jax.tree.leaves(grads))
-  context, weights = module.apply(params, s, h, mask=mask)
+  context, weights = apply(module, params, s, h, mask=mask)
   np.testing.assert_array_equal(context[1], 0)
   np.testing.assert_array_equal(weights[1], 0)
   # Projecting the keys once and attending per step gives the same result.
-  projected = module.apply(params, h, method='project_keys')
-  stepped, _ = module.apply(params, s, projected, h, mask=mask,
-                            method='attend')
+  projected = apply(module, params, h, method='project_keys')
+  stepped, _ = apply(module, params, s, projected, h, mask=mask,
+                     method='attend')
   np.testing.assert_allclose(stepped, context, rtol=1e-6)
 
 

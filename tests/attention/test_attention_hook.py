@@ -6,6 +6,8 @@ rows that sum to 1 over the keys the mask keeps, zero on padding and on
 the future. The additive attention of the RNN and Show-Attend-Tell models
 comes through the same hook, tested in test_rnn.py and test_captioning.py."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -88,31 +90,50 @@ FAMILIES = {
 }
 
 
+@functools.lru_cache  # both tests read one run of each family
 def _run(family):
   """The hook's weights and, per attention call, (path, its parameters,
   query inputs, key inputs, mask, causal)."""
   model, args, kwargs = FAMILIES[family]()
-  variables = nn.unbox(model.init(jax.random.key(1), *args,
-                                  deterministic=True, **kwargs))
+  # Initialised and applied under jit: eagerly every operation compiles on
+  # its own (a second or more for a model).
+  variables = nn.unbox(jax.jit(functools.partial(
+      model.init, jax.random.key(1), deterministic=True, **kwargs))(*args))
+  traced = {}  # found while tracing: the paths in hook order, call paths
+
+  @jax.jit
+  def apply(variables, *args):
+    calls, inputs = [], []
+
+    def record(next_fun, call_args, call_kwargs, context):
+      if (isinstance(context.module, attention.MultiHeadAttention)
+          and context.method_name == '__call__'):
+        inputs_kv = (call_args[1] if len(call_args) > 1
+                     else call_kwargs.get('inputs_kv'))
+        calls.append((context.module.scope.path,
+                      call_kwargs.get('causal', False)))
+        inputs.append((call_args[0], inputs_kv, call_kwargs.get('mask')))
+      return next_fun(*call_args, **call_kwargs)
+
+    with nn.intercept_methods(record):
+      _, state = model.apply(variables, *args, deterministic=True,
+                             mutable=['intermediates'], **kwargs)
+    # The hook runs here, on the intermediates as the layers sowed them: a
+    # dict returned from jit comes back with its keys sorted, so the
+    # weights leave as a list and the hook's order as trace-time data.
+    weights = layers.attention_weights(state['intermediates'])
+    traced.update(order=list(weights), calls=calls)
+    return list(weights.values()), inputs
+
+  weights, inputs = apply(variables, *args)
   calls = []
-
-  def record(next_fun, call_args, call_kwargs, context):
-    if (isinstance(context.module, attention.MultiHeadAttention)
-        and context.method_name == '__call__'):
-      path = context.module.scope.path
-      params = variables['params']
-      for name in path:
-        params = params[name]
-      inputs_kv = (call_args[1] if len(call_args) > 1
-                   else call_kwargs.get('inputs_kv'))
-      calls.append(('/'.join(path), params, call_args[0], inputs_kv,
-                    call_kwargs.get('mask'), call_kwargs.get('causal', False)))
-    return next_fun(*call_args, **call_kwargs)
-
-  with nn.intercept_methods(record):
-    _, state = model.apply(variables, *args, deterministic=True,
-                           mutable=['intermediates'], **kwargs)
-  return layers.attention_weights(state['intermediates']), calls
+  for (path, causal), (inputs_q, inputs_kv, mask) in zip(traced['calls'],
+                                                          inputs):
+    params = variables['params']
+    for name in path:
+      params = params[name]
+    calls.append(('/'.join(path), params, inputs_q, inputs_kv, mask, causal))
+  return dict(zip(traced['order'], weights)), calls
 
 
 def _recompute(params, inputs_q, inputs_kv, mask, causal):

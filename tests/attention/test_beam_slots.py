@@ -12,6 +12,13 @@ from transformer import beam_slots
 
 EXAMPLES, BEAMS, LENGTH = 2, 3, 7
 
+# Both attentions under jit, as decoding runs them: eagerly each of their
+# operations compiles on its own, per shape.
+slot_attention = jax.jit(beam_slots.attention, static_argnames='scale')
+dot_product_attention = jax.jit(
+    attention.dot_product_attention,
+    static_argnames=('scale', 'implementation', 'return_weights'))
+
 
 def random_map(rng):
   """[B * K, K, S] with one slot per position, chosen at random."""
@@ -23,7 +30,9 @@ def histories(x, slots):
   """x [B * K, S, ...] -> each beam's history, read from its map's slots."""
   chosen = np.argmax(np.asarray(slots), axis=1)  # [B * K, S]
   example = np.arange(EXAMPLES * BEAMS)[:, None] // BEAMS
-  return x[example * BEAMS + chosen, np.arange(LENGTH)[None, :]]
+  # Gathered in NumPy: eagerly a jax gather compiles for each shape.
+  return jnp.asarray(np.asarray(x)[example * BEAMS + chosen,
+                                   np.arange(LENGTH)[None, :]])
 
 
 @pytest.mark.parametrize('heads, kv_heads, queries, masked', [
@@ -40,13 +49,13 @@ def test_slots_give_attention_over_the_gathered_history(heads, kv_heads,
   slots = random_map(rng)
   mask = None
   if masked == 'rows':  # padding of some histories, a query seeing nothing
-    mask = jnp.asarray(rng.random((rows, 1, queries, LENGTH)) < 0.7)
-    mask = mask.at[1, :, 0].set(False)
+    mask = rng.random((rows, 1, queries, LENGTH)) < 0.7
+    mask[1, :, 0] = False
+    mask = jnp.asarray(mask)
   elif masked == 'shared':  # what decoding passes: positions written so far
     mask = (jnp.arange(LENGTH) < 5)[None, None, None, :]
-  out, weights = beam_slots.attention(query, key, value, slots, mask,
-                                      scale=0.3)
-  expected, expected_weights = attention.dot_product_attention(
+  out, weights = slot_attention(query, key, value, slots, mask, scale=0.3)
+  expected, expected_weights = dot_product_attention(
       query, histories(key, slots), histories(value, slots), mask=mask,
       scale=0.3, implementation='einsum', return_weights=True)
   np.testing.assert_allclose(out, expected, rtol=1e-5, atol=1e-6)
@@ -67,12 +76,12 @@ def test_bfloat16_slots_stay_as_close_to_float32_as_ordinary_attention():
   query, key, value = (normal(rows, 1, 4, 8), normal(rows, LENGTH, 4, 8),
                        normal(rows, LENGTH, 4, 8))
   slots = random_map(rng)
-  exact, _ = beam_slots.attention(query, key, value, slots, None, scale=0.3)
+  exact, _ = slot_attention(query, key, value, slots, None, scale=0.3)
   half = lambda x: x.astype(jnp.bfloat16)
-  out, _ = beam_slots.attention(half(query), half(key), half(value), slots,
-                                None, scale=0.3)
+  out, _ = slot_attention(half(query), half(key), half(value), slots, None,
+                          scale=0.3)
   assert out.dtype == jnp.bfloat16
-  reference = attention.dot_product_attention(
+  reference = dot_product_attention(
       half(query), half(histories(key, slots)), half(histories(value, slots)),
       scale=0.3, implementation='einsum')
   error = np.abs(np.asarray(out, np.float32) - exact).max()

@@ -82,6 +82,20 @@ def test_read_folder(tmp_path):
     images.read_folder(str(tmp_path), 'validation', image_size=8)
 
 
+# The augmentations run inside the jitted train step; here too, under jit:
+# eagerly each of their operations compiles on its own, per shape (a
+# RandAugment layer alone has hundreds), where jit compiles one program.
+random_flip = jax.jit(augment.random_flip)
+random_pad_crop = jax.jit(augment.random_pad_crop, static_argnums=2)
+random_resized_crop = jax.jit(augment.random_resized_crop, static_argnums=2,
+                              static_argnames=('scale', 'ratio'))
+crop_and_resize = jax.jit(augment._crop_and_resize, static_argnums=2)
+rand_augment = jax.jit(augment.rand_augment,
+                       static_argnames=('num_layers', 'magnitude'))
+operations = jax.jit(augment._operations)
+mixup = jax.jit(augment.mixup)
+
+
 def batch(seed=0, b=4, size=12):
   """Random images as the pipeline makes them: uint8 values in [0, 1]."""
   pixels = np.random.default_rng(seed).integers(0, 256, (b, size, size, 3))
@@ -90,7 +104,7 @@ def batch(seed=0, b=4, size=12):
 
 def test_flip_mirrors_some_images_exactly():
   x = batch(b=64)
-  flipped = augment.random_flip(jax.random.key(0), x)
+  flipped = random_flip(jax.random.key(0), x)
   mirrored = np.all(np.asarray(flipped) == np.asarray(x[:, :, ::-1]),
                     axis=(1, 2, 3))
   same = np.all(np.asarray(flipped) == np.asarray(x), axis=(1, 2, 3))
@@ -99,7 +113,7 @@ def test_flip_mirrors_some_images_exactly():
 
 def test_pad_crop_is_a_shifted_window():
   x = batch()
-  out = np.asarray(augment.random_pad_crop(jax.random.key(1), x, 3))
+  out = np.asarray(random_pad_crop(jax.random.key(1), x, 3))
   padded = np.pad(np.asarray(x), ((0, 0), (3, 3), (3, 3), (0, 0)))
   for i in range(4):
     assert any(np.array_equal(out[i], padded[i, r:r + 12, c:c + 12])
@@ -108,21 +122,21 @@ def test_pad_crop_is_a_shifted_window():
 
 def test_resized_crop_of_the_whole_image_is_the_image():
   x = batch(size=16)
-  whole = augment.random_resized_crop(jax.random.key(0), x, 16,
-                                      scale=(1.0, 1.0), ratio=(1.0, 1.0))
+  whole = random_resized_crop(jax.random.key(0), x, 16, scale=(1.0, 1.0),
+                              ratio=(1.0, 1.0))
   np.testing.assert_allclose(whole, x, atol=1e-5)
-  small = augment.random_resized_crop(jax.random.key(0), x, 8)
+  small = random_resized_crop(jax.random.key(0), x, 8)
   assert small.shape == (4, 8, 8, 3)
   # A half-size crop of a constant image is that constant.
-  flat = augment.random_resized_crop(jax.random.key(2), jnp.full(x.shape, .3),
-                                     8, scale=(0.25, 0.25))
+  flat = random_resized_crop(jax.random.key(2), jnp.full(x.shape, .3), 8,
+                             scale=(0.25, 0.25))
   np.testing.assert_allclose(flat, 0.3, atol=1e-5)
 
 
 def test_crop_box_convention():
   """A box (top, left, height, width) at the output size is that window."""
   x = batch(size=16)[0]
-  window = augment._crop_and_resize(x, jnp.asarray([2.0, 5.0, 8.0, 8.0]), 8)
+  window = crop_and_resize(x, jnp.asarray([2.0, 5.0, 8.0, 8.0]), 8)
   np.testing.assert_allclose(window, x[2:10, 5:13], atol=1e-5)
 
 
@@ -144,10 +158,9 @@ def test_center_crop():
 
 def test_rand_augment_at_magnitude_zero_changes_nothing():
   x = batch(b=16)
-  out = augment.rand_augment(jax.random.key(0), x, num_layers=3, magnitude=0)
+  out = rand_augment(jax.random.key(0), x, num_layers=3, magnitude=0)
   np.testing.assert_allclose(out, x, atol=1e-5)
-  strong = augment.rand_augment(jax.random.key(0), x, num_layers=2,
-                                magnitude=9)
+  strong = rand_augment(jax.random.key(0), x, num_layers=2, magnitude=9)
   assert strong.shape == x.shape
   assert float(strong.min()) >= 0 and float(strong.max()) <= 1
   assert np.abs(np.asarray(strong - x)).mean() > 0.02
@@ -155,10 +168,10 @@ def test_rand_augment_at_magnitude_zero_changes_nothing():
 
 def test_every_rand_augment_operation_is_identity_at_level_zero():
   x = batch()[0]
-  for out in augment._operations(x, jnp.float32(0.0), jnp.float32(1.0)):
+  for out in operations(x, jnp.float32(0.0), jnp.float32(1.0)):
     np.testing.assert_allclose(out, x, atol=1e-5)
   dim = x * 0.5 + 0.25  # a low-contrast image, which autocontrast stretches
-  changed = augment._operations(dim, jnp.float32(1.0), jnp.float32(1.0))
+  changed = operations(dim, jnp.float32(1.0), jnp.float32(1.0))
   assert len(changed) == augment.NUM_OPERATIONS
   assert all(np.abs(np.asarray(o - dim)).max() > 0.05 for o in changed[1:])
 
@@ -166,7 +179,7 @@ def test_every_rand_augment_operation_is_identity_at_level_zero():
 def test_mixup_is_a_convex_combination():
   x = batch()
   targets = jax.nn.one_hot(jnp.arange(4), 5)
-  mixed, mixed_targets = augment.mixup(jax.random.key(0), x, targets, 0.4)
+  mixed, mixed_targets = mixup(jax.random.key(0), x, targets, 0.4)
   lam = float(mixed_targets[0, 0])
   np.testing.assert_allclose(mixed, lam * x + (1 - lam) * x[::-1], atol=1e-6)
   np.testing.assert_allclose(mixed_targets.sum(-1), 1.0, atol=1e-6)

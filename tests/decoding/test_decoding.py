@@ -17,6 +17,24 @@ from transformer.models import encoder_decoder
 EOS = 3
 TABLE = 10007  # rows of the toy model's logit table (a prime, for hashing)
 
+# The searches under jit, as the commands run them. Eagerly each operation
+# of a search's set-up (and of a teacher-forced step) compiles on its own,
+# per shape: most of these tests' time. Under jit a search is one program,
+# shared by the tests that search the same model (`hash_model` makes each
+# once) with the same static arguments; alpha, temperature and top_p are
+# traced, as the commands pass them. Two tests check that eager searches
+# give the same: the one under jit with a static max_length and the one of
+# a seed's samples.
+greedy_search = jax.jit(decoding.greedy_search, static_argnames=(
+    'step_fn', 'batch_size', 'max_length', 'eos_id'))
+beam_search = jax.jit(decoding.beam_search, static_argnames=(
+    'step_fn', 'batch_size', 'beam_size', 'max_length', 'eos_id'))
+sample = jax.jit(decoding.sample, static_argnames=(
+    'step_fn', 'batch_size', 'max_new_tokens', 'eos_id', 'top_k', 'greedy'))
+# Filtering with Python numbers, as eagerly (traced ones: test_top_p_...).
+filter_logits = jax.jit(decoding.filter_logits,
+                        static_argnames=('temperature', 'top_k', 'top_p'))
+
 
 def penalty(length, alpha):
   """The GNMT formula, written out independently of the module."""
@@ -55,6 +73,14 @@ class HashModel:
                         steps=cache['steps'] + 1)
 
 
+@functools.lru_cache
+def hash_model(vocab, max_length, seed=0, eos_bias=0.0):
+  """A `HashModel`, made once per process and arguments: its step function
+  is a static argument of the jitted searches, so tests that share it
+  share their compiled searches."""
+  return HashModel(vocab, max_length, seed, eos_bias)
+
+
 class StepModel:
   """Toy decoder whose next-token distribution depends on the step only."""
 
@@ -87,6 +113,13 @@ def output_lengths(seqs, eos_id=EOS):
   return np.where(has_eos, (seqs == eos_id).argmax(-1) + 1, seqs.shape[-1])
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def forced_step(step_fn, tokens, cache):
+  """One teacher-forced step: (log-probabilities, cache), one program."""
+  logits, cache = step_fn(tokens, cache)
+  return jax.nn.log_softmax(logits), cache
+
+
 def teacher_forced_log_probs(step_fn, cache, seqs):
   """[N] summed log-probabilities of outputs [N, L], up to their ends."""
   seqs = np.asarray(seqs)
@@ -94,8 +127,8 @@ def teacher_forced_log_probs(step_fn, cache, seqs):
   inputs = np.pad(seqs, ((0, 0), (1, 0)))[:, :-1]  # start token 0
   total, ends = np.zeros(n), output_lengths(seqs)
   for t in range(length):
-    logits, cache = step_fn(jnp.asarray(inputs[:, t:t + 1]), cache)
-    log_probs = np.asarray(jax.nn.log_softmax(logits), np.float64)
+    log_probs, cache = forced_step(step_fn, inputs[:, t:t + 1], cache)
+    log_probs = np.asarray(log_probs, np.float64)
     total += np.where(t < ends, log_probs[np.arange(n), seqs[:, t]], 0.0)
   return total
 
@@ -139,11 +172,11 @@ def check_hypotheses(model, seqs, scores, alpha, caps=None):
 
 
 def test_beam_size_one_without_penalty_is_greedy():
-  model, batch = HashModel(vocab=6, max_length=8, seed=1, eos_bias=1.0), 16
-  tokens, log_probs = decoding.greedy_search(
+  model, batch = hash_model(vocab=6, max_length=8, seed=1, eos_bias=1.0), 16
+  tokens, log_probs = greedy_search(
       model.step, model.cache(np.arange(batch)), batch_size=batch,
       max_length=8, eos_id=EOS)
-  seqs, scores = decoding.beam_search(
+  seqs, scores = beam_search(
       model.step, model.cache(np.arange(batch)), batch_size=batch,
       beam_size=1, max_length=8, eos_id=EOS, alpha=0.0)
   assert len(set(output_lengths(tokens))) > 2  # ends vary: EOS matters
@@ -155,10 +188,10 @@ def test_beam_size_one_without_penalty_is_greedy():
     (0.0, None), (0.6, None), (2.0, None), (0.6, (2, 3))])
 def test_beam_search_finds_the_best_of_all_outputs(alpha, caps):
   vocab, length, batch = 4, 4, 2
-  model = HashModel(vocab, length)
+  model = hash_model(vocab, length)
   # 3**2 live prefixes give 36 candidates at the third step: with a beam of
   # 64 nothing is pruned before the last step, where every candidate ends.
-  seqs, scores = decoding.beam_search(
+  seqs, scores = beam_search(
       model.step, model.cache(np.arange(batch)), batch_size=batch,
       beam_size=64, max_length=length, eos_id=EOS, alpha=alpha,
       max_lengths=None if caps is None else jnp.array(caps))
@@ -184,7 +217,7 @@ def test_length_penalty_flips_the_winner_as_the_formula_says():
   for alpha in (0.0, 3.0):
     (outputs, expected), = brute_force(model, 1, 4, 6, alpha)
     winners[alpha] = outputs[np.argmax(expected)]
-    seqs, scores = decoding.beam_search(
+    seqs, scores = beam_search(
         model.step, model.cache([0]), batch_size=1, beam_size=2,
         max_length=6, eos_id=EOS, alpha=alpha)
     np.testing.assert_array_equal(seqs[0, 0], winners[alpha])
@@ -193,9 +226,9 @@ def test_length_penalty_flips_the_winner_as_the_formula_says():
 
 
 def test_greedy_pads_after_eos_and_stops_at_max_lengths():
-  model, batch, length = HashModel(vocab=5, max_length=8, seed=3,
-                                   eos_bias=0.5), 12, 8
-  search = functools.partial(decoding.greedy_search, model.step,
+  model, batch, length = hash_model(vocab=5, max_length=8, seed=3,
+                                    eos_bias=0.5), 12, 8
+  search = functools.partial(greedy_search, model.step,
                              model.cache(np.arange(batch)), batch_size=batch,
                              max_length=length, eos_id=EOS)
   free, _ = search()
@@ -270,7 +303,10 @@ def transformer():
     tokens = np.zeros((2, MAX_LEN), np.int32)
     total, done = np.zeros(2), np.zeros(2, bool)
     for i in range(MAX_LEN):  # causal: position i sees tokens[:, :i] only
-      log_probs = np.asarray(jax.nn.log_softmax(full(inputs, tokens)[:, i]))
+      # Position i picked out in NumPy: a jax slice at each constant i
+      # would compile a program of its own.
+      log_probs = np.asarray(jax.nn.log_softmax(
+          np.asarray(full(inputs, tokens))[:, i]))
       token = np.where(done, 0, log_probs.argmax(-1))
       total += np.where(done, 0.0, log_probs[[0, 1], token])
       tokens[:, i], done = token, done | (token == eos_id)
@@ -279,11 +315,19 @@ def transformer():
   # An EOS the model emits early in row 1, so that rows end at different steps.
   eos_id = int(reference_greedy(-1)[0][1, 3])
   return dict(model=model, params=params, inputs=inputs, full=full,
-              eos_id=eos_id, greedy=reference_greedy(eos_id))
+              eos_id=eos_id, greedy=reference_greedy(eos_id), searches={})
 
 
 def transformer_search(t, search, **kwargs):
-  """Runs `search` under jit on a KV cache made from the encoder outputs."""
+  """Runs `search` under jit on a KV cache made from the encoder outputs;
+  once per search and arguments (several tests compare with the same)."""
+  key = (search.__name__, tuple(sorted(kwargs.items())))
+  if key not in t['searches']:
+    t['searches'][key] = _transformer_search(t, search, **kwargs)
+  return t['searches'][key]
+
+
+def _transformer_search(t, search, **kwargs):
   model, inputs = t['model'], t['inputs']
   decoder = encoder_decoder.Transformer(model.config.replace(decode=True))
   rows = len(inputs) * kwargs.get('beam_size', 1)
@@ -395,7 +439,10 @@ def test_state_kept_in_slots_for_another_beam_size_is_refused(transformer):
   model, inputs, params = (transformer[k] for k in ('model', 'inputs',
                                                      'params'))
   decoder = encoder_decoder.build(model.config, decode=True)
-  state = encoder_decoder.init_decoding(decoder, params, inputs, MAX_LEN, 3)
+  # Under jit: eagerly each operation of the encoder and the cache-creating
+  # call compiles on its own (a second).
+  state = jax.jit(encoder_decoder.init_decoding, static_argnums=(0, 3, 4))(
+      decoder, params, inputs, MAX_LEN, 3)
   assert state['slots'].beam_size == 3
   step_fn = functools.partial(encoder_decoder.decoding_step, decoder, params)
   search = functools.partial(decoding.beam_search, step_fn, state,
@@ -443,19 +490,19 @@ def test_top_p_keeps_the_smallest_set_reaching_p(top_p, expected):
 
 def test_top_k_then_top_p_of_the_renormalised_rest():
   logits = jnp.log(jnp.asarray(PROBS, jnp.float32))[None]
-  assert kept(decoding.filter_logits(logits, top_k=2)) == {1, 3}
+  assert kept(filter_logits(logits, top_k=2)) == {1, 3}
   # Alone, 0.84 needs 3 tokens (0.5 + 0.3 < 0.84); of the top 3, renormalised
   # by 0.95, the first two reach it.
-  assert kept(decoding.filter_logits(logits, top_p=0.84)) == {0, 1, 3}
-  assert kept(decoding.filter_logits(logits, top_k=3, top_p=0.84)) == {1, 3}
+  assert kept(filter_logits(logits, top_p=0.84)) == {0, 1, 3}
+  assert kept(filter_logits(logits, top_k=3, top_p=0.84)) == {1, 3}
   # Exactly k survive ties, the lower ids first.
   ties = jnp.array([[1.0, 2.0, 2.0, 0.0]])
-  assert kept(decoding.filter_logits(ties, top_k=1)) == {1}
-  assert kept(decoding.filter_logits(ties, top_k=2)) == {1, 2}
-  np.testing.assert_allclose(
-      decoding.filter_logits(ties, temperature=0.5), 2 * ties)
+  assert kept(filter_logits(ties, top_k=1)) == {1}
+  assert kept(filter_logits(ties, top_k=2)) == {1, 2}
+  np.testing.assert_allclose(filter_logits(ties, temperature=0.5), 2 * ties)
 
 
+@functools.lru_cache  # one step function (static under jit) per `probs`
 def constant_model(probs):
   """A step function with one next-token distribution for every row."""
   logits = jnp.log(jnp.asarray(probs, jnp.float32))
@@ -469,8 +516,9 @@ def draw(probs, rows=2000, steps=5, seed=0, **kwargs):
   The model also gives padding (a column before `probs`) a fifth of the
   mass, which sampling must never draw; the ids returned are `probs`'s.
   """
-  step_fn = constant_model(np.concatenate([[0.2], 0.8 * np.asarray(probs)]))
-  tokens, lengths = decoding.sample(
+  step_fn = constant_model(
+      tuple(np.concatenate([[0.2], 0.8 * np.asarray(probs)])))
+  tokens, lengths = sample(
       step_fn, jnp.zeros((rows,)), rng=jax.random.key(seed),
       batch_size=rows, max_new_tokens=steps, eos_id=-1,
       prompt_last=jnp.zeros((rows,), jnp.int32), **kwargs)
@@ -493,7 +541,7 @@ def entropy(freqs):
                                     dict(top_k=3, top_p=0.84)])
 def test_sampling_never_emits_filtered_tokens(kwargs):
   logits = jnp.log(jnp.asarray(PROBS, jnp.float32))[None]
-  allowed = np.isfinite(np.asarray(decoding.filter_logits(logits, **kwargs)))
+  allowed = np.isfinite(np.asarray(filter_logits(logits, **kwargs)))
   freqs = frequencies(draw(PROBS, **kwargs), len(PROBS))
   assert (freqs[~allowed[0]] == 0).all()
   # The kept tokens come in their renormalised proportions.
@@ -513,12 +561,12 @@ def test_temperature_goes_from_greedy_to_uniform():
 
 
 def test_top_k_one_samples_greedy_search():
-  model, batch = HashModel(vocab=6, max_length=8, seed=1, eos_bias=1.0), 16
-  expected, _ = decoding.greedy_search(
+  model, batch = hash_model(vocab=6, max_length=8, seed=1, eos_bias=1.0), 16
+  expected, _ = greedy_search(
       model.step, model.cache(np.arange(batch)), batch_size=batch,
       max_length=8, eos_id=EOS)
   run = functools.partial(
-      decoding.sample, model.step, model.cache(np.arange(batch)),
+      sample, model.step, model.cache(np.arange(batch)),
       batch_size=batch, max_new_tokens=8, eos_id=EOS,
       prompt_last=jnp.zeros((batch,), jnp.int32))  # the start token
   for kwargs in ([dict(greedy=True, rng=jax.random.key(0))] +
@@ -560,7 +608,7 @@ def test_eos_stops_a_row_pads_with_zeros_and_the_loop_exits_early():
     jax.debug.callback(lambda: calls.append(1))
     return model.step(tokens, cache)
 
-  tokens, lengths = decoding.sample(
+  tokens, lengths = sample(
       step_fn, model.cache(np.arange(batch)), rng=jax.random.key(0),
       batch_size=batch, max_new_tokens=length, eos_id=EOS,
       prompt_last=jnp.zeros((batch,), jnp.int32))
@@ -603,17 +651,22 @@ def full_forward_sampling(gpt, eos_id, *, rng=None, greedy=False, **kwargs):
   tokens = np.zeros((len(PROMPT), MAX_LEN), np.int32)
   tokens[:, :PROMPT.shape[1]] = PROMPT
   done = np.zeros(len(PROMPT), bool)
+
+  @jax.jit  # one program for every step (eagerly, one per operation)
+  def draw_token(logits, step):
+    # Padding (id 0) is never a candidate, so not among the top k.
+    return decoding.sample_tokens(jax.random.fold_in(rng, step),
+                                  logits.at[:, 0].set(-jnp.inf), **kwargs)
+
   for i in range(PROMPT.shape[1], MAX_LEN):
     # The pass is causal, so position i - 1 sees tokens[:, :i] only: one
-    # padded shape for all steps compiles once.
-    logits = gpt['full'](jnp.asarray(tokens))[:, i - 1]
+    # padded shape for all steps compiles once. Position i - 1 picked out
+    # in NumPy: a jax slice at each constant i would compile anew.
+    logits = np.asarray(gpt['full'](tokens))[:, i - 1]
     if greedy:
-      token = np.asarray(logits).argmax(-1)
+      token = logits.argmax(-1)
     else:
-      key = jax.random.fold_in(rng, i - PROMPT.shape[1])
-      # Padding (id 0) is never a candidate, so not among the top k.
-      token = decoding.sample_tokens(key, logits.at[:, 0].set(-jnp.inf),
-                                     **kwargs)
+      token = draw_token(logits, i - PROMPT.shape[1])
     tokens[:, i] = np.where(done, 0, token)
     done |= tokens[:, i] == eos_id
   return tokens[:, PROMPT.shape[1]:]
@@ -661,13 +714,13 @@ def test_gpt_sampling_with_kv_cache_equals_full_forward(gpt, kwargs):
 def test_searches_never_emit_padding_even_when_it_is_most_likely():
   # Padding (0) has 0.6 of the mass, token 2 the most of the rest; no EOS,
   # so every output runs to max_length and any 0 would be a generated one.
-  step_fn = constant_model([0.6, 0.05, 0.25, 0.1])
-  greedy, _ = decoding.greedy_search(step_fn, jnp.zeros((2,)), batch_size=2,
-                                     max_length=3, eos_id=-1)
+  step_fn = constant_model((0.6, 0.05, 0.25, 0.1))
+  greedy, _ = greedy_search(step_fn, jnp.zeros((2,)), batch_size=2,
+                            max_length=3, eos_id=-1)
   np.testing.assert_array_equal(greedy, [[2, 2, 2]] * 2)
-  beams, scores = decoding.beam_search(step_fn, jnp.zeros((2,)),
-                                       batch_size=2, beam_size=2,
-                                       max_length=3, eos_id=-1, alpha=0.0)
+  beams, scores = beam_search(step_fn, jnp.zeros((2,)), batch_size=2,
+                              beam_size=2, max_length=3, eos_id=-1,
+                              alpha=0.0)
   assert (np.asarray(beams) != 0).all()
   np.testing.assert_array_equal(beams[:, 0], [[2, 2, 2]] * 2)
   # Scores stay the model's log-probabilities (normalised over every id).

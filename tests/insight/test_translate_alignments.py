@@ -116,15 +116,21 @@ def test_the_rnn_alignment_is_its_additive_attention(tmp_path):
   config = load_experiment('mt_offline', 'runlocal')
   config.model.update({'family': 'rnn', 'size': 'tiny'})
   task = tasks.build(config, str(tmp_path))
-  params = task.init(jax.random.key(0))
+  # Initialised and applied under jit, as the task runs its model: eagerly
+  # every operation of the RNN compiles on its own (two seconds).
+  params = jax.jit(task.init)(jax.random.key(0))
   pairs = [(np.asarray([5, 6, 7, 1], np.int32), np.asarray([8, 9, 1])),
            (np.asarray([5, 1], np.int32), np.asarray([9, 9, 9, 9, 1]))]
   weights = task.alignments(params, pairs)
+
+  @jax.jit
+  def hooked(params, source, target):
+    _, state = task.model.apply({'params': params}, source, target,
+                                deterministic=True, mutable=['intermediates'])
+    return layers.attention_weights(state['intermediates'])['attention']
+
   for (source, target), matrix in zip(pairs, weights):
-    _, state = task.model.apply({'params': params}, source[None],
-                                target[None], deterministic=True,
-                                mutable=['intermediates'])
-    expected = layers.attention_weights(state['intermediates'])['attention']
+    expected = hooked(params, source[None], target[None])
     assert matrix.shape == (len(target), len(source))
     np.testing.assert_allclose(matrix, expected[0, 0], atol=1e-5)
   with pytest.raises(ValueError, match='one alignment, no layers or heads'):

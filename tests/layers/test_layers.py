@@ -1,5 +1,7 @@
 """Embeddings, positional encodings, feed-forward, LayerNorm and blocks."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -255,25 +257,40 @@ class TinyDecoder(nn.Module):
                                             deterministic=deterministic)
 
 
-@pytest.mark.parametrize('cross', [True, False])
-@pytest.mark.parametrize('chunks', [[1] * 6, [3, 1, 1, 1]])
-def test_stack_kv_cache_decoding_equals_full_forward(cross, chunks):
+@functools.partial(jax.jit, static_argnums=0,
+                   static_argnames=('deterministic', 'mutable'))
+def jitted_apply(module, variables, *args, **kwargs):
+  """`module.apply` as one program, as decoding runs a stack: eagerly each
+  of its operations compiles on its own. `mutable` a tuple (static)."""
+  return module.apply(variables, *args, **kwargs)
+
+
+@functools.lru_cache  # both chunkings decode the same model
+def stack_model(cross):
+  """(config, model, randomised parameters, tokens, encoder outputs)."""
   config = CONFIG.replace(num_kv_heads=2, norm_position='pre')
   tokens = jnp.asarray(np.random.default_rng(0).integers(0, 20, (2, 6)))
   encoded = normal(1, 2, 5, 16)
   model = TinyDecoder(config, cross)
   params = randomize(init(model, tokens, encoded, deterministic=True))
-  full = model.apply(params, tokens, encoded, deterministic=True)
+  return config, model, params, tokens, encoded
+
+
+@pytest.mark.parametrize('cross', [True, False])
+@pytest.mark.parametrize('chunks', [[1] * 6, [3, 1, 1, 1]])
+def test_stack_kv_cache_decoding_equals_full_forward(cross, chunks):
+  config, model, params, tokens, encoded = stack_model(cross)
+  full = jitted_apply(model, params, tokens, encoded, deterministic=True)
   decoder = TinyDecoder(config.replace(decode=True), cross)
   # The cache-creating call sees the real encoder outputs (cross K/V).
-  _, cache = decoder.apply(params, jnp.zeros_like(tokens), encoded,
-                           deterministic=True, mutable=['cache'])
+  _, cache = jitted_apply(decoder, params, jnp.zeros_like(tokens), encoded,
+                          deterministic=True, mutable=('cache',))
   outputs, start = [], 0
   for size in chunks:
     # Later calls get a different `encoded`: the cached projections win.
-    out, cache = decoder.apply({**params, **cache},
-                               tokens[:, start:start + size], encoded * 0,
-                               deterministic=True, mutable=['cache'])
+    out, cache = jitted_apply(decoder, {**params, **cache},
+                              tokens[:, start:start + size], encoded * 0,
+                              deterministic=True, mutable=('cache',))
     outputs.append(out)
     start += size
   np.testing.assert_allclose(jnp.concatenate(outputs, 1), full, rtol=1e-5,

@@ -1,5 +1,7 @@
 """The decoder-only language model (GPT)."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -26,14 +28,30 @@ def test_mpt_1b_shape_counts_its_closed_form():
   assert expected == 1_315_639_296
 
 
+TOKENS = np.random.default_rng(0).integers(1, 17, (2, 10))
+
+
+# Tracing and compiling dominate these tests, not arithmetic: each
+# configuration is initialised once per process (tests only read the
+# parameters; arrays are immutable), and `init` and `apply` run compiled:
+# from the persistent cache that costs half an eager call, and calls of the
+# same shapes (the decoding steps) reuse the program.
+@functools.lru_cache(maxsize=None)
+def initialised(config):
+  """(model, parameters) of a configuration."""
+  model = decoder.Decoder(config)
+  init = jax.jit(functools.partial(model.init, deterministic=True))
+  return model, nn.unbox(init(jax.random.key(0), jnp.asarray(TOKENS)))
+
+
+apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
+                static_argnums=0, static_argnames=('deterministic', 'mutable'))
+
+
 def setup(**overrides):
   config = decoder.config_for('tiny', vocab_size=17, max_length=16,
                               dropout_rate=0.0, **overrides)
-  model = decoder.Decoder(config)
-  tokens = jnp.asarray(np.random.default_rng(0).integers(1, 17, (2, 10)))
-  params = nn.unbox(model.init(jax.random.key(0), tokens,
-                               deterministic=True))
-  return config, model, params, tokens
+  return (config, *initialised(config), jnp.asarray(TOKENS))
 
 
 POSITIONS = pytest.mark.parametrize('positions', ['learned', 'rotary'])
@@ -43,7 +61,7 @@ POSITIONS = pytest.mark.parametrize('positions', ['learned', 'rotary'])
 def test_logits_at_t_ignore_later_tokens(positions):
   _, model, params, tokens = setup(positional_encoding=positions)
   changed = tokens.at[:, 6:].set(3)
-  f = lambda t: model.apply(params, t, deterministic=True)
+  f = lambda t: apply(model, params, t, deterministic=True)
   np.testing.assert_allclose(f(changed)[:, :6], f(tokens)[:, :6], rtol=1e-5,
                              atol=1e-6)
   assert np.abs(np.asarray(f(changed)[:, 6:] - f(tokens)[:, 6:])).max() > 1e-3
@@ -56,10 +74,10 @@ def test_packed_documents_do_not_see_each_other(positions):
   row = jnp.concatenate([first, second, jnp.zeros(1, jnp.int32)])[None]
   segments = jnp.asarray([[1] * 4 + [2] * 5 + [0]])
   positions = jnp.asarray([list(range(4)) + list(range(5)) + [0]])
-  packed = model.apply(params, row, positions=positions,
-                       segmentation=segments, deterministic=True)
+  packed = apply(model, params, row, positions=positions,
+                 segmentation=segments, deterministic=True)
   for doc, start in ((first, 0), (second, 4)):
-    alone = model.apply(params, doc[None], deterministic=True)
+    alone = apply(model, params, doc[None], deterministic=True)
     np.testing.assert_allclose(packed[0, start:start + len(doc)], alone[0],
                                rtol=1e-5, atol=1e-5)
 
@@ -115,16 +133,16 @@ def test_cached_decoding_equals_full_forward(kv_heads, positions, options):
   config, model, params, tokens = setup(num_kv_heads=kv_heads,
                                         positional_encoding=positions,
                                         **options)
-  full = model.apply(params, tokens, deterministic=True)
+  full = apply(model, params, tokens, deterministic=True)
   cached = decoder.build(config, decode=True)
-  _, cache = cached.apply(params, jnp.zeros((2, 16), jnp.int32),
-                          deterministic=True, mutable=['cache'])
+  _, cache = apply(cached, params, jnp.zeros((2, 16), jnp.int32),
+                   deterministic=True, mutable=('cache',))
   # A prompt of 4 tokens at once, then one token per call.
   outputs, start = [], 0
   for size in (4, 1, 1, 1, 1, 1, 1):
-    logits, cache = cached.apply({**params, **cache},
-                                 tokens[:, start:start + size],
-                                 deterministic=True, mutable=['cache'])
+    logits, cache = apply(cached, {**params, **cache},
+                          tokens[:, start:start + size],
+                          deterministic=True, mutable=('cache',))
     outputs.append(logits)
     start += size
   np.testing.assert_allclose(jnp.concatenate(outputs, 1), full, rtol=1e-4,
@@ -137,12 +155,12 @@ def test_rotary_positions_learn_no_table_and_see_only_offsets():
   count = lambda p: sum(x.size for x in jax.tree.leaves(p))
   assert count(learned) - count(params) == 16 * 32  # the position table
   # Shifting every position by the same amount changes nothing.
-  f = lambda offset: model.apply(
-      params, tokens, positions=jnp.arange(10)[None] + offset,
+  f = lambda offset: apply(
+      model, params, tokens, positions=jnp.arange(10)[None] + offset,
       deterministic=True)
   np.testing.assert_allclose(f(5), f(0), rtol=1e-4, atol=1e-5)
   # ...but the order of the tokens still matters.
-  swapped = model.apply(params, tokens[:, ::-1], deterministic=True)
+  swapped = apply(model, params, tokens[:, ::-1], deterministic=True)
   assert np.abs(np.asarray(swapped[:, -1] - f(0)[:, -1])).max() > 1e-3
 
 
@@ -153,8 +171,8 @@ def test_left_padded_prompt_equals_the_unpadded_prompt(positions):
   _, model, params, tokens = setup(positional_encoding=positions)
   prompt = tokens[:1, :5]
   padded = jnp.concatenate([jnp.zeros((1, 3), jnp.int32), prompt], 1)
-  logits = model.apply(params, padded,
-                       positions=jnp.maximum(jnp.arange(8) - 3, 0)[None],
-                       key_mask=padded > 0, deterministic=True)
-  alone = model.apply(params, prompt, deterministic=True)
+  logits = apply(model, params, padded,
+                 positions=jnp.maximum(jnp.arange(8) - 3, 0)[None],
+                 key_mask=padded > 0, deterministic=True)
+  alone = apply(model, params, prompt, deterministic=True)
   np.testing.assert_allclose(logits[:, 3:], alone, rtol=1e-5, atol=1e-5)

@@ -1,5 +1,6 @@
 """The encoder-decoder Transformer: sizes, parameter counts, masking."""
 
+import functools
 import importlib
 
 import flax.linen as nn
@@ -61,32 +62,51 @@ def test_shift_right_restarts_at_each_segment():
                                 [[0, 5, 6, 0, 7, 0]])
 
 
+# Tracing and compiling dominate these tests, not arithmetic: each tiny
+# model is initialised once per process (tests only read the parameters;
+# arrays are immutable), `init` and `apply` run compiled (from the
+# persistent cache, a third of an eager call's time), and the masking tests
+# share their examples, so that each shape's program is compiled once.
+@functools.lru_cache(maxsize=None)
+def tiny_model(positions='sinusoidal'):
+  config = ed.config_for('tiny', vocab_size=20, max_length=16,
+                         dropout_rate=0.0, positional_encoding=positions)
+  model = ed.Transformer(config)
+  tokens = jnp.ones((1, 10), jnp.int32)
+  return model, jax.jit(functools.partial(model.init, deterministic=True))(
+      jax.random.key(0), tokens, tokens)
+
+
+apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
+                static_argnums=0, static_argnames=('deterministic', 'method'))
+
+
+# Two examples: their sources and targets of different lengths.
+A_SRC, A_TGT = [3, 4, 5, 1], [6, 7, 1]
+B_SRC, B_TGT = [8, 9, 1], [10, 11, 12, 1]
+
+
 @pytest.mark.parametrize('positions', ['sinusoidal', 'rotary'])
 def test_packed_rows_equal_separate_examples(positions):
   """Attention never crosses segments: a packed row gives each example the
   logits it gets alone."""
-  config = ed.config_for('tiny', vocab_size=20, max_length=16,
-                         dropout_rate=0.0, positional_encoding=positions)
-  model = ed.Transformer(config)
-  a_src, a_tgt = [3, 4, 5, 1], [6, 7, 1]
-  b_src, b_tgt = [8, 9, 1], [10, 11, 12, 1]
+  model, params = tiny_model(positions)
+  a_src, a_tgt, b_src, b_tgt = A_SRC, A_TGT, B_SRC, B_TGT
   pad = lambda x, n: x + [0] * (n - len(x))
   row = lambda a, b: jnp.asarray([pad(a + b, 10)])
   inputs, targets = row(a_src, b_src), row(a_tgt, b_tgt)
   seg = lambda a, b: jnp.asarray([pad([1] * len(a) + [2] * len(b), 10)])
   pos = lambda a, b: jnp.asarray([pad(list(range(len(a))) +
                                       list(range(len(b))), 10)])
-  params = model.init(jax.random.key(0), inputs, targets,
-                      deterministic=True)
-  packed = model.apply(params, inputs, targets,
-                       inputs_segmentation=seg(a_src, b_src),
-                       targets_segmentation=seg(a_tgt, b_tgt),
-                       inputs_positions=pos(a_src, b_src),
-                       targets_positions=pos(a_tgt, b_tgt),
-                       deterministic=True)
+  packed = apply(model, params, inputs, targets,
+                 inputs_segmentation=seg(a_src, b_src),
+                 targets_segmentation=seg(a_tgt, b_tgt),
+                 inputs_positions=pos(a_src, b_src),
+                 targets_positions=pos(a_tgt, b_tgt),
+                 deterministic=True)
   for src, tgt, start in ((a_src, a_tgt, 0), (b_src, b_tgt, len(a_tgt))):
-    alone = model.apply(params, jnp.asarray([src]), jnp.asarray([tgt]),
-                        deterministic=True)
+    alone = apply(model, params, jnp.asarray([src]), jnp.asarray([tgt]),
+                  deterministic=True)
     np.testing.assert_allclose(packed[0, start:start + len(tgt)], alone[0],
                                rtol=1e-5, atol=1e-5)
 
@@ -94,18 +114,15 @@ def test_packed_rows_equal_separate_examples(positions):
 def test_padded_rows_equal_examples_alone():
   """Unpacked rows (padding given to attention as key lengths): padding
   changes no logit of a real target token."""
-  config = ed.config_for('tiny', vocab_size=20, max_length=16,
-                         dropout_rate=0.0)
-  model = ed.Transformer(config)
-  examples = [([3, 4, 5, 6, 7, 1], [6, 7, 1]), ([8, 1], [10, 11, 12, 13, 1])]
-  pad = lambda x: x + [0] * (8 - len(x))
+  model, params = tiny_model()
+  examples = [(A_SRC, A_TGT), (B_SRC, B_TGT)]
+  pad = lambda x: x + [0] * (10 - len(x))
   inputs = jnp.asarray([pad(src) for src, _ in examples])
   targets = jnp.asarray([pad(tgt) for _, tgt in examples])
-  params = model.init(jax.random.key(0), inputs, targets, deterministic=True)
-  padded = model.apply(params, inputs, targets, deterministic=True)
+  padded = apply(model, params, inputs, targets, deterministic=True)
   for row, (src, tgt) in enumerate(examples):
-    alone = model.apply(params, jnp.asarray([src]), jnp.asarray([tgt]),
-                        deterministic=True)
+    alone = apply(model, params, jnp.asarray([src]), jnp.asarray([tgt]),
+                  deterministic=True)
     np.testing.assert_allclose(padded[row, :len(tgt)], alone[0], rtol=1e-5,
                                atol=1e-5)
 
@@ -115,12 +132,13 @@ def test_final_logits_bias_and_unscaled_embeddings_are_what_they_say():
   config = ed.config_for('tiny', vocab_size=11, dropout_rate=0.0,
                          final_logits_bias=True)
   model = ed.Transformer(config)
-  params = nn.unbox(model.init(jax.random.key(0), tokens, tokens,
-                               deterministic=True)['params'])
+  params = nn.unbox(jax.jit(functools.partial(
+      model.init, deterministic=True))(jax.random.key(0), tokens,
+                                       tokens)['params'])
   assert params['final_logits_bias'].shape == (11,)
   bias = jnp.arange(11.0)
-  logits = lambda p, m=model: m.apply({'params': p}, tokens, tokens,
-                                      deterministic=True)
+  logits = lambda p, m=model: apply(m, {'params': p}, tokens, tokens,
+                                    deterministic=True)
   np.testing.assert_allclose(
       logits({**params, 'final_logits_bias': bias}) - logits(params),
       jnp.broadcast_to(bias, (1, 4, 11)), atol=1e-5)
@@ -129,8 +147,8 @@ def test_final_logits_bias_and_unscaled_embeddings_are_what_they_say():
   table = params['embed']['embed']['embedding']
   larger = {**params, 'embed': {'embed': {'embedding': table *
                                           config.d_model**0.5}}}
-  encode = lambda p, m: m.apply({'params': p}, tokens, deterministic=True,
-                                method='encode')
+  encode = lambda p, m: apply(m, {'params': p}, tokens, deterministic=True,
+                              method='encode')
   np.testing.assert_allclose(encode(larger, unscaled), encode(params, model),
                              atol=1e-5)
   assert not np.allclose(encode(params, unscaled), encode(params, model),

@@ -15,31 +15,61 @@ from transformer.models import rnn
 VARIANTS = ('none', 'additive', 'dot')
 
 
-def setup_model(variant, **overrides):
+# Tracing and compiling dominate these tests, not arithmetic: each model
+# and what tests share of its outputs is built once per process (tests only
+# read them; arrays are immutable), and what runs again is compiled.
+# Two layers everywhere: the stacking is always exercised and one model of
+# each variant and direction serves every test.
+@functools.lru_cache(maxsize=None)
+def setup_model(variant, bidirectional=True):
   config = rnn.config_for('tiny', vocab_size=13, attention=variant,
-                          dropout_rate=0.0, **overrides)
+                          dropout_rate=0.0, bidirectional=bidirectional,
+                          num_layers=2)
   model = rnn.Seq2Seq(config)
   rng = np.random.default_rng(0)
   inputs = jnp.asarray(rng.integers(3, 13, (3, 7)), jnp.int32)
   inputs = inputs.at[1, 4:].set(0).at[2, 2:].set(0)  # padded sources
   targets = jnp.asarray(rng.integers(3, 13, (3, 5)), jnp.int32)
-  params = model.init(jax.random.key(0), inputs, targets,
-                      deterministic=True)['params']
-  # Noisier parameters than the initialisation, so that every path matters.
-  leaves, tree = jax.tree.flatten(params)
-  keys = jax.random.split(jax.random.key(1), len(leaves))
-  params = jax.tree.unflatten(tree, [
-      a + 0.5 * jax.random.normal(k, a.shape) for a, k in zip(leaves, keys)])
+  # Random parameters, much noisier than the initialisation, so that every
+  # path matters; drawn for the shapes `init` gives (traced, not run: an
+  # eager `init` costs a second, mostly compiling its scans).
+  init = functools.partial(model.init, jax.random.key(0), deterministic=True)
+  shapes = jax.eval_shape(init, inputs, targets)['params']
+  noise = np.random.default_rng(1)
+  params = jax.tree.map(
+      lambda x: jnp.asarray(noise.normal(0.0, 0.5, x.shape), x.dtype), shapes)
   return model, params, inputs, targets
+
+
+# `model.apply`, compiled: from the persistent cache a compiled call costs
+# less than an eager one, and decoding calls it once per token.
+apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
+                static_argnums=0,
+                static_argnames=('deterministic', 'mutable', 'method'))
+decoding_step = jax.jit(rnn.decoding_step, static_argnums=0)
+init_decoding = jax.jit(rnn.init_decoding, static_argnums=(0, 3))
+
+
+@functools.lru_cache(maxsize=None)
+def teacher_forced(variant, bidirectional=True):
+  """(logits, state with the 'intermediates') of the teacher-forced pass."""
+  model, params, inputs, targets = setup_model(variant, bidirectional)
+  return apply(model, {'params': params}, inputs, targets, deterministic=True,
+               mutable=('intermediates',))
+
+
+@functools.lru_cache(maxsize=None)
+def decoding_state(variant):
+  """`rnn.init_decoding` of the bidirectional model's inputs."""
+  model, params, inputs, _ = setup_model(variant)
+  return init_decoding(model, params, inputs, 6)
 
 
 @pytest.mark.parametrize('variant', VARIANTS)
 @pytest.mark.parametrize('bidirectional', [True, False])
 def test_shapes_and_padded_sources_get_zero_weight(variant, bidirectional):
-  model, params, inputs, targets = setup_model(
-      variant, bidirectional=bidirectional, num_layers=2)
-  logits, state = model.apply({'params': params}, inputs, targets,
-                              deterministic=True, mutable=['intermediates'])
+  model, params, inputs, targets = setup_model(variant, bidirectional)
+  logits, state = teacher_forced(variant, bidirectional)
   assert logits.shape == (3, 5, 13)
   found = layers.attention_weights(state.get('intermediates', {}))
   if variant == 'none':  # no attention, no weights to plot
@@ -52,19 +82,19 @@ def test_shapes_and_padded_sources_get_zero_weight(variant, bidirectional):
   assert np.all(weights[np.broadcast_to(pad[:, None], weights.shape)] == 0)
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
   # Padding does not change the result for the real tokens.
-  short = model.apply({'params': params}, inputs[2:, :2], targets[2:],
-                      deterministic=True)
+  short = apply(model, {'params': params}, inputs[2:, :2], targets[2:],
+                deterministic=True)
   np.testing.assert_allclose(short[0], logits[2], rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize('variant', VARIANTS)
 def test_step_by_step_decoding_equals_teacher_forcing(variant):
-  model, params, inputs, targets = setup_model(variant, num_layers=2)
-  full = model.apply({'params': params}, inputs, targets, deterministic=True)
-  state = rnn.init_decoding(model, params, inputs, max_length=5)
+  model, params, _, targets = setup_model(variant)
+  full, _ = teacher_forced(variant)
+  state = decoding_state(variant)  # max_length is unused: no capacity
   previous = jnp.zeros((3, 1), jnp.int32)  # the start symbol
   for t in range(targets.shape[1]):
-    logits, state = rnn.decoding_step(model, params, previous, state)
+    logits, state = decoding_step(model, params, previous, state)
     np.testing.assert_allclose(logits, full[:, t], rtol=1e-4, atol=1e-5)
     previous = targets[:, t:t + 1]
 
@@ -72,8 +102,8 @@ def test_step_by_step_decoding_equals_teacher_forcing(variant):
 @pytest.mark.parametrize('variant', VARIANTS)
 def test_attention_gradient_reaches_every_encoder_state(variant):
   model, params, inputs, _ = setup_model(variant)
-  memory, carry = model.apply({'params': params}, inputs, deterministic=True,
-                              method='encode')
+  state = decoding_state(variant)  # what `Seq2Seq.encode` returns
+  memory, carry = state['memory'].tree, state['carry']
   embedded = jnp.ones((3, model.config.embed_dim))
 
   def first_output(values):
@@ -83,7 +113,8 @@ def test_attention_gradient_reaches_every_encoder_state(variant):
     _, (output, _) = nn.apply(step, model)({'params': params})
     return output.sum()
 
-  grads = np.abs(np.asarray(jax.grad(first_output)(memory['values']))).sum(-1)
+  grads = jax.jit(jax.grad(first_output))(memory['values'])
+  grads = np.abs(np.asarray(grads)).sum(-1)
   real = np.asarray(inputs > 0)
   if variant == 'none':  # the bottleneck: only h_T reaches the decoder
     np.testing.assert_array_equal(grads, 0.0)
@@ -94,8 +125,8 @@ def test_attention_gradient_reaches_every_encoder_state(variant):
 
 @pytest.mark.parametrize('variant', VARIANTS)
 def test_beam_one_equals_greedy(variant):
-  model, params, inputs, _ = setup_model(variant)
-  state = rnn.init_decoding(model, params, inputs, max_length=6)
+  model, params, _, _ = setup_model(variant)
+  state = decoding_state(variant)
   step_fn = functools.partial(rnn.decoding_step, model, params)
   greedy, _ = decoding.greedy_search(step_fn, state, batch_size=3,
                                      max_length=6, eos_id=1)
@@ -109,8 +140,8 @@ def test_beams_share_the_encoder_memory_without_changing_results(variant):
   """The memory stays one row per example (`PerExample`): each example's
   beams attend to it as a group of queries, which must give exactly what a
   copy of the memory in every beam gives."""
-  model, params, inputs, _ = setup_model(variant, num_layers=2)
-  state = rnn.init_decoding(model, params, inputs, max_length=6)
+  model, params, _, _ = setup_model(variant)
+  state = decoding_state(variant)
   memory_rows = []
 
   def shared(tokens, state):

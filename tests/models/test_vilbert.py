@@ -156,16 +156,18 @@ def test_a_bert_text_stream_is_bert_without_regions(tiny):
   # With regions, co-attention changes the text.
   text, _, _ = encode(model, loaded, (tokens, features, boxes, mask))
   assert not np.allclose(text, states, atol=1e-3)
+  # Mismatched BERTs, from their shapes alone (`from_bert` reads no values;
+  # an eager `init` would compile every initialiser).
   deeper = encoder.Bert(config.text().replace(num_layers=3))
   with pytest.raises(ValueError, match='layers'):
-    vilbert.from_bert(deeper.init(jax.random.key(0), tokens,
-                                  deterministic=True,
-                                  method='encode')['params'], params)
+    jax.eval_shape(lambda: vilbert.from_bert(deeper.init(
+        jax.random.key(0), tokens, deterministic=True,
+        method='encode')['params'], params))
   wider = encoder.Bert(config.text().replace(d_model=64))
   with pytest.raises(ValueError, match='sizes'):
-    vilbert.from_bert(wider.init(jax.random.key(0), tokens,
-                                 deterministic=True,
-                                 method='encode')['params'], params)
+    jax.eval_shape(lambda: vilbert.from_bert(wider.init(
+        jax.random.key(0), tokens, deterministic=True,
+        method='encode')['params'], params))
 
 
 def test_heads_shapes_and_padding(tiny):

@@ -1,5 +1,7 @@
 """The Vision Transformer model."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -24,10 +26,13 @@ def test_shapes_for_each_size(name):
   model = vit.VisionTransformer(config)
   variables = jax.eval_shape(lambda x: model.init(
       jax.random.key(0), x, deterministic=True), images)
-  logits = jax.eval_shape(lambda v, x: model.apply(v, x, deterministic=True),
-                          variables, images)
-  states = jax.eval_shape(lambda v, x: model.apply(
-      v, x, deterministic=True, method='encode'), variables, images)
+  # Tracing a published size costs up to a second: one pass gives the
+  # logits and what `encode` returns within it.
+  logits, state = jax.eval_shape(lambda v, x: model.apply(
+      v, x, deterministic=True,
+      capture_intermediates=lambda module, method: method == 'encode'),
+                                 variables, images)
+  (states,) = state['intermediates']['encode']
   assert logits.shape == (2, 10)
   assert states.shape == (2, (224 // config.patch_size)**2 + 1,
                           config.d_model)
@@ -43,19 +48,34 @@ def test_patchify_round_trip_and_patch_contents():
   np.testing.assert_array_equal(vit.unpatchify(patches, 4, 3), images)
 
 
-def tiny(**overrides):
-  config = vit.config_for('mu/4', image_size=16, num_classes=5, **overrides)
+def tiny_config(**overrides):
+  return vit.config_for('mu/4', image_size=16, num_classes=5, **overrides)
+
+
+IMAGES = np.random.default_rng(1).normal(size=(2, 16, 16, 3)).astype(
+    np.float32)
+
+
+# Tracing and compiling dominate these tests, not arithmetic: each tiny
+# configuration is initialised once per process (tests only read the
+# parameters; arrays are immutable). Eager calls here cost no more than
+# compiled ones: they reuse the programs of the initialisation's shapes.
+@functools.lru_cache(maxsize=None)
+def initialised(config):
+  """(model, parameters) of a configuration."""
   model = vit.VisionTransformer(config)
-  images = jnp.asarray(np.random.default_rng(1).normal(size=(2, 16, 16, 3)),
-                       jnp.float32)
-  params = nn.unbox(model.init(jax.random.key(0), images,
-                               deterministic=True))
-  return config, model, params, images
+  return model, nn.unbox(model.init(jax.random.key(0), jnp.asarray(IMAGES),
+                                    deterministic=True))
+
+
+def tiny(**overrides):
+  config = tiny_config(**overrides)
+  return (config, *initialised(config), jnp.asarray(IMAGES))
 
 
 def test_dense_patch_embedding_is_the_strided_convolution():
   _, conv_model, conv_params, images = tiny()
-  _, dense_model, _, _ = tiny(patch_embedding='dense')
+  dense_model = vit.VisionTransformer(tiny_config(patch_embedding='dense'))
   params = jax.tree.map(lambda x: x, conv_params)
   kernel = params['params']['embedding']['kernel']  # [P, P, C, D]
   params['params']['embedding']['kernel'] = kernel.reshape(-1,
