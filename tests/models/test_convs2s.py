@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from conftest import load_experiment
+import conftest
 from transformer import layers
 from transformer import train
 from transformer import workdir as workdir_lib
@@ -44,9 +45,7 @@ def setup(**overrides):
   return setup_config(tiny_config(**overrides))
 
 
-apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
-                static_argnums=0,
-                static_argnames=('deterministic', 'method', 'mutable'))
+apply = conftest.jit_apply()
 
 
 def reach(jacobian: np.ndarray, position: int) -> tuple[int, int]:

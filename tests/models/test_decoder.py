@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import conftest
 from transformer import layers
 from transformer.models import decoder
 
@@ -44,8 +45,7 @@ def initialised(config):
   return model, nn.unbox(init(jax.random.key(0), jnp.asarray(TOKENS)))
 
 
-apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
-                static_argnums=0, static_argnames=('deterministic', 'mutable'))
+apply = conftest.jit_apply()
 
 
 def setup(**overrides):

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import conftest
 from transformer.models import encoder
 
 # Tracing and compiling dominate, not arithmetic: `init` and `apply` run
@@ -13,8 +14,7 @@ from transformer.models import encoder
 _STATIC = ('deterministic', 'method')
 init = jax.jit(lambda model, *args, **kwargs: model.init(*args, **kwargs),
                static_argnums=0, static_argnames=_STATIC)
-apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
-                static_argnums=0, static_argnames=_STATIC)
+apply = conftest.jit_apply()
 
 
 @pytest.mark.parametrize('size,expected', [('bert-base', 109_482_240),

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import conftest
 from transformer import layers
 from transformer.models import encoder_decoder as ed
 
@@ -77,8 +78,7 @@ def tiny_model(positions='sinusoidal'):
       jax.random.key(0), tokens, tokens)
 
 
-apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
-                static_argnums=0, static_argnames=('deterministic', 'method'))
+apply = conftest.jit_apply()
 
 
 # Two examples: their sources and targets of different lengths.

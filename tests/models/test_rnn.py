@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import conftest
 from transformer import decoding
 from transformer import layers
 from transformer.models import rnn
@@ -43,9 +44,7 @@ def setup_model(variant, bidirectional=True):
 
 # `model.apply`, compiled: from the persistent cache a compiled call costs
 # less than an eager one, and decoding calls it once per token.
-apply = jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
-                static_argnums=0,
-                static_argnames=('deterministic', 'mutable', 'method'))
+apply = conftest.jit_apply()
 decoding_step = jax.jit(rnn.decoding_step, static_argnums=0)
 init_decoding = jax.jit(rnn.init_decoding, static_argnums=(0, 3))
 
