@@ -44,7 +44,7 @@ setuptools.setup(
         'transformer-train=transformer.main:run',
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
-            'reproduce', 'ask', 'heads', 'explore', 'figure', 'data')),
+            'reproduce', 'ask', 'heads', 'explore', 'figure', 'data', 'curves')),
         'transformer-kernel-regression=transformer.tools.kernel_regression:run',
         'transformer-compare-vision-language='
         'transformer.tools.compare_vision_language:run',

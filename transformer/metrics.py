@@ -8,6 +8,7 @@ are exact however batches and devices split the data.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import sys
@@ -141,13 +142,20 @@ class MetricWriter:
   """
 
   UPLOAD_SECONDS = 60
+  # tensorboardX names an event file by the second and the host and opens
+  # it for writing anew: a second writer of the same second (a run resumed
+  # at once, two writers of one process) would empty the first's file. A
+  # suffix of the process and a count keeps every writer's file its own.
+  _numbers = itertools.count()
 
   def __init__(self, logdir: str):
     self._writer, self._logdir, self._uploaded = None, logdir, 0.0
     if jax.process_index() == 0:
       local = storage.local_mirror(logdir)
       os.makedirs(local, exist_ok=True)
-      self._writer = _summary_writer_class()(logdir=local)
+      self._writer = _summary_writer_class()(
+          logdir=local,
+          filename_suffix=f'.{os.getpid()}.{next(self._numbers)}')
 
   def _upload(self, force: bool = False) -> None:
     now = time.time()

@@ -138,6 +138,45 @@ def plot_curves(x: Sequence[float], curves: dict[str, Sequence[float]],
   return path
 
 
+def plot_runs(runs: dict[str, dict[str, dict[int, float]]],
+              tags: Sequence[str], path: str, *,
+              marked: dict[str, str] | None = None) -> str:
+  """One panel per tag, one line per run over its steps: runs
+  {label: {tag: {step: value}}}. `marked` {tag: other tag}: the other
+  tag's points drawn as stars on that tag's panel, in the run's colour
+  (an evaluation of averaged checkpoints beside the checkpoints'); writes
+  `path` and returns it."""
+  if not tags:
+    raise ValueError('No tags to plot.')
+  marked = marked or {}
+  columns = min(len(tags), 3)
+  rows = math.ceil(len(tags) / columns)
+  figure = Figure(figsize=(3.6 * columns, 2.8 * rows), layout='constrained')
+  FigureCanvasAgg(figure)
+  for i, tag in enumerate(tags):
+    axes = figure.add_subplot(rows, columns, i + 1)
+    style = 'o-' if max(len(s.get(tag, ())) for s in runs.values()) < 20 \
+        else '-'  # points while they are few enough to see
+    for n, (label, scalars) in enumerate(runs.items()):
+      colour = f'C{n % 10}'
+      values = scalars.get(tag, {})
+      steps = sorted(values)
+      axes.plot(steps, [values[s] for s in steps], style, color=colour,
+                markersize=3, label=label)
+      stars = scalars.get(marked.get(tag), {})
+      if stars:
+        axes.plot(list(stars), list(stars.values()), '*', color=colour,
+                  markersize=10, label=f'{label}, averaged')
+    axes.set_title(tag, fontsize=9)
+    axes.set_xlabel('step', fontsize=8)
+    axes.grid(alpha=0.3)
+    if i == 0 or any(scalars.get(marked.get(tag)) for scalars in
+                     runs.values()):
+      axes.legend(fontsize=7)
+  _save(figure, path)
+  return path
+
+
 def plot_kernel_regression(x_train: np.ndarray, y_train: np.ndarray,
                            x_test: np.ndarray, curves: dict[str, np.ndarray],
                            weights: dict[str, np.ndarray], path: str) -> str:

@@ -1,11 +1,13 @@
 """The README's first command, attention plots, and the TensorFlow boundary."""
 
+import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from transformer import metrics
 from transformer import plots
 from transformer.tools import demo
 
@@ -64,3 +66,16 @@ def test_metric_writing_imports_no_torch_where_it_is_installed(tmp_path):
   out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                        text=True, check=True).stdout.split('\n')
   assert out[:2] == ['False', "{'train/loss': {1: 2.5}}"], out
+
+
+def test_writers_of_the_same_second_keep_each_their_scalars(tmp_path):
+  # A run resumed within the second its last writer closed: tensorboardX
+  # alone would give both writers one file name and the second would empty
+  # the first's.
+  for step in (1, 2, 3):
+    writer = metrics.MetricWriter(str(tmp_path))
+    writer.write_scalars(step, {'train/loss': float(step)})
+    writer.close()
+  assert len(os.listdir(tmp_path)) == 3
+  assert metrics.read_scalars(str(tmp_path)) == {
+      'train/loss': {1: 1.0, 2: 2.0, 3: 3.0}}
