@@ -90,8 +90,13 @@ def test_refuses_mismatched_labels_and_runs_without_scalars(tmp_path,
   with pytest.raises(ValueError, match='has no TensorBoard scalars .* train '
                      'into it first'):
     curves.read([str(tmp_path / 'empty')])
-  # Default labels: the workdirs' folder names.
+  # Default labels: the workdirs' folder names, which must differ.
   assert list(curves.read(two_runs)) == ['seed0', 'seed1']
+  other = tmp_path / 'elsewhere' / 'seed0'
+  write_run(other, {1: {'train/loss': 1.0}})
+  with pytest.raises(ValueError, match="the workdirs' folder names: "
+                     r"\['seed0', 'seed0'\] repeats a label"):
+    curves.read([two_runs[0], str(other)])
 
 
 def test_plot_draws_each_run_and_the_averaged_star(tmp_path, two_runs):

@@ -46,13 +46,15 @@ def _check(workdirs: list[str], labels: list[str] | None) -> list[str]:
   labels, before anything is drawn."""
   if not workdirs:
     raise ValueError('--workdirs: give at least one workdir.')
-  if labels is None:
+  given = labels is not None
+  if not given:
     labels = [storage.path(w.rstrip('/')).name or w for w in workdirs]
   if len(labels) != len(workdirs):
     raise ValueError(f'--labels: {len(labels)} labels for {len(workdirs)} '
                      f'workdirs; give one per workdir, in the same order.')
   if len(set(labels)) != len(labels):
-    raise ValueError(f'--labels: {labels} repeats a label; give each run its '
+    named = '--labels' if given else 'the workdirs\' folder names'
+    raise ValueError(f'{named}: {labels} repeats a label; give each run its '
                      f'own (--labels="seed 0,seed 1").')
   for workdir in workdirs:
     if not storage.exists(workdir):
