@@ -14,10 +14,10 @@ tutorial models), runlocal (any value: a seconds-long variant for tests).
 Measured with the command above on the current code (2026-11-28, seeds
 0 and 1, 2-core CPU, docs/results.md), Multi30k de->en, test_2016_flickr,
 beam 4: sacreBLEU 41.48 and 42.00 averaging the last 5 checkpoints (mean
-41.74), 40.12 and 40.37 at the last (step 4,000); about 77 minutes a run
-alone. Test perplexity rises after step 2,000 (5.39 -> 6.27 for seed 0):
-the 29,000 pairs are overfit at dropout 0.1. On earlier code (86a2163,
-2026-11-21; docs/earlier_results.md) with
+41.74), 40.12 and 40.37 at the last (step 4,000); about 75 minutes a run
+alone (its fastest logged steps, 1.12 s). Test perplexity rises after step
+2,000 (5.39 -> 6.27 for seed 0): the 29,000 pairs are overfit at dropout
+0.1. On earlier code (86a2163, 2026-11-21; docs/earlier_results.md) with
 `--config.data.max_length=64 --config.train.num_steps=3000`: 41.35 with
 beam 4 (40.2 greedy), 41.16 averaging the last 5 checkpoints.
 """

@@ -124,31 +124,22 @@ def plot_curves(x: Sequence[float], curves: dict[str, Sequence[float]],
   accuracy), all over the same `x`; writes `path` and returns it."""
   if not curves:
     raise ValueError('No curves to plot.')
-  columns = min(len(curves), 4)
-  rows = math.ceil(len(curves) / columns)
-  figure = Figure(figsize=(3.2 * columns, 2.6 * rows), layout='constrained')
-  FigureCanvasAgg(figure)
-  for i, (name, values) in enumerate(curves.items()):
-    axes = figure.add_subplot(rows, columns, i + 1)
-    axes.plot(x, values, 'o-', markersize=3)
-    axes.set_title(name, fontsize=9)
-    axes.set_xlabel(xlabel, fontsize=8)
-    axes.grid(alpha=0.3)
-  _save(figure, path)
-  return path
+  run = {name: dict(zip(x, values)) for name, values in curves.items()}
+  return plot_runs({'': run}, list(curves), path, xlabel=xlabel)
 
 
-def plot_runs(runs: dict[str, dict[str, dict[int, float]]],
-              tags: Sequence[str], path: str, *,
+def plot_runs(runs: dict[str, dict[str, dict[float, float]]],
+              tags: Sequence[str], path: str, *, xlabel: str = 'step',
               marked: dict[str, str] | None = None) -> str:
   """One panel per tag, one line per run over its steps: runs
-  {label: {tag: {step: value}}}. `marked` {tag: other tag}: the other
-  tag's points drawn as stars on that tag's panel, in the run's colour
-  (an evaluation of averaged checkpoints beside the checkpoints'); writes
-  `path` and returns it."""
+  {label: {tag: {step: value}}} (one run labelled '' draws no legend).
+  `marked` {tag: other tag}: the other tag's points drawn as stars on that
+  tag's panel, in the run's colour (an evaluation of averaged checkpoints
+  beside the checkpoints'); writes `path` and returns it."""
   if not tags:
     raise ValueError('No tags to plot.')
   marked = marked or {}
+  labelled = any(runs)
   columns = min(len(tags), 3)
   rows = math.ceil(len(tags) / columns)
   figure = Figure(figsize=(3.6 * columns, 2.8 * rows), layout='constrained')
@@ -157,6 +148,7 @@ def plot_runs(runs: dict[str, dict[str, dict[int, float]]],
     axes = figure.add_subplot(rows, columns, i + 1)
     style = 'o-' if max(len(s.get(tag, ())) for s in runs.values()) < 20 \
         else '-'  # points while they are few enough to see
+    starred = False
     for n, (label, scalars) in enumerate(runs.items()):
       colour = f'C{n % 10}'
       values = scalars.get(tag, {})
@@ -165,13 +157,13 @@ def plot_runs(runs: dict[str, dict[str, dict[int, float]]],
                 markersize=3, label=label)
       stars = scalars.get(marked.get(tag), {})
       if stars:
+        starred = True
         axes.plot(list(stars), list(stars.values()), '*', color=colour,
                   markersize=10, label=f'{label}, averaged')
     axes.set_title(tag, fontsize=9)
-    axes.set_xlabel('step', fontsize=8)
+    axes.set_xlabel(xlabel, fontsize=8)
     axes.grid(alpha=0.3)
-    if i == 0 or any(scalars.get(marked.get(tag)) for scalars in
-                     runs.values()):
+    if labelled and (i == 0 or starred):
       axes.legend(fontsize=7)
   _save(figure, path)
   return path

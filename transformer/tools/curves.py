@@ -32,12 +32,14 @@ AVERAGED = 'eval_averaged/'
 
 def define_flags() -> None:
   """The command's flags, defined when it runs (`run`)."""
-  flags.DEFINE_list('workdirs', None, 'Workdirs of the runs, comma-separated.')
+  flags.DEFINE_list('workdirs', None, 'Workdirs of the runs, comma-separated.',
+                    required=True)
   flags.DEFINE_list('labels', None, 'A legend label per workdir (default: '
                     'the workdirs\' folder names).')
   flags.DEFINE_list('tags', ['train/loss', 'eval/*'], 'Scalars to draw, one '
                     'panel each: names or shell-style patterns.')
-  flags.DEFINE_string('output', None, 'The figure to write (PNG, SVG, PDF).')
+  flags.DEFINE_string('output', None, 'The figure to write (PNG, SVG, PDF).',
+                      required=True)
   cli.define_overwrite_flag()
 
 
@@ -93,6 +95,12 @@ def select(runs: dict[str, dict[str, dict[int, float]]],
   return tags
 
 
+def averaged_tag(tag: str) -> str | None:
+  """The averaged checkpoints' evaluation of an evaluation tag
+  ('eval/bleu' -> 'eval_averaged/bleu'); None for other tags."""
+  return AVERAGED + tag[len('eval/'):] if tag.startswith('eval/') else None
+
+
 def last_values(runs: dict[str, dict[str, dict[int, float]]], tag: str
                 ) -> dict[str, float]:
   """Each run's value of `tag` at its last step (runs without it left
@@ -106,8 +114,8 @@ def table(runs: dict[str, dict[str, dict[int, float]]],
   """Each tag's last value per run, then their mean and range."""
   labels = list(runs)
   rows = list(tags)
-  rows += [AVERAGED + t[len('eval/'):] for t in tags if t.startswith('eval/')
-           and any(AVERAGED + t[len('eval/'):] in s for s in runs.values())]
+  rows += [a for a in map(averaged_tag, tags)
+           if a and any(a in scalars for scalars in runs.values())]
   width = max(len(r) for r in rows)
   lines = [f'{"last value":<{width}}  ' + '  '.join(
       f'{label:>12}' for label in labels) + f'  {"mean":>10}  {"range":>19}']
@@ -130,10 +138,6 @@ def table(runs: dict[str, dict[str, dict[int, float]]],
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
-  if not args.output:
-    raise ValueError('--output: give the figure to write, e.g. '
-                     '--output=curves.png.')
-  _check(args.workdirs or [], args.labels)
   outputs = [cli.Output('--output', args.output)]
   cli.check_outputs(outputs, overwrite=args.overwrite)
   runs = read(args.workdirs, args.labels)
@@ -141,8 +145,8 @@ def main(argv):
   print(table(runs, tags), flush=True)
   with cli.Writing(outputs, overwrite=args.overwrite) as writing:
     plots.plot_runs(runs, tags, writing.path(args.output),
-                    marked={t: AVERAGED + t[len('eval/'):] for t in tags
-                            if t.startswith('eval/')})
+                    marked={t: averaged_tag(t) for t in tags
+                            if averaged_tag(t)})
   print(f'Written: {args.output}', file=sys.stderr)
 
 
