@@ -56,6 +56,17 @@ def test_table_gives_last_values_mean_and_range(two_runs):
   assert lines[3].split() == ['eval_averaged/bleu', '35', '-']
 
 
+def test_table_keeps_each_value_under_a_long_label(two_runs):
+  labels = ['dropout 0.1 (4000 steps)', 'b']
+  lines = curves.table(curves.read(two_runs, labels),
+                       ['eval/bleu']).splitlines()
+  # Each value ends where its label ends in the header.
+  label_end = lines[0].index(labels[0]) + len(labels[0])
+  assert lines[1].index('33') + len('33') == label_end
+  b_end = lines[0].index(' b ') + 2
+  assert lines[1].index('37') + len('37') == b_end
+
+
 def test_table_says_when_the_runs_last_steps_differ(tmp_path, two_runs):
   shorter = tmp_path / 'short'
   write_run(shorter, {100: {'train/loss': 6.0, 'eval/bleu': 20.0}})

@@ -117,12 +117,15 @@ def table(runs: dict[str, dict[str, dict[int, float]]],
   rows += [a for a in map(averaged_tag, tags)
            if a and any(a in scalars for scalars in runs.values())]
   width = max(len(r) for r in rows)
+  # A label longer than a number widens its column, so values stay under it.
+  columns = {label: max(12, len(label)) for label in labels}
   lines = [f'{"last value":<{width}}  ' + '  '.join(
-      f'{label:>12}' for label in labels) + f'  {"mean":>10}  {"range":>19}']
+      f'{label:>{columns[label]}}' for label in labels)
+           + f'  {"mean":>10}  {"range":>19}']
   for tag in rows:
     values = last_values(runs, tag)
-    cells = '  '.join(f'{values[l]:>12.4g}' if l in values else f'{"-":>12}'
-                      for l in labels)
+    cells = '  '.join(f'{values[l]:>{columns[l]}.4g}' if l in values
+                      else f'{"-":>{columns[l]}}' for l in labels)
     numbers = list(values.values())
     summary = (f'  {sum(numbers) / len(numbers):>10.4g}  '
                f'{min(numbers):>9.4g}-{max(numbers):<9.4g}'
