@@ -246,6 +246,10 @@ class Trainer:
 
 _add_sums = jax.jit(metrics.add)
 
+# Log windows the time remaining is estimated from (1,000 steps at
+# log_every=100).
+RECENT_WINDOWS = 10
+
 
 class _TrainLog:
   """Periodic train metrics: console, TensorBoard, and progress.json.
@@ -267,7 +271,9 @@ class _TrainLog:
     # Rates and the time remaining leave compiling out: the first step's
     # wait (`first_step`) and windows that compiled for new batch shapes.
     self.first_done = None
-    self.measured_seconds, self.measured_steps = 0.0, 0
+    # The last windows only: on a shared machine the rate changes as other
+    # work starts and stops, and a whole run's mean lags far behind it.
+    self.measured = collections.deque(maxlen=RECENT_WINDOWS)
     # Each new batch shape (bucketed batches have several) is one more
     # compilation of the step, inside the window's time: the log says so.
     self.shapes, self.new_shapes = set(), 0
@@ -329,8 +335,7 @@ class _TrainLog:
       steps, seconds = steps - 1, now - self.first_done
       count *= steps / self.steps
     if steps and not self.new_shapes:
-      self.measured_seconds += seconds
-      self.measured_steps += steps
+      self.measured.append((seconds, steps))
     rate = f'{self.unit}_per_second'
     summary['learning_rate'] = float(self.schedule(step - 1))
     if steps:
@@ -351,12 +356,12 @@ class _TrainLog:
     self.new_shapes = 0
 
   def _remaining(self, step: int) -> str:
-    """The time the steps left take at the rate measured without
-    compiling; '-' before such a rate exists."""
-    if not self.measured_steps:
+    """The time the steps left take at the rate of the last windows that
+    compiled nothing; '-' before such a window."""
+    if not self.measured:
       return '-' if step < self.num_steps else _format_time(0)
-    return _format_time(self.measured_seconds / self.measured_steps *
-                        (self.num_steps - step))
+    seconds, steps = map(sum, zip(*self.measured))
+    return _format_time(seconds / steps * (self.num_steps - step))
 
   def _compiles(self) -> str:
     if not self.new_shapes:

@@ -234,6 +234,33 @@ def test_log_lines_count_the_compilations_of_new_batch_shapes(tmp_path,
     assert ('remaining -' in line) != measured, (line, lines)
 
 
+def test_time_remaining_follows_the_recent_rate(tmp_path, monkeypatch):
+  # A run slowed by other work (5 s a step) that then has the machine to
+  # itself (1 s a step): once the recent windows are all fast, the time
+  # remaining is the fast rate's, not the whole run's mean.
+  clock = [0.0]
+  monkeypatch.setattr(train.time, 'time', lambda: clock[0])
+  shown = []
+  line = type('Line', (), {'show': lambda self, text: shown.append(text)})()
+  writer = metrics.MetricWriter(str(tmp_path))
+  log = train._TrainLog(str(tmp_path), writer, 'tokens', start=0,
+                        num_steps=1_000, schedule=lambda step: 1e-3,
+                        progress=None, line=line)
+  batch = {'inputs': np.zeros((2, 3))}
+  sums = {'loss': (np.float32(2.0), np.float32(4.0))}
+  step = 0
+  for seconds_a_step in [5.0] * 20 + [1.0] * train.RECENT_WINDOWS:
+    for _ in range(10):
+      log.add(sums, batch)
+      step += 1
+    clock[0] += 10 * seconds_a_step
+    log.write(step)
+  writer.close()
+  # 700 steps left at 1 s (at the whole run's mean, 3.67 s: 0:42:46).
+  assert shown[-1].endswith('remaining 0:11:40'), shown[-1]
+  assert shown[19].endswith('remaining 1:06:40'), shown[19]  # 800 at 5 s
+
+
 @pytest.mark.parametrize('skip_nonfinite', [True, False])
 @pytest.mark.parametrize('case', ['finite', 'gradients', 'loss', 'update',
                                   'overflow', 'finite_bf16', 'update_bf16'])
