@@ -35,7 +35,8 @@ def define_flags() -> None:
   flags.DEFINE_list('workdirs', None, 'Workdirs of the runs, comma-separated.',
                     required=True)
   flags.DEFINE_list('labels', None, 'A legend label per workdir (default: '
-                    'the workdirs\' folder names).')
+                    'the workdirs\' folder names); a label with a comma in '
+                    'double quotes: --labels=\'"4,000 steps",b\'.')
   flags.DEFINE_list('tags', ['train/loss', 'eval/*'], 'Scalars to draw, one '
                     'panel each: names or shell-style patterns.')
   flags.DEFINE_string('output', None, 'The figure to write (PNG, SVG, PDF).',
@@ -53,7 +54,9 @@ def _check(workdirs: list[str], labels: list[str] | None) -> list[str]:
     labels = [storage.path(w.rstrip('/')).name or w for w in workdirs]
   if len(labels) != len(workdirs):
     raise ValueError(f'--labels: {len(labels)} labels for {len(workdirs)} '
-                     f'workdirs; give one per workdir, in the same order.')
+                     f'workdirs; give one per workdir, in the same order '
+                     f'(a label with a comma in double quotes: '
+                     f'--labels=\'"4,000 steps",b\').')
   if len(set(labels)) != len(labels):
     named = '--labels' if given else 'the workdirs\' folder names'
     raise ValueError(f'{named}: {labels} repeats a label; give each run its '
