@@ -11,7 +11,9 @@
 #              the scale's 2 seeds, 8 rows side by side (reproduce
 #              --parallel=8); rows finished in an earlier call on the same
 #              machine are read, not trained again.
-#   multi30k   de-en with the README's command, seeds 0 and 1 side by side.
+#   multi30k   de-en with the README's command, seeds 0 and 1 side by side
+#              (8,000 steps; a deadline stops them at a checkpoint and the
+#              next call on the same machine resumes them).
 # What comes back: OUT_DIR/results.log, the table (table.md, table.csv)
 # and OUT_DIR/workdirs.tgz, every run's events, config and logs without
 # checkpoints (enough for `reproduce --launch=collect` and the curves).
@@ -38,7 +40,6 @@ multi30k() {
   XLA_PYTHON_CLIENT_MEM_FRACTION=0.4 python3 -m transformer.main \
     --workdir=workdirs/multi30k_de_en.seed$seed \
     --config=experiments/mt_local.py:path=../shared/data/multi30k,src=de,tgt=en,eval=test_2016_flickr \
-    --config.data.max_length=64 --config.train.num_steps=3000 \
     --config.seed="$seed" > "$out/multi30k.seed$seed.log" 2>&1
   echo "multi30k seed $seed: exit $?"
 }

@@ -501,6 +501,8 @@ def test_table2_rows_follow_the_papers_evaluation_protocol(tmp_path):
   assert reduced['base_enfr'].problem == ('no reduced-scale equivalent in '
                                           'the table spec')
   assert specs.settings(reduced['big_ende'])['averaged'] == 20
+  # The paper's base dropout, whatever mt_local's own recipe is.
+  assert specs.settings(reduced['base_ende'])['P_drop'] == 0.1
   # A bucket takes printed commands only.
   printed = reproduce_rows.reproduce(TABLE2, 'gs://b/t2', scale='paper',
                                      rows=['base'], launch='print')
