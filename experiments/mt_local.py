@@ -15,7 +15,9 @@ Measured with the command above (2026-11-28, seeds 0 and 1, 2-core CPU,
 docs/results.md), Multi30k de->en, test_2016_flickr, beam 4: sacreBLEU
 42.64 and 41.83 averaging the last 5 checkpoints (steps 6,000 to 8,000;
 mean 42.24), 41.57 and 41.53 at the last; validation BLEU 43.01 and 43.20;
-about 2 h 40 min to 2 h 55 min a run alone (1.18 to 1.31 s a step).
+about 2 h 40 min to 2 h 55 min a run alone (8,000 x 1.18 to 1.31 s, the
+steps seed 1 ran alone; both runs were mostly beside other work: 3 h 44
+min and 4 h 10 min of training).
 Dropout 0.3 and 8,000 steps: at dropout 0.1 the 29,000 pairs are overfit
 after step 2,000 (test perplexity 5.39 -> 6.27 by step 4,000 for seed 0)
 and 4,000 steps gave 41.48 and 42.00 averaged, validation 42.23 and 42.12.

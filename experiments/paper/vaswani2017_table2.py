@@ -52,7 +52,7 @@ SCALES = {
         about='Multi30k EN-DE on one machine (experiments/mt_local.py, see '
               'the spec\'s docstring), test_2016_flickr, the paper\'s '
               'decoding and averaging. Not the paper\'s numbers.',
-        # The paper's base P_drop, pinned: mt_local's own recipe is 0.3.
+        # The paper's base P_drop, whatever mt_local's own recipe is.
         overrides={'data.max_length': 64, 'train.num_steps': 3_000,
                    'model.dropout_rate': 0.1,
                    'train.checkpoint_every': 42, 'train.keep_checkpoints': 20,
