@@ -30,6 +30,15 @@ def round_up(n: int, multiple: int) -> int:
   return -(-n // multiple) * multiple
 
 
+def rows_of_width(width: int, *, tokens_per_batch: int, row_multiple: int,
+                  rows_per_batch: int = 0) -> int:
+  """Rows of a token-counted batch of `width` tokens a row:
+  tokens_per_batch // width (or `rows_per_batch` where set), rounded down
+  to a multiple of `row_multiple` and at least `row_multiple`."""
+  rows = rows_per_batch or tokens_per_batch // max(width, 1)
+  return max(row_multiple, rows - rows % row_multiple)
+
+
 def epoch_indices(count: int, *, batch_size: int, seed: int,
                   start_step: int = 0) -> Iterator[np.ndarray]:
   """Row indices of training batches drawn without replacement from a fresh
@@ -303,10 +312,11 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
         round_up(np.maximum(self._source.lengths, self._target.lengths),
                   length_multiple), max_length)
     # Rows of a batch of each width 0 ... max_length.
-    rows = tokens_per_batch // np.maximum(np.arange(max_length + 1), 1)
-    if rows_per_batch:
-      rows = np.full(max_length + 1, rows_per_batch)
-    self._rows_of_width = np.maximum(row_multiple, rows - rows % row_multiple)
+    self._rows_of_width = np.asarray([
+        rows_of_width(width, tokens_per_batch=tokens_per_batch,
+                      row_multiple=row_multiple,
+                      rows_per_batch=rows_per_batch)
+        for width in range(max_length + 1)])
     self.batch_shapes = [(int(self._rows_of_width[w]), int(w))
                          for w in np.unique(self._widths)]
     check_host(host, [rows for rows, _ in self.batch_shapes])

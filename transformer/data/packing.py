@@ -26,6 +26,7 @@ from transformer.data.batching import Side
 from transformer.data.batching import as_sides
 from transformer.data.batching import check_host
 from transformer.data.batching import check_lengths
+from transformer.data.batching import rows_of_width
 from transformer.data.batching import sides
 from transformer.sharding import HostRows
 
@@ -180,8 +181,9 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     self.max_length = max_length
     self.seed = seed
     self.step = start_step
-    rows = max(1, tokens_per_batch // max_length)
-    self.rows_per_batch = max(row_multiple, rows - rows % row_multiple)
+    self.rows_per_batch = rows_of_width(
+        max_length, tokens_per_batch=tokens_per_batch,
+        row_multiple=row_multiple)
     check_host(host, [self.rows_per_batch])
     self._host = host
     self.examples_per_epoch = len(self._source.lengths)

@@ -29,7 +29,7 @@ def default_config(task: str) -> ml_collections.ConfigDict:
 
 
 def build(config: ml_collections.ConfigDict, workdir: str, *,
-          batch_divisor: int = 1) -> Task:
+          batch_divisor: int = 1, shapes_only: bool = False) -> Task:
   """The task named by `config.task`.
 
   Args:
@@ -37,10 +37,13 @@ def build(config: ml_collections.ConfigDict, workdir: str, *,
     workdir: where the task caches its vocabulary and writes reports.
     batch_divisor: batches must have a multiple of this many rows (the
       number of data-parallel shards).
+    shapes_only: model, loss and batch shapes from the config alone, no
+      data read and nothing written (`Task`): for `transformer.plan`.
   """
   module = _module(config.task)
   base.check_data(config)
-  return module.TASK(config, workdir, batch_divisor=batch_divisor)
+  return module.TASK(config, workdir, batch_divisor=batch_divisor,
+                     shapes_only=shapes_only)
 
 
 def _module(task: str):

@@ -23,9 +23,13 @@ Batch = dict[str, Any]
 class Task(Protocol):
   """What the trainer needs from a task.
 
-  A task is built as `TaskClass(config, workdir, batch_divisor=...)`: every
-  batch it yields has a multiple of `batch_divisor` rows (the data-parallel
-  shards times the micro-batches).
+  A task is built as `TaskClass(config, workdir, batch_divisor=...,
+  shapes_only=False)`: every batch it yields has a multiple of
+  `batch_divisor` rows (the data-parallel shards times the micro-batches).
+  With `shapes_only=True` it reads no data and builds no vocabulary (text
+  tasks take `vocabularies.StandIn`, a vocabulary of `data.vocab_size`
+  ids): its model, `init`, `loss` and `train_batch_shapes` are what
+  `transformer.plan` compiles for a TPU topology; it cannot train.
   """
 
   unit: str  # what the loss is counted in, for throughput ('tokens')
@@ -41,6 +45,11 @@ class Task(Protocol):
 
   def eval_batches(self) -> Iterable[Batch]:
     """Held-out batches for the loss metrics."""
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """The global shape and dtype of every array of a training batch, from
+    the config alone; where batches vary (length buckets), the widest, as
+    `train_iter` yields it (tests check the two agree)."""
 
   def loss(self, params: Any, batch: Batch, rng: jax.Array | None, *,
            deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
@@ -68,6 +77,29 @@ class Task(Protocol):
     resolution, or a head dropped. By default unchanged."""
     del params, source
     return loaded
+
+
+def batch_shapes(rows: int, **arrays: tuple[tuple[int, ...], Any]
+                 ) -> dict[str, jax.ShapeDtypeStruct]:
+  """{name: ShapeDtypeStruct} of a batch of `rows` rows, from each array's
+  shape after the row axis and its dtype (as jax holds it: int64 labels
+  become int32)."""
+  return {name: jax.ShapeDtypeStruct((rows, *shape),
+                                     jax.dtypes.canonicalize_dtype(dtype))
+          for name, (shape, dtype) in arrays.items()}
+
+
+def token_batch_shapes(data: ml_collections.ConfigDict, row_multiple: int,
+                       keys: Iterable[str], rows_per_batch: int = 0
+                       ) -> dict[str, jax.ShapeDtypeStruct]:
+  """int32 [R, max_length] arrays `keys` of a token-counted batch at its
+  widest (`batching.rows_of_width`): packed rows, or length buckets'."""
+  rows = batching.rows_of_width(data.max_length,
+                                tokens_per_batch=data.tokens_per_batch,
+                                row_multiple=row_multiple,
+                                rows_per_batch=rows_per_batch)
+  return batch_shapes(rows, **{key: ((data.max_length,), 'int32')
+                               for key in keys})
 
 
 def check_batch_sizes(data: ml_collections.ConfigDict, batch_divisor: int,

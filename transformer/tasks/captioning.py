@@ -78,15 +78,16 @@ class CaptioningTask(base.Task):
   unit = 'tokens'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     data = config.data
     base.check_batch_sizes(data, batch_divisor)
-    self.tokenizer = vocabularies.text_tokenizer(
-        data, workdir, lambda: [caption for refs in
-                                self.split(data.train_split)[1]
-                                for caption in refs])
+    self.tokenizer = vocabularies.stand_in(data) if shapes_only else (
+        vocabularies.text_tokenizer(
+            data, workdir, lambda: [caption for refs in
+                                    self.split(data.train_split)[1]
+                                    for caption in refs]))
     self.model_config = captioning.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size,
         max_length=data.max_length, image_size=data.image_size,
@@ -144,6 +145,13 @@ class CaptioningTask(base.Task):
                                        seed=self.config.seed,
                                        start_step=start_step):
       yield {'images': images[index[rows]], 'targets': targets[rows]}
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    data = self.config.data
+    return base.batch_shapes(
+        data.batch_size,
+        images=((data.image_size, data.image_size, 3), 'uint8'),
+        targets=((data.max_length,), 'int32'))
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     """Every evaluation pair once; filler rows have no target tokens."""

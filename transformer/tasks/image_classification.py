@@ -30,6 +30,7 @@ from transformer import layers
 from transformer import storage
 from transformer.data import augment
 from transformer.data import image_sources
+from transformer.data import images as image_data
 from transformer.models import vit
 from transformer.tasks import base
 
@@ -75,7 +76,12 @@ def default_config() -> ml_collections.ConfigDict:
       batch_size=128, eval_batch_size=256,
       crop='pad',  # training crop: 'none' | 'pad' | 'resized'
       crop_padding=4, crop_min_scale=0.08, flip=True,
-      randaugment_layers=0, randaugment_magnitude=10, mixup_alpha=0.0))
+      randaugment_layers=0, randaugment_magnitude=10, mixup_alpha=0.0,
+      # The classes and colour channels of the data, for a plan
+      # (`transformer.plan`), which reads none; 0: as the data has them
+      # (the offline shapes and MNIST are known without reading). A run
+      # refuses data that has others.
+      num_classes=0, channels=0))
   # The reference ViTs decay kernels only: not the class token or positions.
   config.optimizer.weight_decay_skip = (r"'cls'", r"'pos_embedding'")
   config.model = configs.model_section(
@@ -100,13 +106,31 @@ def _read_dataset_info(path: str) -> tuple[tuple[str, ...], int]:
   return tuple(info['classes']), info['channels']
 
 
+# Classes and channels of the sources that need no reading to know them.
+_KNOWN_CLASSES = {'offline': (len(image_data.SHAPES), 3), 'mnist': (10, 1)}
+
+
+def _configured_classes(data: ml_collections.ConfigDict
+                        ) -> tuple[tuple[str, ...], int]:
+  """(class names, channels) of a `shapes_only` task: config.data's
+  num_classes and channels, or the source's own where it is known."""
+  count, channels = _KNOWN_CLASSES.get(data.source, (0, 0))
+  count, channels = data.num_classes or count, data.channels or channels
+  if not count or channels not in CHANNELS:
+    raise ValueError(
+        f'The classes of config.data.source={data.source!r} come from its '
+        f'data, which a plan does not read: set --config.data.num_classes=N '
+        f'and --config.data.channels=1 or 3.')
+  return tuple(str(i) for i in range(count)), channels
+
+
 class ImageClassificationTask(base.Task):
   """The `transformer.tasks.Task` for image classification."""
 
   unit = 'images'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     data = config.data
@@ -124,7 +148,8 @@ class ImageClassificationTask(base.Task):
     source = (image_sources.StreamedImages if data.stream
               else image_sources.InMemoryImages)
     self.images = source(data, seed=config.seed, row_multiple=batch_divisor)
-    self.class_names, self.num_channels = self._dataset_info()
+    self.class_names, self.num_channels = (
+        _configured_classes(data) if shapes_only else self._dataset_info())
     self.model_config = vit.config_for(
         config.model.size, image_size=data.image_size,
         num_channels=self.num_channels, num_classes=len(self.class_names),
@@ -139,6 +164,14 @@ class ImageClassificationTask(base.Task):
     if storage.exists(path):
       return _read_dataset_info(path)
     names, channels = self.images.classes()
+    data = self.config.data
+    for field, wanted, found in (('num_classes', data.num_classes,
+                                  len(names)),
+                                 ('channels', data.channels, channels)):
+      if wanted and wanted != found:
+        raise ValueError(f'config.data.{field}={wanted}, but the training '
+                         f'data has {found}: set {found}, or 0 to take the '
+                         f"data's.")
     if jax.process_index() == 0:
       storage.write_atomically(path, json.dumps(
           {'classes': list(names), 'channels': channels}))
@@ -188,6 +221,16 @@ class ImageClassificationTask(base.Task):
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     return self.images.eval_batches(self.class_names)
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """uint8 images at the side they are stored at (cropped on the device)
+    and int32 labels."""
+    data = self.config.data
+    side = data.image_size if data.stream else (data.load_size or
+                                                data.image_size)
+    return base.batch_shapes(
+        data.batch_size, images=((side, side, self.num_channels), 'uint8'),
+        labels=((), 'int32'))
 
   def _augment(self, images: jax.Array, targets: jax.Array, key: jax.Array):
     """Training inputs in [0, 1] and (possibly mixed) target distributions."""

@@ -262,11 +262,13 @@ class CorpusTask(base.Task):
   unit = 'tokens'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
-    self.tokenizer = vocabularies.text_tokenizer(
-        config.data, workdir, lambda: self.documents(config.data.train_split))
+    self.tokenizer = vocabularies.stand_in(config.data) if shapes_only else (
+        vocabularies.text_tokenizer(
+            config.data, workdir,
+            lambda: self.documents(config.data.train_split)))
 
   @functools.cache
   def documents(self, split: str) -> list[str]:
@@ -297,12 +299,17 @@ class LanguageModelingTask(CorpusTask):
   """The `transformer.tasks.Task` for decoder-only language models."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
-    super().__init__(config, workdir, batch_divisor=batch_divisor)
+               batch_divisor: int = 1, shapes_only: bool = False):
+    super().__init__(config, workdir, batch_divisor=batch_divisor,
+                     shapes_only=shapes_only)
     self.model_config = model_config(config, self.tokenizer.vocab_size)
     self.model = decoder.build(self.model_config)
     self.decoder = decoder.build(self.model_config, decode=True)
-    self.token_lengths = _token_lengths(self.tokenizer)
+    # Bytes per token, for bits per byte; a stand-in vocabulary has no
+    # tokens, but the same table shape keeps the loss the one trained.
+    self.token_lengths = (
+        np.zeros((4, self.tokenizer.vocab_size), np.float32) if shapes_only
+        else _token_lengths(self.tokenizer))
     # What a prompt or a text read whole starts with: EOS (as training
     # documents do), or a converted Llama's BOS, as its tokenizer puts it.
     self.start_id = getattr(self.tokenizer, 'start_id', tokenizers.EOS_ID)
@@ -330,6 +337,11 @@ class LanguageModelingTask(CorpusTask):
           f'of {batches.rows_per_batch} x {data.max_length} tokens, padding '
           f'{batches.padding_fraction:.1%}.', flush=True)
     return iter(batches)
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """Packed rows (`packing.PACKED_KEYS`) of max_length tokens."""
+    return base.token_batch_shapes(self.config.data, self.batch_divisor,
+                                   packing.PACKED_KEYS)
 
   @functools.cache
   def check_eval_split(self) -> None:

@@ -31,6 +31,7 @@ from transformer import ranges
 from transformer.data import batching
 from transformer.data import tokenizers
 from transformer.models import encoder
+from transformer.tasks import base
 from transformer.tasks import language_modeling
 
 # The kind of examples the task reads (`data.sources`).
@@ -60,11 +61,12 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
   """The `transformer.tasks.Task` for BERT pretraining."""
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     ranges.check('config.data.mask_rate', config.data.mask_rate, low=0,
                  low_in=False, high=1,
                  why=': with nothing masked there is nothing to predict')
-    super().__init__(config, workdir, batch_divisor=batch_divisor)
+    super().__init__(config, workdir, batch_divisor=batch_divisor,
+                     shapes_only=shapes_only)
     self.mask_id = self.tokenizer.vocab_size
     self.model_config = encoder.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
@@ -97,6 +99,11 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
           f'{batches.batches_per_epoch:,} batches per epoch, padding '
           f'{batches.padding_fraction:.1%}.', flush=True)
     return iter(batches)
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """The widest length bucket's rows of one chunk (inputs = targets)."""
+    return base.token_batch_shapes(self.config.data, self.batch_divisor,
+                                   ('inputs', 'targets'))
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     for batch in batching.padded_batches(

@@ -28,6 +28,7 @@ import numpy as np
 from transformer import losses
 from transformer.data import scenes
 from transformer.data import sources
+from transformer.tasks import base
 from transformer.tasks import vision_language
 
 # The kind of examples the task reads (`data.sources`).
@@ -80,6 +81,16 @@ class ReferringExpressionsTask(vision_language.SceneTask):
             'proposals': pad(referring.proposals[rows]),
             'target': pad(referring.target_proposals[rows]),
             'true_box': pad(true_boxes)}
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """Expressions, each proposal's crop and box, the proposal meant and
+    the true object's box."""
+    data, p = self.config.data, self.config.data.patch_size
+    return base.batch_shapes(
+        data.batch_size, tokens=((data.max_length,), 'int32'),
+        crops=((data.proposals, p, p, 3), 'uint8'),
+        proposals=((data.proposals, 4), 'float32'), target=((), 'int64'),
+        true_box=((4,), 'float32'))
 
   def scores(self, params: Any, batch: dict[str, jax.Array], *,
              deterministic: bool = True, rng: jax.Array | None = None):

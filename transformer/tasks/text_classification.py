@@ -178,7 +178,7 @@ class TextClassificationTask(base.Task):
   unit = 'sentences'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     ranges.check('config.data.batch_rows', config.data.batch_rows, low=0,
@@ -192,7 +192,8 @@ class TextClassificationTask(base.Task):
         'sentences')
     self.num_classes = (self.glue.num_classes if self.glue
                         else config.data.num_classes)
-    self.tokenizer = self._tokenizer()
+    self.tokenizer = (vocabularies.stand_in(config.data) if shapes_only
+                      else self._tokenizer())
     # [SEP]: the vocabulary's own (a converted BERT's), else EOS.
     self.sep_id = getattr(self.tokenizer, 'sep_id', tokenizers.EOS_ID)
     self.model_config = encoder.config_for(
@@ -314,6 +315,12 @@ class TextClassificationTask(base.Task):
     print(f'Training data: {batches.examples_per_epoch:,} {self.unit}, '
           f'{batches.batches_per_epoch:,} batches per epoch.', flush=True)
     return iter(batches)
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """The widest length bucket's rows of one example."""
+    return base.token_batch_shapes(self.config.data, self.batch_divisor,
+                                   ('inputs', 'targets'),
+                                   self.config.data.batch_rows)
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     for batch in batching.padded_batches(

@@ -144,10 +144,11 @@ class TranslationTask(base.Task):
   unit = 'tokens'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
-    self.tokenizer = self._tokenizer()
+    self.tokenizer = (vocabularies.stand_in(config.data) if shapes_only
+                      else self._tokenizer())
     self.family = model_family(config)
     self.model_config = model_config(config, self.tokenizer.vocab_size)
     self.model = self.family.build(self.model_config)
@@ -229,6 +230,14 @@ class TranslationTask(base.Task):
           f'{batches.batches_per_epoch:,.1f} batches per epoch, padding '
           f'{batches.padding_fraction:.1%} of token slots.', flush=True)
     return iter(batches)
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """Packed rows (`packing.PACKED_KEYS`), or the widest bucket's rows of
+    one example."""
+    keys = (packing.PACKED_KEYS if self.config.data.packing
+            else ('inputs', 'targets'))
+    return base.token_batch_shapes(self.config.data, self.batch_divisor,
+                                   keys)
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     for batch in self._padded(self.config.data.eval_split):

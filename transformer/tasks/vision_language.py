@@ -168,7 +168,8 @@ class SceneTask(base.Task):
   head = 'encode'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1, **model_fields):
+               batch_divisor: int = 1, shapes_only: bool = False,
+               **model_fields):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     data = config.data
@@ -177,7 +178,8 @@ class SceneTask(base.Task):
       raise ValueError(f'config.data.image_size={data.image_size} is not a '
                        f'multiple of config.data.patch_size='
                        f'{data.patch_size}.')
-    self.tokenizer = self._tokenizer()
+    self.tokenizer = (self._stand_in() if shapes_only
+                      else self._tokenizer())
     self.mask_id = self.tokenizer.vocab_size  # pretraining's [MASK]
     self.boxes = region_boxes(data.image_size, data.patch_size)
     # The embedding has the [MASK] row in every task, so that a pretrained
@@ -190,6 +192,11 @@ class SceneTask(base.Task):
         **configs.model_overrides(config.model, vilbert.Config,
                                   MODEL_EXCLUDE))
     self.model = vilbert.build(self.model_config)
+
+  def _stand_in(self):
+    """A `shapes_only` task's vocabulary: the words of the scenes' grammar,
+    which need no data."""
+    return tokenizers.WordTokenizer.build(scenes.vocabulary_text())
 
   def _tokenizer(self) -> tokenizers.WordTokenizer:
     """Words of the scenes' grammar; with `train.init_from`, that workdir's
@@ -267,7 +274,7 @@ class VisionLanguageTask(SceneTask):
   head = 'pretraining_logits'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     data = config.data
     for name in ('word_mask_rate', 'region_mask_rate', 'swap_rate'):
       ranges.check(f'config.data.{name}', data[name], low=0, high=1)
@@ -287,7 +294,12 @@ class VisionLanguageTask(SceneTask):
     self.generated = data.source == 'offline'
     fields = {} if self.generated else {
         'num_region_classes': 3 * data.patch_size**2}
-    super().__init__(config, workdir, batch_divisor=batch_divisor, **fields)
+    super().__init__(config, workdir, batch_divisor=batch_divisor,
+                     shapes_only=shapes_only, **fields)
+
+  def _stand_in(self):
+    return (super()._stand_in() if self.generated
+            else vocabularies.stand_in(self.config.data))
 
   def _tokenizer(self):
     """The scenes' words; for captions read from files, the tokenizer
@@ -405,6 +417,17 @@ class VisionLanguageTask(SceneTask):
         start_step=start_step), start_step):
       yield self._batch(data.train_split, rows, np.random.default_rng(
           [self.config.seed, step, 1]))
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    """Captions, images, whether each caption is its image's, real-row
+    flags and, for the generated scenes, each pixel's class."""
+    data, side = self.config.data, self.config.data.image_size
+    pixels = {'pixel_classes': ((side, side), 'uint8')} if self.generated \
+        else {}
+    return base.batch_shapes(
+        data.batch_size, tokens=((data.max_length,), 'int32'),
+        images=((side, side, 3), 'uint8'), aligned=((), 'int32'),
+        real=((), 'int32'), **pixels)
 
   def eval_batches(self) -> Iterable[dict[str, np.ndarray]]:
     """Every evaluation pair once, the same swaps every time."""

@@ -31,6 +31,7 @@ from transformer import losses
 from transformer.data import scenes
 from transformer.data import sources
 from transformer.models import vilbert
+from transformer.tasks import base
 from transformer.tasks import vision_language
 
 # The kind of examples the task reads (`data.sources`).
@@ -64,9 +65,16 @@ class VisualQuestionAnsweringTask(vision_language.SceneTask):
   head = 'answer_logits'
 
   def __init__(self, config: ml_collections.ConfigDict, workdir: str, *,
-               batch_divisor: int = 1):
+               batch_divisor: int = 1, shapes_only: bool = False):
     super().__init__(config, workdir, batch_divisor=batch_divisor,
+                     shapes_only=shapes_only,
                      answer_classes=len(scenes.ANSWERS))
+
+  def train_batch_shapes(self) -> dict[str, jax.ShapeDtypeStruct]:
+    data, side = self.config.data, self.config.data.image_size
+    return base.batch_shapes(
+        data.batch_size, tokens=((data.max_length,), 'int32'),
+        images=((side, side, 3), 'uint8'), answers=((), 'int64'))
 
   @functools.cache
   def split(self, split: str) -> tuple[scenes.Questions, np.ndarray,

@@ -74,6 +74,31 @@ def describe(workdir: str) -> str:
   return f'the vocabulary files in {folder}'
 
 
+class StandIn:
+  """The vocabulary of a task built with `shapes_only=True` (`stand_in`):
+  as many ids as `config.data.vocab_size`, nothing to encode with (a plan
+  compiles the model and reads no text)."""
+
+  def __init__(self, vocab_size: int):
+    self.vocab_size = vocab_size
+
+  def encode_batch(self, *args, **kwargs):
+    raise TypeError('A stand-in vocabulary (a task built with shapes_only) '
+                    'has no tokens: build the task from the data to encode.')
+
+  decode_batch = decode = encode = encode_batch
+
+
+def stand_in(data: ml_collections.ConfigDict):
+  """A `shapes_only` task's vocabulary: bytes' own (they need no data),
+  else `StandIn` of `data.vocab_size` ids (for 'char' and 'word', which
+  learn theirs from the text, an assumed size: set vocab_size to plan
+  with theirs)."""
+  if data.get('tokenizer') == 'byte':
+    return tokenizers.ByteTokenizer()
+  return StandIn(data.vocab_size)
+
+
 # Vocabularies that come with converted checkpoints (`tools/convert.py`
 # writes them into the workdir's vocab/ folder).
 PUBLISHED_TOKENIZERS = {'marian': published.MarianTokenizer,
