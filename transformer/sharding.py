@@ -64,7 +64,8 @@ def make_mesh(shape: dict[str, int],
         'config.mesh tensor=%d spans hosts: every layer then exchanges '
         'activations over the slower inter-host network. Use at most %d '
         '(the devices of one host) and fsdp or data for the rest.',
-        mesh.shape['tensor'], jax.local_device_count())
+        mesh.shape['tensor'], sum(d.process_index == devices[0].process_index
+                                  for d in devices))
   return mesh
 
 

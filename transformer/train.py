@@ -14,7 +14,7 @@ import collections
 import functools
 import math
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from absl import logging
 import flax
@@ -157,7 +157,40 @@ def create_state(task: tasks.Task, tx: optax.GradientTransformation,
     return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                       opt_state=tx.init(params))
 
-  return sharding.sharded_init(init, jax.random.key(seed), mesh, rules)
+  # The key first: with the mesh of a TPU topology active (a plan), no
+  # array can be made.
+  rng = jax.random.key(seed)
+  with sharding.active(mesh, rules):
+    return sharding.sharded_init(init, rng, mesh, rules)
+
+
+class Steps(NamedTuple):
+  """A task's state and steps on a mesh (`jit_steps`)."""
+  initialise: Callable[[], TrainState]  # the sharded initial state
+  abstract: TrainState  # ShapeDtypeStructs with their shardings
+  train_step: Any  # jitted (state, batch) -> (state, sums, health)
+  eval_step: Any  # jitted (params, batch) -> sums
+
+
+def jit_steps(config: ml_collections.ConfigDict, task: tasks.Task,
+              tx: optax.GradientTransformation, mesh: jax.sharding.Mesh,
+              rules) -> Steps:
+  """The sharded state and the jitted train and evaluation steps of `task`
+  on `mesh`: what a `Trainer` runs, and what `transformer.plan` lowers and
+  compiles for a TPU topology's devices."""
+  initialise, abstract = create_state(task, tx, mesh, rules, config.seed)
+  state_shardings = jax.tree.map(lambda a: a.sharding, abstract)
+  batch_sharding = sharding.batch_sharding(mesh)
+  train_fn = jax.jit(
+      functools.partial(train_step, loss_fn=task.loss, tx=tx,
+                        seed=config.seed,
+                        microbatches=config.train.microbatches,
+                        skip_nonfinite=config.train.nonfinite == 'skip'),
+      in_shardings=(state_shardings, batch_sharding),
+      out_shardings=(state_shardings, None, None), donate_argnums=0)
+  eval_fn = jax.jit(functools.partial(eval_step, loss_fn=task.loss),
+                    in_shardings=(state_shardings.params, batch_sharding))
+  return Steps(initialise, abstract, train_fn, eval_fn)
 
 
 def _format_time(seconds: float) -> str:
@@ -215,21 +248,9 @@ class Trainer:
         config.train.microbatches))
     self.tx, self.schedule = optimizers.build(config.optimizer,
                                               config.train.num_steps)
-    with sharding.active(self.mesh, self.rules):
-      self.initialise, self.abstract = create_state(
-          self.task, self.tx, self.mesh, self.rules, config.seed)
-    state_shardings = jax.tree.map(lambda a: a.sharding, self.abstract)
-    batch_sharding = sharding.batch_sharding(self.mesh)
-    self.train_step = jax.jit(
-        functools.partial(train_step, loss_fn=self.task.loss, tx=self.tx,
-                          seed=config.seed,
-                          microbatches=config.train.microbatches,
-                          skip_nonfinite=config.train.nonfinite == 'skip'),
-        in_shardings=(state_shardings, batch_sharding),
-        out_shardings=(state_shardings, None, None), donate_argnums=0)
-    self.eval_step = jax.jit(
-        functools.partial(eval_step, loss_fn=self.task.loss),
-        in_shardings=(state_shardings.params, batch_sharding))
+    (self.initialise, self.abstract, self.train_step,
+     self.eval_step) = jit_steps(config, self.task, self.tx, self.mesh,
+                                 self.rules)
 
   def evaluate(self, params: Any, label: str) -> dict[str, float]:
     """Loss metrics on the evaluation batches, then the task's own; `label`
