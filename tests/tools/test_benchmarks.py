@@ -73,7 +73,7 @@ def test_vit_flops():
     ('TPU v4', 275e12, None, 1.2e12),
     ('TPU v5 lite', 197e12, None, 819e9),
     ('TPU v5', 459e12, None, 2.765e12),
-    ('TPU v6 lite', 918e12, None, 1.64e12),
+    ('TPU v6 lite', 918e12, None, 1.638e12),
 ])
 def test_datasheets(kind, bf16, float32, bandwidth):
   assert devices.peak_flops(kind, jnp.bfloat16) == bf16

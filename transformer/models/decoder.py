@@ -71,6 +71,13 @@ SIZES = {
                        d_ff=13_824),
     'llama2-70b': dict(LLAMA, num_layers=80, d_model=8192, num_heads=64,
                        num_kv_heads=8, d_ff=28_672),
+    # Llama 3 8B's shape (Meta, 2024): grouped-query attention (8 key/value
+    # heads), a 128,256-token vocabulary, an 8,192-token context and rotary
+    # base 500,000; 8,030,261,248 parameters. For plans at scale
+    # (docs/scaling.md).
+    'llama3-8b': dict(LLAMA, vocab_size=128_256, max_length=8_192,
+                      num_layers=32, d_model=4096, num_heads=32,
+                      num_kv_heads=8, d_ff=14_336, rope_theta=500_000.0),
     # A LLaMA to train from scratch on a CPU (experiments/lm_offline.py:
     # model=llama): grouped-query attention (2 key/value heads for 4 query
     # heads) and d_ff = 8/3 D (LLaMA's SwiGLU width, which keeps the

@@ -55,6 +55,14 @@ class Task(Protocol):
            deterministic: bool) -> tuple[jax.Array, dict[str, Any]]:
     """Scalar training loss and metric (sum, count) pairs; pure, jittable."""
 
+  def search_program(self) -> tuple[Callable[..., Any],
+                                    dict[str, jax.ShapeDtypeStruct]] | None:
+    """For a task whose evaluation decodes: `(search, arrays)`, the
+    search it runs, `search(params, **arrays)`, and its inputs' shapes at
+    the experiment's evaluation batch and beam (what a plan compiles
+    beside the train step); None for tasks that do not decode."""
+    return None
+
   def evaluate(self, params: Any, *, label: str) -> dict[str, float]:
     """Task metrics computed on the host (BLEU, ...); reports are named
     with `label` (e.g. 'step2000', 'step2000_average5'), and what is worth

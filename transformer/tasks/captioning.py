@@ -214,6 +214,15 @@ class CaptioningTask(base.Task):
         max_length=length, eos_id=tokenizers.EOS_ID, alpha=length_penalty)
     return sequences[:, 0]
 
+  def search_program(self):
+    """Beam search over an evaluation batch of images (`_search`)."""
+    data, cfg = self.config.data, self.config.eval
+    rows = batching.round_up(data.eval_batch_size, self.batch_divisor)
+    search = functools.partial(self._search, beam_size=cfg.beam_size,
+                               length_penalty=cfg.length_penalty)
+    return search, base.batch_shapes(
+        rows, images=((data.image_size, data.image_size, 3), 'uint8'))
+
   def caption(self, params: Any, images: np.ndarray, *, beam_size: int,
               length_penalty: float) -> np.ndarray:
     """Token ids [N, max_length] of captions for images uint8 [N, S, S, 3].

@@ -26,6 +26,7 @@ from transformer import decoding
 from transformer import layers
 from transformer import losses
 from transformer import storage
+from transformer.data import batching
 from transformer.data import packing
 from transformer.data import sources
 from transformer.data import text
@@ -454,6 +455,22 @@ class LanguageModelingTask(CorpusTask):
       remaining -= count
       round_ += 1
     return self._decode_texts(prompts, new, stop)
+
+  def search_program(self):
+    """Sampling (`_sample`, as `generate` runs it) of the evaluation's
+    prompts, each a start token, for its max_new_tokens within the
+    context."""
+    cfg = self.config.eval
+    rows = batching.round_up(max(len(cfg.prompts), 1), self.batch_divisor)
+    search = functools.partial(
+        self._sample, max_new_tokens=min(cfg.max_new_tokens,
+                                         self.model_config.max_length - 1),
+        top_k=cfg.top_k, greedy=False)
+    return search, {
+        **base.batch_shapes(rows, tokens=((1,), 'int32'), pad=((), 'int32')),
+        'rng': jax.eval_shape(jax.random.key, 0),
+        'temperature': jax.ShapeDtypeStruct((), 'float32'),
+        'top_p': jax.ShapeDtypeStruct((), 'float32')}
 
   def _decode_texts(self, prompts: Sequence[str], new: list[list[int]],
                     stop: Sequence[str]) -> list[str]:

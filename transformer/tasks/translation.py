@@ -310,6 +310,20 @@ class TranslationTask(base.Task):
         alpha=length_penalty, max_lengths=max_lengths)
     return sequences[:, 0]
 
+  def search_program(self):
+    """Beam search over a padded evaluation batch of full-length sources
+    (`_search`, as `translate` runs it)."""
+    data, cfg = self.config.data, self.config.eval
+    rows = batching.round_up(data.eval_batch_size, self.batch_divisor)
+    search = functools.partial(
+        self._search, beam_size=cfg.beam_size,
+        length_penalty=cfg.length_penalty,
+        max_length=min(data.max_length + cfg.max_length_offset,
+                       data.max_length))
+    return search, base.batch_shapes(
+        rows, inputs=((data.max_length,), 'int32'), max_lengths=((),
+                                                                 'int32'))
+
   def translate(self, params: Any, sources: Sequence[str], *,
                 beam_size: int, length_penalty: float,
                 max_length_offset: int) -> list[str]:

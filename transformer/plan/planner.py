@@ -1,0 +1,255 @@
+"""One plan: an experiment's train step (and its search, for decoding
+tasks) lowered and compiled for a topology, read back as memory per chip,
+FLOPs, collectives and a bound on the step's time.
+
+Nothing is allocated and no data is read: the task is built `shapes_only`,
+the state is `jax.eval_shape`'s, the batch `Task.train_batch_shapes`, each
+carrying the `NamedSharding` the config's mesh and axis rules give, over
+the topology's compile-only devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import time
+from typing import Any
+
+import jax
+import ml_collections
+
+from transformer import optimizers
+from transformer import sharding
+from transformer import tasks
+from transformer import train
+from transformer.plan import flops as flops_lib
+from transformer.plan import hlo
+from transformer.plan import roofline as roofline_lib
+from transformer.plan import topology as topology_lib
+
+# A task built shapes_only writes nothing; it is still given a workdir.
+_NO_WORKDIR = '/nonexistent/transformer-plan'
+
+
+@dataclasses.dataclass(frozen=True)
+class Memory:
+  """Bytes per chip. The state and batch are as their shardings lay them
+  out; XLA's figures include the TPU's tile padding."""
+  parameters: float
+  optimizer: float
+  batch: float
+  temporaries: float  # activations kept for the backward pass, workspace
+  arguments: float  # XLA's: state and batch as the chip holds them
+  outputs: float
+  aliased: float  # outputs written over their (donated) arguments
+  peak: float  # the most live at once
+  capacity: float | None  # the chip's HBM
+
+  @property
+  def fits(self) -> bool:
+    return self.capacity is None or self.peak <= self.capacity
+
+
+@dataclasses.dataclass(frozen=True)
+class Search:
+  """The compiled search of a decoding task (`Task.search_program`)."""
+  rows: int
+  peak: float  # bytes per chip
+  compile_seconds: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+  """What `plan` found (per chip unless said; FLOPs and units a step)."""
+  topology: topology_lib.Topology
+  mesh: dict[str, int]
+  memory: Memory
+  model_flops: float  # 3 x the forward pass's matmul FLOPs
+  executed_flops: float  # the step's matmuls, recomputation included
+  xla_flops: float | None  # XLA's count (a loop's body once)
+  xla_bytes: float | None  # XLA's bytes accessed (likewise)
+  loops: bool  # the program loops (scanned layers, micro-batches)
+  collectives: hlo.Collectives
+  roofline: roofline_lib.Roofline
+  unit: str  # what units_per_step counts: 'tokens', 'images', ...
+  units_per_step: float  # all chips together
+  lower_seconds: float
+  compile_seconds: float
+  search: Search | None
+  error: str = ''  # the compiler's refusal, for a program that cannot fit
+
+  @property
+  def fits(self) -> bool:
+    return not self.error and self.memory.fits
+
+  @property
+  def mfu_ceiling(self) -> float:
+    return roofline_lib.mfu_ceiling(self.topology.chip, self.model_flops,
+                                    self.roofline.bound)
+
+  @property
+  def units_per_second_per_chip(self) -> float:
+    return self.units_per_step / self.topology.chips / self.roofline.bound
+
+
+def per_chip_bytes(tree: Any) -> float:
+  """Bytes of one device's shard of every array of a tree of
+  ShapeDtypeStructs carrying NamedShardings (the largest shard where they
+  differ)."""
+  total = 0.0
+  for leaf in jax.tree.leaves(tree):
+    shape = (leaf.sharding.shard_shape(leaf.shape) if leaf.sharding
+             is not None else leaf.shape)
+    total += math.prod(shape) * leaf.dtype.itemsize
+  return total
+
+
+def _sharded(shapes: dict[str, jax.ShapeDtypeStruct], mesh) -> dict:
+  batch = sharding.batch_sharding(mesh)
+  return {key: jax.ShapeDtypeStruct(spec.shape, spec.dtype, sharding=batch)
+          for key, spec in shapes.items()}
+
+
+def _check_rows(shapes: dict[str, jax.ShapeDtypeStruct], divisor: int,
+                mesh) -> None:
+  rows = next(iter(shapes.values())).shape[0]
+  if rows % divisor:
+    raise ValueError(
+        f'A batch of {rows} rows does not split over the data-parallel '
+        f'axes times the micro-batches ({divisor}: mesh '
+        f'{dict(mesh.shape)}): change the batch size or config.mesh.')
+
+
+# XLA's TPU compiler refuses a program that cannot fit, e.g. "Ran out of
+# memory in memory space hbm. Used 20.51G of 15.75G hbm."
+_OUT_OF_MEMORY = re.compile(r'Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm')
+_UNITS = {'K': 2**10, 'M': 2**20, 'G': 2**30, 'T': 2**40}
+
+
+def _compile(lowered) -> tuple[Any, str, float | None]:
+  """(compiled or None, the refusal, the bytes it said it needed)."""
+  try:
+    return lowered.compile(), '', None
+  except Exception as e:  # pylint: disable=broad-except
+    text = str(e)
+    if 'RESOURCE_EXHAUSTED' not in text and 'memory' not in text.lower():
+      raise
+    used = _OUT_OF_MEMORY.search(text)
+    needed = (float(used.group(1)) * _UNITS[used.group(2)] if used
+              else None)
+    first = next((line for line in text.splitlines() if 'memory' in line),
+                 text.splitlines()[0])
+    return None, first.strip()[:300], needed
+
+
+def _memory(compiled, abstract, batch, capacity, needed) -> Memory:
+  parameters = per_chip_bytes(abstract.params)
+  optimizer = per_chip_bytes(abstract.opt_state)
+  batch_bytes = per_chip_bytes(batch)
+  if compiled is None:  # refused: what the compiler said it needed
+    held = parameters + optimizer + batch_bytes
+    peak = needed or held
+    return Memory(parameters, optimizer, batch_bytes, max(peak - held, 0.0),
+                  held, 0.0, 0.0, peak, capacity)
+  stats = compiled.memory_analysis()
+  arguments, outputs = stats.argument_size_in_bytes, stats.output_size_in_bytes
+  aliased, temporaries = stats.alias_size_in_bytes, stats.temp_size_in_bytes
+  peak = _peak(stats)
+  return Memory(parameters, optimizer, batch_bytes, temporaries, arguments,
+                outputs, aliased, peak, capacity)
+
+
+def _peak(stats) -> float:
+  """The larger of XLA's peak (TPUs report one) and everything held at
+  once: arguments, outputs not written over them, temporaries."""
+  held = (stats.argument_size_in_bytes + stats.output_size_in_bytes
+          - stats.alias_size_in_bytes + stats.temp_size_in_bytes)
+  return max(getattr(stats, 'peak_memory_in_bytes', 0), held)
+
+
+def _xla_costs(compiled) -> tuple[float | None, float | None]:
+  costs = compiled.cost_analysis() if compiled is not None else None
+  if isinstance(costs, list):  # older jax: one dict per program
+    costs = costs[0] if costs else None
+  if not costs:
+    return None, None
+  return costs.get('flops'), costs.get('bytes accessed')
+
+
+def _search(task, abstract, mesh, rules) -> Search | None:
+  program = task.search_program()
+  if program is None:
+    return None
+  search, arrays = program
+  arrays = {key: jax.ShapeDtypeStruct(
+      spec.shape, spec.dtype, sharding=sharding.batch_sharding(mesh)
+      if spec.shape else jax.sharding.NamedSharding(
+          mesh, jax.sharding.PartitionSpec()))
+            for key, spec in arrays.items()}
+  start = time.perf_counter()
+  with sharding.active(mesh, rules):
+    lowered = jax.jit(lambda params, kwargs: search(params, **kwargs)).lower(
+        abstract.params, arrays)
+  compiled, _, needed = _compile(lowered)
+  seconds = time.perf_counter() - start
+  rows = next(spec.shape[0] for spec in arrays.values() if spec.shape)
+  if compiled is None:
+    return Search(rows, needed or math.inf, seconds)
+  return Search(rows, _peak(compiled.memory_analysis()), seconds)
+
+
+def plan(config: ml_collections.ConfigDict, topology: str | Any, *,
+         search: bool = True) -> Plan:
+  """The plan of `config` on `topology` (a name, 'v5e:16x16', or a
+  resolved `topology.Topology`); with `search`, the decoding tasks'
+  search is compiled too."""
+  train.check_config(config)
+  topo = (topology if isinstance(topology, topology_lib.Topology)
+          else topology_lib.resolve(topology))
+  mesh = sharding.make_mesh(config.mesh.to_dict(), topo.devices)
+  rules = sharding.rules_from_config(config.axis_rules)
+  divisor = sharding.batch_divisor(mesh) * config.train.microbatches
+  task = tasks.build(config, _NO_WORKDIR, batch_divisor=divisor,
+                     shapes_only=True)
+  tx, _ = optimizers.build(config.optimizer, config.train.num_steps)
+  steps = train.jit_steps(config, task, tx, mesh, rules)
+  shapes = task.train_batch_shapes()
+  _check_rows(shapes, divisor, mesh)
+  batch = _sharded(shapes, mesh)
+  key = jax.eval_shape(jax.random.key, 0)
+
+  start = time.perf_counter()
+  with sharding.active(mesh, rules):
+    traced = steps.train_step.trace(steps.abstract, batch)
+    forward = jax.jit(lambda p, b, r: task.loss(
+        p, b, r, deterministic=False)).trace(steps.abstract.params, batch,
+                                             key)
+    lowered = traced.lower()
+  lower_seconds = time.perf_counter() - start
+  compiled, error, needed = _compile(lowered)
+  compile_seconds = time.perf_counter() - start - lower_seconds
+
+  chips = topo.chips
+  memory = _memory(compiled, steps.abstract, batch, topo.chip.hbm_bytes,
+                   needed)
+  executed = flops_lib.traced_flops(traced) / chips
+  xla_flops, xla_bytes = _xla_costs(compiled)
+  text = compiled.as_text() if compiled is not None else ''
+  collectives = hlo.collectives(text, chips)
+  traffic = memory.arguments + memory.outputs + 2 * memory.temporaries
+  bound = roofline_lib.bound(
+      topo.chip, flops=max(executed, xla_flops or 0.0), memory_bytes=traffic,
+      link_bytes=collectives.total_link_bytes)
+  rows, *rest = next(iter(shapes.values())).shape
+  units = rows * (rest[0] if task.unit == 'tokens' and rest else 1)
+  return Plan(
+      topology=topo, mesh=dict(mesh.shape), memory=memory,
+      model_flops=3 * flops_lib.traced_flops(forward) / chips,
+      executed_flops=executed, xla_flops=xla_flops, xla_bytes=xla_bytes,
+      loops=' while(' in text, collectives=collectives, roofline=bound,
+      unit=task.unit, units_per_step=units, lower_seconds=lower_seconds,
+      compile_seconds=compile_seconds,
+      search=(_search(task, steps.abstract, mesh, rules)
+              if search and compiled is not None else None),
+      error=error)
