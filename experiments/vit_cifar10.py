@@ -28,7 +28,8 @@ def get_config(arg: str = ''):
                                                                  ''),
       train_split='train', eval_split='test', image_size=32, batch_size=128,
       eval_batch_size=500, crop='pad', crop_padding=4, flip=True,
-      randaugment_layers=2, randaugment_magnitude=9, mixup_alpha=0.8))
+      randaugment_layers=2, randaugment_magnitude=9, mixup_alpha=0.8,
+      num_classes=10, channels=3))
   config.model.update(dict(size='mu/4', num_layers=7, d_model=256,
                            num_heads=4, d_ff=512, dropout_rate=0.1))
   config.train.label_smoothing = 0.1

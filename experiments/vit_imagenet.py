@@ -40,7 +40,8 @@ def get_config(arg: str = 'S/16'):
       tfds_data_dir=args.get('data_dir', ''), train_split='train',
       eval_split='validation', image_size=224, batch_size=1_024,
       eval_batch_size=1_024, crop='none', crop_min_scale=0.08, flip=True,
-      randaugment_layers=2, randaugment_magnitude=10, mixup_alpha=0.2))
+      randaugment_layers=2, randaugment_magnitude=10, mixup_alpha=0.2,
+      num_classes=1_000, channels=3))
   config.model.update(dict(size=size, dropout_rate=0.0, pooling='gap',
                            positional_encoding='sincos2d'))
   config.optimizer.update(dict(warmup_steps=10_000, weight_decay=0.1,

@@ -1,9 +1,17 @@
 """Shared test helpers."""
 
+import glob
 import gzip
+import importlib.util
 import os
 import tempfile
 
+# With libtpu installed (the `tpu` extra, which plans compile with) and no
+# TPU attached, jax would try to start a TPU backend in every process and
+# log its failure on stderr: tests run on the CPU unless a TPU is there.
+if importlib.util.find_spec('libtpu') and not (
+    glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*')):
+  os.environ.setdefault('JAX_PLATFORMS', 'cpu')
 # Test programs are tiny and compile time dominates: skip most of XLA's
 # optimisation passes (also in the subprocesses tests start).
 os.environ.setdefault('JAX_DISABLE_MOST_OPTIMIZATIONS', '1')
@@ -160,7 +168,7 @@ def prepare_translation_dataset(class_name: str, data_dir: str,
 # checkpoints, published checkpoints against their reference
 # implementations, the commands); else, unless slow, `unit`: `pytest -m
 # unit` runs the properties of the library's parts alone.
-_INTEGRATION = ('tasks', 'train', 'interop', 'tools', 'trust')
+_INTEGRATION = ('tasks', 'train', 'interop', 'tools', 'trust', 'plan')
 _TRAINS = ('train_and_evaluate', 'subprocess.', 'Popen(', 'transformer.main',
            'reproduce(', 'compare.compare(', 'run_benchmark(', 'command(')
 

@@ -2,8 +2,8 @@
 
 Each collective's bytes are its operands' (the shapes are a device's
 shards), times the times it runs: once in the entry computation, a loop's
-trip count inside a loop's body (read from the loop condition's bound,
-as the scanned layers compile). From the bytes, what one chip sends over
+trip count inside a loop's body (XLA's `known_trip_count` where it prints
+one, else the bound in the loop's condition, as scanned layers compile). From the bytes, what one chip sends over
 its links, for the ring algorithms XLA uses: an all-gather or
 reduce-scatter over n chips moves (n - 1) / n of the gathered array, an
 all-reduce twice that, an all-to-all (n - 1) / n of its operand, a
@@ -103,7 +103,9 @@ def _multiplicities(computations: dict[str, list[str]]
       body = re.search(r'body=%?([\w.\-]+)', line)
       condition = re.search(r'condition=%?([\w.\-]+)', line)
       if body and condition:
-        trips = _trip_count(computations.get(condition.group(1), []))
+        known = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+        trips = (int(known.group(1)) if known else
+                 _trip_count(computations.get(condition.group(1), [])))
         callees = [(body.group(1), trips)]
       else:
         callees = [(callee, 1) for callee in re.findall(

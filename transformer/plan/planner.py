@@ -199,11 +199,34 @@ def _search(task, abstract, mesh, rules) -> Search | None:
   return Search(rows, _peak(compiled.memory_analysis()), seconds)
 
 
-def plan(config: ml_collections.ConfigDict, topology: str | Any, *,
-         search: bool = True) -> Plan:
-  """The plan of `config` on `topology` (a name, 'v5e:16x16', or a
-  resolved `topology.Topology`); with `search`, the decoding tasks'
-  search is compiled too."""
+@dataclasses.dataclass(frozen=True)
+class Prepared:
+  """Everything of a plan but the compiling (`prepare`)."""
+  config: ml_collections.ConfigDict
+  topology: topology_lib.Topology
+  mesh: Any
+  rules: Any
+  task: Any
+  steps: train.Steps
+  batch: dict[str, jax.ShapeDtypeStruct]
+
+  @property
+  def rows(self) -> int:
+    return next(iter(self.batch.values())).shape[0]
+
+  @property
+  def state_bytes(self) -> float:
+    """Parameters and optimizer state per chip: what must fit first."""
+    return (per_chip_bytes(self.steps.abstract.params)
+            + per_chip_bytes(self.steps.abstract.opt_state))
+
+
+def prepare(config: ml_collections.ConfigDict,
+            topology: str | topology_lib.Topology) -> Prepared:
+  """The task, mesh, abstract state and batch of `config` on `topology`
+  (a name, 'v5e:16x16', or resolved), refusing, before anything compiles,
+  a config that cannot train, a mesh the chips or arrays do not divide
+  and a batch the data axes do not."""
   train.check_config(config)
   topo = (topology if isinstance(topology, topology_lib.Topology)
           else topology_lib.resolve(topology))
@@ -216,7 +239,20 @@ def plan(config: ml_collections.ConfigDict, topology: str | Any, *,
   steps = train.jit_steps(config, task, tx, mesh, rules)
   shapes = task.train_batch_shapes()
   _check_rows(shapes, divisor, mesh)
-  batch = _sharded(shapes, mesh)
+  return Prepared(config, topo, mesh, rules, task, steps,
+                  _sharded(shapes, mesh))
+
+
+def plan(config: ml_collections.ConfigDict | Prepared,
+         topology: str | topology_lib.Topology | None = None, *,
+         search: bool = True) -> Plan:
+  """The plan of `config` on `topology` (`prepare`; or a `Prepared`);
+  with `search`, the decoding tasks' search is compiled too."""
+  ready = config if isinstance(config, Prepared) else prepare(config,
+                                                              topology)
+  topo, mesh, rules, task, steps, batch = (
+      ready.topology, ready.mesh, ready.rules, ready.task, ready.steps,
+      ready.batch)
   key = jax.eval_shape(jax.random.key, 0)
 
   start = time.perf_counter()
@@ -241,7 +277,7 @@ def plan(config: ml_collections.ConfigDict, topology: str | Any, *,
   bound = roofline_lib.bound(
       topo.chip, flops=max(executed, xla_flops or 0.0), memory_bytes=traffic,
       link_bytes=collectives.total_link_bytes)
-  rows, *rest = next(iter(shapes.values())).shape
+  rows, *rest = next(iter(batch.values())).shape
   units = rows * (rest[0] if task.unit == 'tokens' and rest else 1)
   return Plan(
       topology=topo, mesh=dict(mesh.shape), memory=memory,

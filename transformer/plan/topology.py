@@ -4,10 +4,13 @@
 
 TPU topologies come from XLA's TPU compiler in libtpu
 (`jax.experimental.topologies`): compile-only devices, laid out as the
-slice's chips and hosts, that need no TPU. JAX cannot yet compile for a
-CUDA target without a GPU present, so a GPU topology is as many CPU
-devices standing in (`simulated`): the program and its per-device memory
-are the same sharded program's, on the CPU.
+slice's chips and hosts, that need no TPU. GPU topologies come from jax's
+CUDA plugin with a target description of the card (`GPU_PLUGIN` installs
+it, without CUDA's own libraries, which a compile that makes no GPU code
+does not need): XLA's GPU compiler then plans the sharded program and its
+memory, though not its kernels' tiling, which it tunes on a real GPU.
+Without the plugin, a GPU topology is as many CPU devices standing in
+(`simulated`): the same sharded program, compiled for the CPU.
 """
 
 from __future__ import annotations
@@ -22,6 +25,9 @@ from typing import Any
 from transformer.plan import chips
 
 INSTALL = 'pip install -e ".[tpu]"'
+# In a venv of its own: the plugin logs to stderr at every jax start.
+GPU_PLUGIN = ('pip install --no-deps jax-cuda12-plugin==0.10.2 '
+              'jax-cuda12-pjrt==0.10.2')
 # What libtpu reads when it starts; on a machine without a TPU, unset, it
 # logs a dozen lines of warnings on stderr. The compile-only topology
 # ignores them. A real TPU VM sets its own, which are kept.
@@ -82,7 +88,7 @@ def resolve(name: str) -> Topology:
   (`simulated_device_count`)."""
   chip, dims = parse(name)
   if chip.name in chips.GPU_GENERATIONS:
-    return _simulated(name, chip, dims)
+    return _gpu(name, chip, dims)
   if not libtpu_installed():
     raise RuntimeError(f'Compiling for {name} needs libtpu, the TPU '
                        f'compiler (no TPU needed): {INSTALL}')
@@ -104,10 +110,60 @@ def resolve(name: str) -> Topology:
 
 
 def simulated_device_count(name: str) -> int | None:
-  """CPU devices a GPU topology needs (None for TPU ones): the command sets
-  them up (XLA_FLAGS) before jax starts its CPU backend."""
+  """CPU devices a GPU topology needs where no CUDA plugin compiles for it
+  (None otherwise): the command sets them up (XLA_FLAGS) before jax starts
+  its CPU backend."""
   chip, dims = parse(name)
-  return math.prod(dims) if chip.name in chips.GPU_GENERATIONS else None
+  if chip.name in chips.GPU_GENERATIONS and not gpu_plugin_installed():
+    return math.prod(dims)
+  return None
+
+
+# XLA's description of a card (stream_executor's GpuTargetConfigProto): what
+# it compiles for in place of a device it would query. Hopper: 132 SMs.
+_GPU_TARGET = """gpu_device_info {{
+  threads_per_block_limit: 1024 threads_per_warp: 32
+  shared_memory_per_block: 49152 shared_memory_per_core: 233472
+  threads_per_core_limit: 2048 core_count: 132 fpus_per_core: 128
+  block_dim_limit_x: 2147483647 block_dim_limit_y: 65535
+  block_dim_limit_z: 65535 memory_bandwidth: {bandwidth}
+  l2_cache_size: 52428800 clock_rate_ghz: 1.98
+  device_memory_size: {memory} shared_memory_per_block_optin: 232448
+  cuda_compute_capability {{ major: 9 }}
+  registers_per_core_limit: 65536 registers_per_block_limit: 65536
+}}
+platform_name: "CUDA"
+dnn_version_info {{ major: 9 minor: 7 }}
+runtime_version {{ major: 12 minor: 8 }}
+device_description_str: "{description}"
+"""
+_DESCRIPTIONS = {'h100': 'NVIDIA H100 80GB HBM3', 'h200': 'NVIDIA H200'}
+
+
+def gpu_plugin_installed() -> bool:
+  return importlib.util.find_spec('jax_plugins.xla_cuda12') is not None
+
+
+def _gpu(name: str, chip: chips.Chip, dims: tuple[int, ...]) -> Topology:
+  """Compile-only GPUs from jax's CUDA plugin, else CPU stand-ins."""
+  per_host, hosts = dims[0], (dims[1] if len(dims) > 1 else 1)
+  if not gpu_plugin_installed():
+    return _simulated(name, chip, dims)
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  target = _GPU_TARGET.format(
+      bandwidth=int(chip.hbm_bandwidth), memory=int(chip.hbm_bytes),
+      description=_DESCRIPTIONS[chip.name])
+  try:
+    description = topologies.get_topology_desc(
+        platform='cuda', topology=f'1x{hosts}x{per_host}',
+        target_config=target)
+  except Exception as e:  # pylint: disable=broad-except
+    raise RuntimeError(
+        f'--topology={name}: the CUDA plugin did not describe it '
+        f'({str(e).splitlines()[0][:200]}); it compiles without a GPU only '
+        f'with JAX_PLATFORMS=cpu, which transformer-plan sets.') from None
+  return Topology(name, chip, tuple(description.devices), hosts,
+                  simulated=False)
 
 
 def _simulated(name: str, chip: chips.Chip, dims: tuple[int, ...]
