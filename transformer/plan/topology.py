@@ -90,7 +90,7 @@ def resolve(name: str) -> Topology:
   if chip.name in chips.GPU_GENERATIONS:
     return _gpu(name, chip, dims)
   if not libtpu_installed():
-    raise RuntimeError(f'Compiling for {name} needs libtpu, the TPU '
+    raise ValueError(f'Compiling for {name} needs libtpu, the TPU '
                        f'compiler (no TPU needed): {INSTALL}')
   for key, value in _LIBTPU_QUIET.items():
     os.environ.setdefault(key, value)
@@ -158,7 +158,7 @@ def _gpu(name: str, chip: chips.Chip, dims: tuple[int, ...]) -> Topology:
         platform='cuda', topology=f'1x{hosts}x{per_host}',
         target_config=target)
   except Exception as e:  # pylint: disable=broad-except
-    raise RuntimeError(
+    raise ValueError(
         f'--topology={name}: the CUDA plugin did not describe it '
         f'({str(e).splitlines()[0][:200]}); it compiles without a GPU only '
         f'with JAX_PLATFORMS=cpu, which transformer-plan sets.') from None
@@ -172,7 +172,7 @@ def _simulated(name: str, chip: chips.Chip, dims: tuple[int, ...]
   count = math.prod(dims)
   devices = jax.devices('cpu')
   if len(devices) < count:
-    raise RuntimeError(
+    raise ValueError(
         f'--topology={name} stands {count} CPU devices in for the GPUs, but '
         f'jax has {len(devices)}: start with XLA_FLAGS='
         f'--xla_force_host_platform_device_count={count} (transformer-plan '

@@ -58,7 +58,7 @@ _JSON = flags.DEFINE_string('json_out', None, 'Write the plan (with '
                             '--search, the winner\'s) as JSON here.')
 
 # The process exit status of a plan that does not fit.
-DOES_NOT_FIT = 1
+DOES_NOT_FIT = cli.RUN_FAILED
 
 
 def _overrides(argv: list[str]) -> list[str]:
