@@ -44,7 +44,8 @@ setuptools.setup(
         'transformer-train=transformer.main:run',
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
-            'reproduce', 'ask', 'heads', 'explore', 'figure', 'data', 'curves')),
+            'reproduce', 'ask', 'heads', 'explore', 'figure', 'data', 'curves',
+            'plan')),
         'transformer-kernel-regression=transformer.tools.kernel_regression:run',
         'transformer-compare-vision-language='
         'transformer.tools.compare_vision_language:run',
@@ -57,7 +58,11 @@ setuptools.setup(
                  'gcp-storage-emulator>=2024.8', 'playwright>=1.40',
                  'scikit-learn>=1.3'],
         'gpu': ['jax[cuda12]>=0.10.2'],
-        'tpu': ['jax[tpu]>=0.10.2'],
+        # The libtpu of the jax the tests ran (jax[tpu] pins it): TPU VMs
+        # train with it, and transformer-plan compiles for TPU topologies
+        # with it on any machine. Pinned, so that it never moves jax to a
+        # release the tests never saw.
+        'tpu': ['jax[tpu]==0.10.2'],
         # Verifying converted checkpoints against their reference
         # implementations (a CPU build of torch is enough), and a real
         # published checkpoint to convert (all-MiniLM-L6-v2, a BertModel

@@ -104,23 +104,31 @@ def test_a_model_that_cannot_fit_is_refused_naming_its_terms():
              for option in report.shrink(plan, config))
 
 
-def test_search_finds_a_candidate_that_fits():
-  """On a chip of 6 MiB, a small LM's data-parallel step (7 MiB a chip,
-  libtpu 0.0.42.1) does not fit and its fully sharded one (5 MiB) does."""
+def test_search_climbs_each_meshs_ladder_and_finds_what_fits():
+  """On a chip of 6 MiB, a small LM's data-parallel step (6.6 MiB a chip,
+  libtpu 0.0.42.1, whatever it recomputes) does not fit and its fully
+  sharded one (5.0 MiB) does."""
   config = _config('lm_offline:runlocal', {'data.vocab_size': 4096})
   small = topology.resolve('v5e:2x2')
   small = dataclasses.replace(small, chip=dataclasses.replace(
       small.chip, hbm_bytes=6 * 2**20))
-  tried = search.run(config, small, budget_seconds=600, max_candidates=2)
+  tried = search.run(config, small, budget_seconds=600, max_candidates=5)
   best = search.winner(tried)
   assert best is not None and best.plan.fits
-  assert best.overrides['mesh.fsdp'] == 4 and best.flags[0].startswith(
-      '--config.mesh.')
+  assert (best.overrides['mesh.fsdp'], best.overrides['model.remat']) == (
+      4, 'none')
+  assert best.flags[0].startswith('--config.mesh.')
+  # The data-parallel mesh climbed its ladder in order, fitting nowhere;
+  # 4 micro-batches would have changed the global batch of 8 rows.
   data_parallel = [t for t in tried if t.overrides['mesh.data'] == 4]
-  assert data_parallel and not data_parallel[0].plan.fits
-  assert data_parallel[0].plan.memory.peak > best.plan.memory.peak
-  # What was not compiled is listed with the reason.
-  assert all(t.skipped for t in tried if t.plan is None)
+  compiled = [{k: v for k, v in t.overrides.items()
+               if not k.startswith('mesh.')}
+              for t in data_parallel if t.plan is not None]
+  rungs = search.ladder(config)
+  assert sorted(compiled, key=rungs.index) == rungs[:len(compiled)]
+  assert len(compiled) == 4
+  assert not any(t.plan.fits for t in data_parallel if t.plan is not None)
+  assert any(t.skipped.startswith('batch of 16 rows') for t in data_parallel)
 
 
 def test_bad_topologies_and_meshes_are_refused_before_compiling():

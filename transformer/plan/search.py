@@ -1,18 +1,19 @@
 """`--search`: meshes, remat, micro-batches and Adam's first-moment dtype
-tried at the config's global batch, simplest first, each compiled while a
-time budget lasts; those that fit, sorted by their step-time bound.
+tried at the config's global batch, each compiled while a time budget
+lasts; those that fit, sorted by their step-time bound.
 
-Candidates are config overrides. Before compiling, each is built
-(`planner.prepare`: cheap, shapes only) and dropped, with the reason, when
-the arrays or the batch do not divide over its mesh, when it would change
-the global batch, or when its parameters and optimizer state alone exceed
-the chip's memory.
+Each mesh (`meshes`) climbs a ladder of memory savers (`ladder`), from
+none to all, and stops at the first rung that fits: the rungs above it
+only add recomputation, micro-batches or lost precision. Candidates are
+config overrides. Before compiling, each is built (`planner.prepare`:
+cheap, shapes only) and dropped, with the reason, when the arrays or the
+batch do not divide over its mesh, when it would change the global batch,
+or when its parameters and optimizer state alone exceed the chip's memory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import time
 from typing import Any, Callable
 
@@ -57,28 +58,31 @@ def meshes(chips: int, chips_per_host: int) -> list[dict[str, int]]:
   return unique
 
 
+def ladder(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
+  """Memory savers in the order a mesh tries them, each step slower than
+  the last: recompute dots, recompute all (where the model has remat),
+  then 2 and 4 micro-batches, then Adam's first moment in bfloat16."""
+  has_remat = 'remat' in config.model
+  adam32 = (config.optimizer.name == 'adam'
+            and config.optimizer.mu_dtype == 'float32')
+  steps = []
+  for remat in (['none', 'dots', 'full'] if has_remat else [None]):
+    steps.append({'model.remat': remat} if remat else {})
+  last = dict(steps[-1])
+  for micro in (2, 4):
+    steps.append({**last, 'train.microbatches': micro})
+  if adam32:
+    steps.append({**steps[-1], 'optimizer.mu_dtype': 'bfloat16'})
+  return [{'train.microbatches': 1, **step} for step in steps]
+
+
 def candidates(config: ml_collections.ConfigDict,
                topo: topology_lib.Topology) -> list[dict[str, Any]]:
-  """Every combination of `meshes`, remat (where the model has it),
-  micro-batches 1, 2, 4 and the first moment's dtype (where Adam's is
-  float32), ordered by how much each gives up: recomputation and
-  micro-batches cost time, a bfloat16 moment precision."""
-  remats = (['none', 'dots', 'full'] if 'remat' in config.model
-            else [None])
-  moments = (['float32', 'bfloat16'] if config.optimizer.name == 'adam'
-             and config.optimizer.mu_dtype == 'float32' else [None])
-  found = []
-  for (m, mesh), (r, remat), (k, micro), (u, moment) in itertools.product(
-      enumerate(meshes(topo.chips, topo.chips_per_host)), enumerate(remats),
-      enumerate((1, 2, 4)), enumerate(moments)):
-    overrides = {f'mesh.{axis}': size for axis, size in mesh.items()}
-    if remat is not None:
-      overrides['model.remat'] = remat
-    overrides['train.microbatches'] = micro
-    if moment is not None:
-      overrides['optimizer.mu_dtype'] = moment
-    found.append((r + k + u, m, overrides))
-  return [overrides for *_, overrides in sorted(found, key=lambda x: x[:2])]
+  """For each of `meshes`, the rungs of its `ladder`."""
+  return [{**{f'mesh.{axis}': size for axis, size in mesh.items()},
+           **rung}
+          for mesh in meshes(topo.chips, topo.chips_per_host)
+          for rung in ladder(config)]
 
 
 def run(config: ml_collections.ConfigDict,
@@ -86,40 +90,52 @@ def run(config: ml_collections.ConfigDict,
         budget_seconds: float, max_candidates: int = 12,
         progress: Callable[[Tried], None] = lambda tried: None
         ) -> list[Tried]:
-  """Compiles up to `max_candidates` candidates that pass the checks, in
-  `candidates` order, until `budget_seconds` are spent; returns every
-  candidate considered (those that fit first, by their bound)."""
+  """For each mesh, compiles the rungs of its ladder until one fits (the
+  fastest that fits on that mesh: later rungs only add recomputation,
+  micro-batches or precision loss), while `budget_seconds` and
+  `max_candidates` compiles last; returns every candidate considered,
+  those that fit first, by their bound."""
   topo = (topology if isinstance(topology, topology_lib.Topology)
           else topology_lib.resolve(topology))
   reference = planner.prepare(config, topo).rows
   capacity = topo.chip.hbm_bytes or float('inf')
   start, tried, compiled = time.perf_counter(), [], 0
-  for overrides in candidates(config, topo):
-    if compiled >= max_candidates:
-      break
-    candidate = configs.override(config, overrides)
-    try:
-      ready = planner.prepare(candidate, topo)
-    except ValueError as e:
-      tried.append(Tried(overrides, None, str(e).split('. ')[0]))
-      continue
-    if ready.rows != reference:
-      tried.append(Tried(overrides, None, f'batch of {ready.rows} rows, not '
-                         f'the config\'s {reference}'))
-      continue
-    if ready.state_bytes > capacity:
-      tried.append(Tried(overrides, None, 'parameters and optimizer state '
-                         'alone exceed the chip\'s memory'))
-      continue
-    if time.perf_counter() - start > budget_seconds:
-      tried.append(Tried(overrides, None, 'not compiled: the budget was '
-                         'spent'))
-      continue
-    result = Tried(overrides, planner.plan(ready, search=False))
-    compiled += 1
-    tried.append(result)
-    progress(result)
+  rungs = len(ladder(config))
+  options = candidates(config, topo)
+  for first in range(0, len(options), rungs):
+    for overrides in options[first:first + rungs]:
+      reason = _unusable(config, overrides, topo, reference, capacity)
+      if not reason and (compiled >= max_candidates or
+                         time.perf_counter() - start > budget_seconds):
+        reason = 'not compiled: the budget was spent'
+      if reason:
+        tried.append(Tried(overrides, None, reason))
+        if not reason.startswith('batch'):  # the mesh itself cannot serve
+          break
+        continue
+      result = Tried(overrides, planner.plan(
+          planner.prepare(configs.override(config, overrides), topo),
+          search=False))
+      compiled += 1
+      tried.append(result)
+      progress(result)
+      if result.plan.fits:
+        break  # the next rungs on this mesh are only slower
   return sorted(tried, key=_rank)
+
+
+def _unusable(config, overrides, topo, reference: int,
+              capacity: float) -> str:
+  """Why a candidate cannot be compiled at the config's batch, or ''."""
+  try:
+    ready = planner.prepare(configs.override(config, overrides), topo)
+  except ValueError as e:
+    return str(e).split('. ')[0]
+  if ready.rows != reference:
+    return f'batch of {ready.rows} rows, not the config\'s {reference}'
+  if ready.state_bytes > capacity:
+    return 'parameters and optimizer state alone exceed the chip\'s memory'
+  return ''
 
 
 def _rank(tried: Tried) -> tuple:
