@@ -56,6 +56,10 @@ _CANDIDATES = flags.DEFINE_integer('max_candidates', 12, 'Candidates '
                                    '--search compiles at most.')
 _JSON = flags.DEFINE_string('json_out', None, 'Write the plan (with '
                             '--search, the winner\'s) as JSON here.')
+_TABLE = flags.DEFINE_string(
+    'table', None, 'Search every row of transformer/plan/scaling.py on its '
+    'slices and write the table into its block of this page '
+    '(docs/scaling.md), row by row.')
 
 # The process exit status of a plan that does not fit.
 DOES_NOT_FIT = cli.RUN_FAILED
@@ -68,6 +72,9 @@ def _overrides(argv: list[str]) -> list[str]:
 
 def main(argv):
   cli.no_arguments([argv[0]])
+  if _TABLE.value:
+    _write_table(_TABLE.value)
+    return
   if _CONFIG.value is None or not _TOPOLOGY.value:
     raise app.UsageError('Give --config=experiments/NAME.py[:ARG] and '
                          f'--topology (e.g. {topology_lib.EXAMPLES}).')
@@ -103,6 +110,42 @@ def main(argv):
       json.dump(report.record(result, spec, flags_), f, indent=1)
   if not result.fits:
     sys.exit(DOES_NOT_FIT)
+
+
+def _write_table(path: str) -> None:
+  """Every row of the scaling table on each of its slices, the file
+  rewritten after each (a long run keeps what it found)."""
+  import datetime  # pylint: disable=g-import-not-at-top
+  import time  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  from importlib import metadata  # pylint: disable=g-import-not-at-top
+  from transformer import configs  # pylint: disable=g-import-not-at-top
+  from transformer import storage  # pylint: disable=g-import-not-at-top
+  from transformer.plan import scaling  # pylint: disable=g-import-not-at-top
+  command = ('python -m transformer.tools.plan --table=' + path +
+             f' --max_candidates={_CANDIDATES.value} --search_budget='
+             f'{_BUDGET.value:g}')
+  versions = (f'{datetime.date.today()}, jax {jax.__version__}, libtpu '
+              f'{metadata.version("libtpu")}, {os.cpu_count()} CPU cores')
+  results = []
+  for row in scaling.ROWS:
+    config = configs.override(configs.load_experiment(row.experiment),
+                              row.overrides)
+    for name, topology in row.topologies:
+      print(f'{row.label} on {name} ({topology})', flush=True)
+      start = time.perf_counter()
+      tried = search_lib.run(
+          config, topology, budget_seconds=_BUDGET.value,
+          max_candidates=_CANDIDATES.value,
+          progress=lambda t: print(_candidate_line(t), flush=True))
+      results.append(scaling.Result(
+          row, name, topology, search_lib.winner(tried),
+          sum(t.plan is not None for t in tried),
+          time.perf_counter() - start))
+      page = storage.read_text(path) if storage.exists(path) else ''
+      storage.write_atomically(path, scaling.in_page(
+          page, scaling.markdown(results, command, versions)))
+  print(f'Written: {path}')
 
 
 def _apply(config, overrides):

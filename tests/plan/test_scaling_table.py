@@ -1,0 +1,52 @@
+"""The scaling table's rows and how docs/scaling.md carries them: the
+block the command rewrites, and a published measurement checked against
+the bound beside it."""
+
+import types
+
+from conftest import load_experiment
+from transformer import configs
+from transformer.plan import roofline
+from transformer.plan import scaling
+from transformer.plan import topology
+
+
+def test_every_row_is_an_experiment_with_fields_that_exist():
+  for row in scaling.ROWS:
+    name, _, arg = row.experiment.removeprefix('experiments/').partition(':')
+    config = configs.override(load_experiment(name.removesuffix('.py'), arg),
+                              row.overrides)  # an unknown field raises
+    for _, name in row.topologies:
+      topology.parse(name)
+    assert set(row.published) <= {name for _, name in row.topologies}
+
+
+def _result(row, name, units_per_second):
+  plan = types.SimpleNamespace(
+      memory=types.SimpleNamespace(peak=2 * 2**30, capacity=16 * 2**30),
+      roofline=roofline.Roofline(compute=0.5, memory=0.1, interconnect=0.2),
+      mfu_ceiling=0.8, units_per_second_per_chip=units_per_second,
+      unit='tokens')
+  winner = types.SimpleNamespace(plan=plan,
+                                 flags=['--config.mesh.fsdp=256'])
+  return scaling.Result(row, 'v6e-256', name, winner, 3, 600.0)
+
+
+def test_a_published_figure_above_the_bound_is_flagged():
+  row = next(r for r in scaling.ROWS if r.published)
+  name, published = next(iter(row.published.items()))
+  rate = published.tokens_per_second_per_chip
+  above = scaling.markdown([_result(row, name, rate * 2)], 'cmd', 'today')
+  below = scaling.markdown([_result(row, name, rate / 2)], 'cmd', 'today')
+  assert 'bound above it' in above and 'wrong' not in above
+  assert 'the bound is wrong' in below
+  assert '`mesh.fsdp=256`' in above and '500 (compute)' in above
+
+
+def test_the_table_replaces_its_block_and_keeps_the_page():
+  page = '# Scaling\n\nProse.\n'
+  first = scaling.in_page(page, 'table one')
+  assert first.startswith(page.rstrip()) and 'table one' in first
+  second = scaling.in_page(first + '\nAfter.\n', 'table two')
+  assert 'table one' not in second and 'table two' in second
+  assert second.count(scaling.BEGIN) == 1 and second.endswith('After.\n')
