@@ -133,7 +133,7 @@ def _compile(lowered) -> tuple[Any, str, float | None]:
     return lowered.compile(), '', None
   except Exception as e:  # pylint: disable=broad-except
     text = str(e)
-    if 'RESOURCE_EXHAUSTED' not in text and 'memory' not in text.lower():
+    if 'RESOURCE_EXHAUSTED' not in text and 'Ran out of memory' not in text:
       raise
     used = _OUT_OF_MEMORY.search(text)
     needed = (float(used.group(1)) * _UNITS[used.group(2)] if used

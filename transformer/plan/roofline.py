@@ -27,6 +27,12 @@ class Roofline:
     return max(self.compute, self.memory, self.interconnect)
 
   @property
+  def serial(self) -> float:
+    """The terms one after the other, as if nothing overlapped: what tells
+    apart plans whose bound is the same compute term."""
+    return self.compute + self.memory + self.interconnect
+
+  @property
   def limit(self) -> str:
     """The term that sets the bound."""
     terms = {'compute': self.compute, 'memory': self.memory,

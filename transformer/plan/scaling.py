@@ -15,8 +15,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-# Large decoders at bfloat16 with their layers scanned (one block
-# compiled), as MaxText runs them.
+# Large models at bfloat16 with their layers scanned, as MaxText runs them:
+# XLA's TPU compiler then compiles one block, not every layer (Transformer
+# big unscanned at float32 took 449 s for v4-8 on 2 cores).
 _DECODER = {'model.dtype': 'bfloat16', 'model.scan_layers': True}
 _VIT = {'model.dtype': 'bfloat16', 'model.scan_layers': True,
         'data.batch_size': 4096, 'data.eval_batch_size': 4096}
@@ -43,7 +44,8 @@ _MAXTEXT_TIERS = ('MaxText, docs/reference/models/tiering.md: Llama 3.1 8B, '
 
 ROWS = (
     Row('Transformer big, WMT14 en-de, 25k tokens a side',
-        'experiments/wmt14.py:ende_big', {},
+        'experiments/wmt14.py:ende_big',
+        {'model.dtype': 'bfloat16', 'model.scan_layers': True},
         (('v4-8', 'v4:2x2x1'), ('v5e-16', 'v5e:4x4'))),
     Row('GPT-2 XL (1.56B), 1,024 tokens, 512 rows',
         'experiments/lm1b.py',
@@ -75,6 +77,7 @@ class Result:
   name: str  # Cloud's: 'v5e-64'
   topology: str
   winner: Any  # search.Tried | None
+  flags: tuple[str, ...]  # the winner's flags that change the config
   compiled: int  # candidates compiled
   seconds: float  # the search's wall time
 
@@ -85,7 +88,7 @@ def _cell(result: Result) -> list[str]:
     return ['no candidate fits', '', '', '', '', '']
   plan = winner.plan
   flags = ' '.join(f'`{flag.removeprefix("--config.")}`'
-                   for flag in winner.flags)
+                   for flag in result.flags) or 'as configured'
   memory = (f'{plan.memory.peak / 2**30:,.1f} / '
             f'{plan.memory.capacity / 2**30:,.0f}')
   rate = plan.units_per_second_per_chip
@@ -98,7 +101,8 @@ def _cell(result: Result) -> list[str]:
     beside = (f'{published.tokens_per_second_per_chip:,.0f}{mfu} '
               f'(bound {check}; {published.source})')
   return [flags, memory, f'{plan.roofline.bound * 1e3:,.0f} '
-          f'({plan.roofline.limit})', f'{plan.mfu_ceiling:.1%}',
+          f'({plan.roofline.limit}; {plan.roofline.serial * 1e3:,.0f} if '
+          f'nothing overlapped)', f'{plan.mfu_ceiling:.1%}',
           f'{rate:,.0f} {plan.unit}', beside]
 
 
@@ -128,10 +132,13 @@ def markdown(results: list[Result], command: str, versions: str) -> str:
       f'per mesh, remat, micro-batches and a bfloat16 first moment until '
       f'it fits), and its winner compiled by XLA\'s TPU compiler (libtpu) '
       f'for that slice\'s chips.', '',
-      'Columns: the winning flags; peak memory per chip against the '
-      'chip\'s HBM (GiB); the lower bound on the step\'s time from the '
-      'chip\'s datasheet (its compute, memory or interconnect term, '
-      'whichever is largest: `transformer/plan/roofline.py`); the MFU and '
+      'Columns: the winning flags (those that change the experiment\'s '
+      'config); peak memory per chip against the chip\'s HBM (GiB); the '
+      'lower bound on the step\'s time from the chip\'s datasheet (its '
+      'compute, memory or interconnect term, whichever is largest: '
+      '`transformer/plan/roofline.py`) and the three terms\' sum, as if '
+      'nothing overlapped, which breaks ties between candidates; the MFU '
+      'and '
       'throughput per chip that bound allows, which no run can exceed; a '
       'published measurement of the same model on the same chip where '
       'one exists, which must lie below the bound. Cloud names v4 and '

@@ -143,7 +143,20 @@ def _rank(tried: Tried) -> tuple:
     return (2, 0.0)
   if not tried.plan.fits:
     return (1, tried.plan.memory.peak)
-  return (0, tried.plan.roofline.bound)
+  return (0, tried.plan.roofline.bound, tried.plan.roofline.serial)
+
+
+def changed(config: ml_collections.ConfigDict,
+            overrides: dict[str, Any]) -> list[str]:
+  """The flags of `overrides` that change `config`: what to paste."""
+  flags = []
+  for field, value in overrides.items():
+    node = config
+    for part in field.split('.'):
+      node = node.get(part) if hasattr(node, 'get') else None
+    if node != value:
+      flags.append(f'--config.{field}={value}')
+  return flags
 
 
 def winner(tried: list[Tried]) -> Tried | None:

@@ -30,9 +30,13 @@ GPU_PLUGIN = ('pip install --no-deps jax-cuda12-plugin==0.10.2 '
               'jax-cuda12-pjrt==0.10.2')
 # What libtpu reads when it starts; on a machine without a TPU, unset, it
 # logs a dozen lines of warnings on stderr. The compile-only topology
-# ignores them. A real TPU VM sets its own, which are kept.
+# ignores them. A real TPU VM sets its own, which are kept. Without the
+# last, libtpu takes a lock file that one process at a time may hold:
+# plans compile for no device, so several may run at once (tests in
+# parallel, a plan beside a search).
 _LIBTPU_QUIET = {'TPU_SKIP_MDS_QUERY': '1', 'TPU_WORKER_HOSTNAMES': 'localhost',
-                 'TPU_ACCELERATOR_TYPE': 'v5litepod-4'}
+                 'TPU_ACCELERATOR_TYPE': 'v5litepod-4',
+                 'ALLOW_MULTIPLE_LIBTPU_LOAD': '1'}
 # v4 and v5p chips have two TensorCores that XLA drives as one device.
 _MEGACORE = ('v4', 'v5p')
 EXAMPLES = 'v5e:16x16, v4:2x2x4, v5p:4x4x4, v6e:8x8, h100:8, h200:8x2'

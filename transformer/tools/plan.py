@@ -71,7 +71,7 @@ def _overrides(argv: list[str]) -> list[str]:
 
 
 def main(argv):
-  cli.no_arguments([argv[0]])
+  cli.no_arguments(argv)
   if _TABLE.value:
     _write_table(_TABLE.value)
     return
@@ -97,7 +97,7 @@ def main(argv):
     if best is None:
       print('\nNo candidate fits.')
       sys.exit(DOES_NOT_FIT)
-    flags_ = given + best.flags
+    flags_ = given + search_lib.changed(config, best.overrides)
     print(f'\nWinner: {" ".join(flags_)}')
     result = best.plan
     config = _apply(config, best.overrides)
@@ -138,8 +138,10 @@ def _write_table(path: str) -> None:
           config, topology, budget_seconds=_BUDGET.value,
           max_candidates=_CANDIDATES.value,
           progress=lambda t: print(_candidate_line(t), flush=True))
+      best = search_lib.winner(tried)
       results.append(scaling.Result(
-          row, name, topology, search_lib.winner(tried),
+          row, name, topology, best,
+          tuple(search_lib.changed(config, best.overrides)) if best else (),
           sum(t.plan is not None for t in tried),
           time.perf_counter() - start))
       page = storage.read_text(path) if storage.exists(path) else ''
