@@ -91,3 +91,42 @@ def test_collectives_count_loops_and_the_bytes_a_chip_sends(trips):
   # sends 2 (n - 1) / n of the array.
   assert found.link_bytes['all-gather'] == 12 * 3 * shard
   assert found.link_bytes['all-reduce'] == pytest.approx(2 * 2000 * 7 / 8)
+
+
+def test_every_operand_counts_a_called_computation_per_call_and_unknown_loops():
+  # Six operands (XLA prints /*index=5*/ before the sixth), in a
+  # computation called twice; and a loop whose condition names no bound.
+  text = """HloModule m
+
+%reduce (a: f32[10], b: f32[10], c: f32[10], d: f32[10], e: f32[10], f: f32[10]) -> f32[10] {
+  %a = f32[10]{0} parameter(0)
+  %b = f32[10]{0} parameter(1)
+  %c = f32[10]{0} parameter(2)
+  %d = f32[10]{0} parameter(3)
+  %e = f32[10]{0} parameter(4)
+  %f = f32[10]{0} parameter(5)
+  ROOT %r = (f32[10], f32[10], f32[10], f32[10], f32[10], /*index=5*/f32[10]) all-reduce(%a, %b, %c, %d, %e, /*index=5*/%f), replica_groups={{0,1}}, to_apply=%add
+}
+
+%cond (p: s32[]) -> pred[] {
+  %p = s32[] parameter(0)
+  %q = s32[] parameter(1)
+  ROOT %lt = pred[] compare(%p, %q), direction=LT
+}
+
+%body (x: f32[10]) -> f32[10] {
+  %x = f32[10]{0} parameter(0)
+  ROOT %g = f32[20]{0} all-gather(%x), replica_groups={{0,1}}, dimensions={0}
+}
+
+ENTRY %main (v: f32[10]) -> f32[10] {
+  %v = f32[10]{0} parameter(0)
+  %one = (f32[10]) call(%v, %v, %v, %v, %v, %v), to_apply=%reduce
+  %two = (f32[10]) call(%v, %v, %v, %v, %v, %v), to_apply=%reduce
+  ROOT %w = f32[10]{0} while(%v), condition=%cond, body=%body
+}
+"""
+  found = hlo.collectives(text, devices=2)
+  assert found.count == {'all-reduce': 2, 'all-gather': 1}
+  assert found.operand_bytes['all-reduce'] == 2 * 6 * 40
+  assert found.unknown_loops == 1

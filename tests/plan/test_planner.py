@@ -105,28 +105,32 @@ def test_a_model_that_cannot_fit_is_refused_naming_its_terms():
 
 
 def test_search_climbs_each_meshs_ladder_and_finds_what_fits():
-  """On a chip of 6 MiB, a small LM's data-parallel step (6.6 MiB a chip,
-  libtpu 0.0.42.1, whatever it recomputes) does not fit and its fully
+  """On a chip of 6 MiB, a small LM's data-parallel step (6.3 to 10 MiB a
+  chip, libtpu 0.0.42.1, whatever it saves) does not fit and its fully
   sharded one (5.0 MiB) does."""
   config = _config('lm_offline:runlocal', {'data.vocab_size': 4096})
   small = topology.resolve('v5e:2x2')
   small = dataclasses.replace(small, chip=dataclasses.replace(
       small.chip, hbm_bytes=6 * 2**20))
-  tried = search.run(config, small, budget_seconds=600, max_candidates=5)
+  tried = search.run(config, small, budget_seconds=600, max_candidates=6)
   best = search.winner(tried)
   assert best is not None and best.plan.fits
   assert (best.overrides['mesh.fsdp'], best.overrides['model.remat']) == (
       4, 'none')
   assert best.flags[0].startswith('--config.mesh.')
-  # The data-parallel mesh climbed its ladder in order, fitting nowhere;
-  # 4 micro-batches would have changed the global batch of 8 rows.
+  # The data-parallel mesh climbed its ladder in order, fitting nowhere
+  # (a bfloat16 first moment: 6.3 MiB); 4 micro-batches would have
+  # changed the global batch of 8 rows.
   data_parallel = [t for t in tried if t.overrides['mesh.data'] == 4]
   compiled = [{k: v for k, v in t.overrides.items()
                if not k.startswith('mesh.')}
               for t in data_parallel if t.plan is not None]
-  rungs = search.ladder(config)
+  skipped = [{k: v for k, v in t.overrides.items()
+              if not k.startswith('mesh.')}
+             for t in data_parallel if t.plan is None]
+  rungs = [r for r in search.ladder(config) if r not in skipped]
   assert sorted(compiled, key=rungs.index) == rungs[:len(compiled)]
-  assert len(compiled) == 4
+  assert len(compiled) == 5
   assert not any(t.plan.fits for t in data_parallel if t.plan is not None)
   assert any(t.skipped.startswith('batch of 16 rows') for t in data_parallel)
 

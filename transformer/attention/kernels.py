@@ -138,10 +138,20 @@ def _zero_fully_masked_rows(out: Array, mask: Array | None,
   return jnp.where(jnp.swapaxes(attends, -1, -2)[..., None], out, 0)
 
 
+def target_platform() -> str:
+  """The platform the program being traced will run on: the active mesh's
+  (a plan traces on a CPU for a TPU or GPU topology's devices), else JAX's
+  default backend. 'gpu' for NVIDIA's."""
+  mesh = jax.sharding.get_abstract_mesh()
+  platform = None if mesh.empty else getattr(mesh, 'platform', None)
+  platform = platform or jax.default_backend()
+  return 'gpu' if platform in ('cuda', 'rocm') else platform
+
+
 def _cudnn_may_run(query: Array, key: Array, value: Array) -> bool:
   """The documented cuDNN flash-attention constraints, checked up front."""
   head_dim = query.shape[-1]
-  return (jax.default_backend() == 'gpu'
+  return (target_platform() == 'gpu'
           and query.dtype in (jnp.bfloat16, jnp.float16)
           and key.dtype == value.dtype == query.dtype
           and value.shape[-1] == head_dim
@@ -178,10 +188,10 @@ def _fused_attention(query, key, value, mask, key_lengths, causal, scale,
                            flat(key), flat(value), mask=mask, scale=scale,
                            is_causal=causal,
                            key_value_seq_lengths=key_lengths)
-  if implementation == 'cudnn' and jax.default_backend() != 'gpu':
+  if implementation == 'cudnn' and target_platform() != 'gpu':
     raise ValueError(
-        f"implementation='cudnn' needs a GPU, but JAX runs on "
-        f"{jax.default_backend()!r}; use 'auto' to take cuDNN where it can "
+        f"implementation='cudnn' needs a GPU, but the program runs on "
+        f"{target_platform()!r}; use 'auto' to take cuDNN where it can "
         f"run and XLA elsewhere.")
   if implementation == 'auto':
     implementation = 'xla'
@@ -249,7 +259,7 @@ def dot_product_attention(
   # On a CPU jax's XLA kernel costs more than the einsum path (its grouped
   # layout adds a transpose and a select per layer and pass): 'xla' and
   # 'auto' take the einsum path there (docs/benchmarks.md).
-  on_cpu = implementation != 'cudnn' and jax.default_backend() == 'cpu'
+  on_cpu = implementation != 'cudnn' and target_platform() == 'cpu'
   if (implementation == 'einsum' or return_weights or dropout or on_cpu
       or value.shape[-1] != h):
     if causal and t == s and t % 2 == 0 and not return_weights:

@@ -3,8 +3,8 @@
 XLA's own count (`Compiled.cost_analysis`) visits a loop's body once, so
 for a model whose layers are scanned it counts one layer. The jaxpr knows
 every scan's length: each `dot_general` and convolution counts 2 x
-multiply-adds, a scan's body `length` times, the larger branch of a
-`cond`, and every nested call (jit, remat, custom derivatives) in full. The
+multiply-adds, a scan's body `length` times, the cheaper branch of a
+`cond` (the count bounds the step's time from below), and every nested call (jit, remat, custom derivatives) in full. The
 optimizer's and the softmax's elementwise work is left out, as in every MFU
 figure, and masked attention counts in full, as the kernels compute it.
 """
@@ -55,8 +55,8 @@ def jaxpr_flops(jaxpr: core.Jaxpr) -> float:
       total += _dot_flops(eqn)
     elif name == 'conv_general_dilated':
       total += _conv_flops(eqn)
-    elif name == 'cond':
-      total += max(jaxpr_flops(branch.jaxpr)
+    elif name == 'cond':  # the cheaper branch: the count is a lower bound
+      total += min(jaxpr_flops(branch.jaxpr)
                    for branch in eqn.params['branches'])
     elif name == 'scan':
       total += eqn.params['length'] * jaxpr_flops(eqn.params['jaxpr'].jaxpr)

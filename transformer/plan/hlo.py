@@ -3,7 +3,8 @@
 Each collective's bytes are its operands' (the shapes are a device's
 shards), times the times it runs: once in the entry computation, a loop's
 trip count inside a loop's body (XLA's `known_trip_count` where it prints
-one, else the bound in the loop's condition, as scanned layers compile). From the bytes, what one chip sends over
+one, else the one bound the loop's condition compares with, as scanned
+layers compile; a loop where neither says is counted once, and said so). From the bytes, what one chip sends over
 its links, for the ring algorithms XLA uses: an all-gather or
 reduce-scatter over n chips moves (n - 1) / n of the gathered array, an
 all-reduce twice that, an all-to-all (n - 1) / n of its operand, a
@@ -62,6 +63,7 @@ class Collectives:
   count: dict[str, int]
   operand_bytes: dict[str, float]
   link_bytes: dict[str, float]
+  unknown_loops: int = 0  # loops whose trip count no line says: once
 
   @property
   def total_link_bytes(self) -> float:
@@ -83,49 +85,72 @@ def _computations(text: str) -> dict[str, list[str]]:
   return computations
 
 
-def _trip_count(condition: list[str]) -> int:
-  """A loop's trip count from its condition: the bound its counter is
-  compared with (scans count 0, 1, ... below it); 1 where none is read."""
-  bounds = [int(n) for line in condition
-            for n in re.findall(r'constant\((\d+)\)', line)]
-  return max(bounds) if bounds else 1
+def _trip_count(line: str, condition: list[str]) -> int | None:
+  """A loop's trip count: XLA's `known_trip_count` where it prints one,
+  else the one bound its condition compares its counter with (scans count
+  0, 1, ... below it); None where neither says."""
+  known = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
+  if known:
+    return int(known.group(1))
+  bounds = {int(n) for text in condition
+            for n in re.findall(r'constant\((\d+)\)', text)}
+  return bounds.pop() if len(bounds) == 1 else None
+
+
+def _calls(line: str, computations: dict[str, list[str]]
+           ) -> list[tuple[str, int | None]]:
+  """(callee, times or None for an unknown loop) of one instruction."""
+  body = re.search(r'body=%?([\w.\-]+)', line)
+  condition = re.search(r'condition=%?([\w.\-]+)', line)
+  if body and condition:
+    return [(body.group(1), _trip_count(
+        line, computations.get(condition.group(1), [])))]
+  names = re.findall(r'(?:to_apply|calls|true_computation|'
+                     r'false_computation)=%?([\w.\-]+)', line)
+  for group in re.findall(r'(?:branch_computations|called_computations)='
+                          r'\{([^}]*)\}', line):
+    names += re.findall(r'%?([\w.\-]+)', group)
+  return [(name, 1) for name in names if name in computations]
 
 
 def _multiplicities(computations: dict[str, list[str]]
-                    ) -> dict[str, float]:
-  """How many times each computation runs per execution of the entry."""
-  runs = collections.defaultdict(float)
-  runs['ENTRY'] = 1.0
-  pending = ['ENTRY']
-  while pending:
+                    ) -> tuple[dict[str, float], int]:
+  """How many times each computation runs per execution of the entry, and
+  how many loops had no readable trip count (counted once)."""
+  edges = collections.defaultdict(list)
+  callers = collections.Counter()
+  unknown, seen, pending = 0, {'ENTRY'}, ['ENTRY']
+  while pending:  # the computations reachable from the entry
     name = pending.pop()
     for line in computations.get(name, ()):
-      body = re.search(r'body=%?([\w.\-]+)', line)
-      condition = re.search(r'condition=%?([\w.\-]+)', line)
-      if body and condition:
-        known = re.search(r'"known_trip_count":\{"n":"(\d+)"', line)
-        trips = (int(known.group(1)) if known else
-                 _trip_count(computations.get(condition.group(1), [])))
-        callees = [(body.group(1), trips)]
-      else:
-        callees = [(callee, 1) for callee in re.findall(
-            r'(?:to_apply|calls|branch_computations=\{[^}]*)=?%?([\w.\-]+)',
-            line) if callee in computations]
-        callees += [(c, 1) for c in re.findall(
-            r'%([\w.\-]+)', ''.join(re.findall(
-                r'branch_computations=\{([^}]*)\}', line)))]
-      for callee, times in callees:
-        if callee in computations and callee != name:
-          runs[callee] += runs[name] * times
+      for callee, times in _calls(line, computations):
+        if callee == name:
+          continue
+        unknown += times is None
+        edges[name].append((callee, 1 if times is None else times))
+        callers[callee] += 1
+        if callee not in seen:
+          seen.add(callee)
           pending.append(callee)
-  return runs
+  # Callers before callees (the call graph has no cycles): each
+  # computation's count is final before it passes it on.
+  runs = collections.defaultdict(float, {'ENTRY': 1.0})
+  ready = ['ENTRY']
+  while ready:
+    name = ready.pop()
+    for callee, times in edges[name]:
+      runs[callee] += runs[name] * times
+      callers[callee] -= 1
+      if not callers[callee]:
+        ready.append(callee)
+  return runs, unknown
 
 
 def collectives(text: str, devices: int) -> Collectives:
   """The collectives of a compiled program's HLO text (`as_text()`), per
   chip, `devices` being how many the program spans."""
   computations = _computations(text)
-  runs = _multiplicities(computations)
+  runs, unknown = _multiplicities(computations)
   count = collections.Counter()
   operands = collections.defaultdict(float)
   sent = collections.defaultdict(float)
@@ -142,8 +167,9 @@ def collectives(text: str, devices: int) -> Collectives:
       kind = opcode.removesuffix('-start')
       if kind not in KINDS:
         continue
-      size = sum(shapes.get(arg.strip().lstrip('%'), 0.0)
-                 for arg in args.split(','))
+      # Long operand lists carry /*index=5*/ comments: take the names.
+      size = sum(shapes.get(arg, 0.0)
+                 for arg in re.findall(r'%([\w.\-]+)', args))
       n = _group_size(attributes, devices)
       if kind == 'all-gather':  # what a chip ends with: n x its operand
         size_moved = size * (n - 1)
@@ -157,4 +183,4 @@ def collectives(text: str, devices: int) -> Collectives:
       count[kind] += times
       operands[kind] += size * times
       sent[kind] += size_moved * times
-  return Collectives(dict(count), dict(operands), dict(sent))
+  return Collectives(dict(count), dict(operands), dict(sent), unknown)

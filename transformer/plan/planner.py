@@ -74,6 +74,9 @@ class Plan:
   roofline: roofline_lib.Roofline
   unit: str  # what units_per_step counts: 'tokens', 'images', ...
   units_per_step: float  # all chips together
+  compute_flops: float  # the compute term's: the executed or XLA's count
+  memory_traffic: float  # the memory term's bytes (`roofline`)
+  rounded: str  # how the batch was rounded to the shards, or ''
   lower_seconds: float
   compile_seconds: float
   search: Search | None
@@ -111,6 +114,26 @@ def _sharded(shapes: dict[str, jax.ShapeDtypeStruct], mesh) -> dict:
           for key, spec in shapes.items()}
 
 
+def _units(task, batch: dict[str, jax.ShapeDtypeStruct],
+           config: ml_collections.ConfigDict) -> tuple[float, str]:
+  """What a step processes in the task's unit (token slots of its
+  targets or inputs, else rows: images, pairs, ...), and how the batch
+  was rounded up where the shards outnumbered the rows the config asks
+  for."""
+  rows = next(iter(batch.values())).shape[0]
+  tokens = batch.get('targets', batch.get('inputs'))
+  if task.unit != 'tokens' or tokens is None or len(tokens.shape) != 2:
+    return float(rows), ''
+  slots = rows * tokens.shape[1]
+  asked = config.data.get('tokens_per_batch')
+  rounded = ''
+  if asked and slots > asked:
+    rounded = (f'tokens_per_batch={asked:,} rounded up to {rows:,} rows of '
+               f'{tokens.shape[1]:,} ({slots:,} token slots): every '
+               f'data-parallel shard and micro-batch takes whole rows')
+  return float(slots), rounded
+
+
 def _check_rows(shapes: dict[str, jax.ShapeDtypeStruct], divisor: int,
                 mesh) -> None:
   rows = next(iter(shapes.values())).shape[0]
@@ -121,26 +144,39 @@ def _check_rows(shapes: dict[str, jax.ShapeDtypeStruct], divisor: int,
         f'{dict(mesh.shape)}): change the batch size or config.mesh.')
 
 
-# XLA's TPU compiler refuses a program that cannot fit, e.g. "Ran out of
-# memory in memory space hbm. Used 20.51G of 15.75G hbm."
-_OUT_OF_MEMORY = re.compile(r'Used ([\d.]+)([KMGT]) of ([\d.]+)([KMGT]) hbm')
+# XLA's TPU compiler refuses a program that cannot fit: "Ran out of memory
+# in memory space hbm. Used 20.51G of 15.75G hbm." (all it needs), or
+# "...required for HLO temporaries (95.29G) exceeds available HBM" (what
+# comes on top of the arguments).
+_USED = re.compile(r'Used ([\d.]+)([KMGT]) of [\d.]+[KMGT] hbm')
+_TEMPORARIES = re.compile(r'HLO temporaries \(([\d.]+)([KMGT])\)')
 _UNITS = {'K': 2**10, 'M': 2**20, 'G': 2**30, 'T': 2**40}
 
 
-def _compile(lowered) -> tuple[Any, str, float | None]:
-  """(compiled or None, the refusal, the bytes it said it needed)."""
+def _compile(lowered) -> tuple[Any, str, tuple[str, float] | None]:
+  """(compiled or None, the refusal, what it said it needed: ('total' or
+  'temporaries', bytes)). A compile-only program cannot be read back
+  from JAX's persistent compilation cache: it stays out of it."""
+  cached = jax.config.jax_enable_compilation_cache
+  jax.config.update('jax_enable_compilation_cache', False)
   try:
     return lowered.compile(), '', None
   except Exception as e:  # pylint: disable=broad-except
     text = str(e)
     if 'RESOURCE_EXHAUSTED' not in text and 'Ran out of memory' not in text:
       raise
-    used = _OUT_OF_MEMORY.search(text)
-    needed = (float(used.group(1)) * _UNITS[used.group(2)] if used
-              else None)
+    used, temporaries = _USED.search(text), _TEMPORARIES.search(text)
+    needed = None
+    if used:
+      needed = ('total', float(used.group(1)) * _UNITS[used.group(2)])
+    elif temporaries:
+      needed = ('temporaries',
+                float(temporaries.group(1)) * _UNITS[temporaries.group(2)])
     first = next((line for line in text.splitlines() if 'memory' in line),
                  text.splitlines()[0])
     return None, first.strip()[:300], needed
+  finally:
+    jax.config.update('jax_enable_compilation_cache', cached)
 
 
 def _memory(compiled, abstract, batch, capacity, needed) -> Memory:
@@ -149,9 +185,10 @@ def _memory(compiled, abstract, batch, capacity, needed) -> Memory:
   batch_bytes = per_chip_bytes(batch)
   if compiled is None:  # refused: what the compiler said it needed
     held = parameters + optimizer + batch_bytes
-    peak = needed or held
-    return Memory(parameters, optimizer, batch_bytes, max(peak - held, 0.0),
-                  held, 0.0, 0.0, peak, capacity)
+    kind, value = needed or ('total', held)
+    temporaries = value if kind == 'temporaries' else max(value - held, 0.0)
+    return Memory(parameters, optimizer, batch_bytes, temporaries, held, 0.0,
+                  0.0, held + temporaries, capacity)
   stats = compiled.memory_analysis()
   arguments, outputs = stats.argument_size_in_bytes, stats.output_size_in_bytes
   aliased, temporaries = stats.alias_size_in_bytes, stats.temp_size_in_bytes
@@ -177,6 +214,12 @@ def _xla_costs(compiled) -> tuple[float | None, float | None]:
   return costs.get('flops'), costs.get('bytes accessed')
 
 
+def search_of(ready: Prepared) -> Search | None:
+  """The decoding search of a prepared plan compiled alone (for a
+  `--search` winner, whose step is compiled already)."""
+  return _search(ready.task, ready.steps.abstract, ready.mesh, ready.rules)
+
+
 def _search(task, abstract, mesh, rules) -> Search | None:
   program = task.search_program()
   if program is None:
@@ -195,7 +238,7 @@ def _search(task, abstract, mesh, rules) -> Search | None:
   seconds = time.perf_counter() - start
   rows = next(spec.shape[0] for spec in arrays.values() if spec.shape)
   if compiled is None:
-    return Search(rows, needed or math.inf, seconds)
+    return Search(rows, needed[1] if needed else math.inf, seconds)
   return Search(rows, _peak(compiled.memory_analysis()), seconds)
 
 
@@ -267,24 +310,23 @@ def plan(config: ml_collections.ConfigDict | Prepared,
   compile_seconds = time.perf_counter() - start - lower_seconds
 
   chips = topo.chips
-  memory = _memory(compiled, steps.abstract, batch, topo.chip.hbm_bytes,
-                   needed)
+  memory = _memory(compiled, steps.abstract, batch, topo.memory, needed)
   executed = flops_lib.traced_flops(traced) / chips
   xla_flops, xla_bytes = _xla_costs(compiled)
   text = compiled.as_text() if compiled is not None else ''
   collectives = hlo.collectives(text, chips)
   traffic = memory.arguments + memory.outputs + 2 * memory.temporaries
-  bound = roofline_lib.bound(
-      topo.chip, flops=max(executed, xla_flops or 0.0), memory_bytes=traffic,
-      link_bytes=collectives.total_link_bytes)
-  rows, *rest = next(iter(batch.values())).shape
-  units = rows * (rest[0] if task.unit == 'tokens' and rest else 1)
+  compute = max(executed, xla_flops or 0.0)
+  bound = roofline_lib.bound(topo.chip, flops=compute, memory_bytes=traffic,
+                             link_bytes=collectives.total_link_bytes)
+  units, rounded = _units(task, batch, ready.config)
   return Plan(
       topology=topo, mesh=dict(mesh.shape), memory=memory,
       model_flops=3 * flops_lib.traced_flops(forward) / chips,
       executed_flops=executed, xla_flops=xla_flops, xla_bytes=xla_bytes,
       loops=' while(' in text, collectives=collectives, roofline=bound,
-      unit=task.unit, units_per_step=units, lower_seconds=lower_seconds,
+      unit=task.unit, units_per_step=units, compute_flops=compute,
+      memory_traffic=traffic, rounded=rounded, lower_seconds=lower_seconds,
       compile_seconds=compile_seconds,
       search=(_search(task, steps.abstract, mesh, rules)
               if search and compiled is not None else None),

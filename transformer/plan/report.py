@@ -94,6 +94,7 @@ def text(plan: planner.Plan, experiment: str, config,
            f'{plan.unit} a step'
            + (' (token slots, padding included)' if plan.unit == 'tokens'
               else ''),
+           *([f'  {plan.rounded}'] if plan.rounded else []),
            f'  lowered in {plan.lower_seconds:.1f} s, compiled in '
            f'{plan.compile_seconds:.1f} s',
            '', 'Memory per chip',
@@ -103,8 +104,8 @@ def text(plan: planner.Plan, experiment: str, config,
            f'  temporaries       {size(memory.temporaries):>14}'
            '  (activations kept for the backward pass, workspace)',
            f'  peak              {size(memory.peak):>14}'
-           + (f'  of {size(memory.capacity)} HBM' if memory.capacity
-              else ''),
+           + (f'  of {size(memory.capacity)} {_capacity(plan)}'
+              if memory.capacity else ''),
            f'  (XLA\'s arguments {size(memory.arguments)}, outputs '
            f'{size(memory.outputs)}, {size(memory.aliased)} of them over '
            f'their donated arguments)',
@@ -126,13 +127,15 @@ def text(plan: planner.Plan, experiment: str, config,
             '           sent']
   if not plan.collectives.count:
     lines.append('  none')
+  if plan.collectives.unknown_loops:
+    lines.append(f'  ({plan.collectives.unknown_loops} loops of unknown trip '
+                 f'count counted once: the bytes are a lower bound)')
   for kind in sorted(plan.collectives.count):
     lines.append(f'  {kind:<22}{plan.collectives.count[kind]:>10,.0f}'
                  f'{size(plan.collectives.operand_bytes[kind]):>15}'
                  f'{size(plan.collectives.link_bytes[kind]):>15}')
   bound = plan.roofline
-  traffic = memory.arguments + memory.outputs + 2 * memory.temporaries
-  flops = max(plan.executed_flops, plan.xla_flops or 0.0)
+  traffic, flops = plan.memory_traffic, plan.compute_flops
   link = (f'{chip.interconnect_bandwidth / 1e9:,.0f} GB/s'
           if chip.interconnect_bandwidth else 'n/a')
   lines += ['', 'Step time bound per chip (ms)',
@@ -149,11 +152,25 @@ def text(plan: planner.Plan, experiment: str, config,
             f'at most {plan.units_per_second_per_chip:,.0f} {plan.unit}/s '
             f'a chip']
   if plan.search is not None:
+    fits = (memory.capacity is None or plan.search.peak <= memory.capacity)
     lines += ['', f'Search (evaluation decoding, {plan.search.rows} rows): '
-              f'peak {size(plan.search.peak)} a chip, compiled in '
-              f'{plan.search.compile_seconds:.1f} s']
+              f'peak {size(plan.search.peak)} a chip, '
+              f'{"fits" if fits else "does not fit: lower eval_batch_size"}'
+              f', compiled in {plan.search.compile_seconds:.1f} s']
+  if plan.fits and plan.mfu_ceiling > 0.999:
+    lines.append('  (MFU at most 100%: nothing recomputed, and memory and '
+                 'collectives could hide under the matmuls; only a '
+                 'measurement says how far below a run lands)')
   lines.append(f'\nChip figures: {chip.source}')
   return '\n'.join(lines)
+
+
+def _capacity(plan: planner.Plan) -> str:
+  if plan.topology.chip.name in chips_lib.GPU_GENERATIONS:
+    return (f'({plan.memory.capacity / plan.topology.chip.hbm_bytes:.0%} of '
+            f'the GPU\'s {size(plan.topology.chip.hbm_bytes)}, which jax '
+            f'takes: XLA_PYTHON_CLIENT_MEM_FRACTION)')
+  return 'HBM'
 
 
 def _mesh(mesh: dict[str, int]) -> str:

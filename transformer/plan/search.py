@@ -59,21 +59,20 @@ def meshes(chips: int, chips_per_host: int) -> list[dict[str, int]]:
 
 
 def ladder(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
-  """Memory savers in the order a mesh tries them, each step slower than
-  the last: recompute dots, recompute all (where the model has remat),
-  then 2 and 4 micro-batches, then Adam's first moment in bfloat16."""
-  has_remat = 'remat' in config.model
-  adam32 = (config.optimizer.name == 'adam'
-            and config.optimizer.mu_dtype == 'float32')
-  steps = []
-  for remat in (['none', 'dots', 'full'] if has_remat else [None]):
-    steps.append({'model.remat': remat} if remat else {})
-  last = dict(steps[-1])
-  for micro in (2, 4):
-    steps.append({**last, 'train.microbatches': micro})
-  if adam32:
-    steps.append({**steps[-1], 'optimizer.mu_dtype': 'bfloat16'})
-  return [{'train.microbatches': 1, **step} for step in steps]
+  """Memory savers in the order a mesh tries them, each giving up more:
+  recompute dots, recompute all (where the model has remat), then 2 and 4
+  micro-batches; then Adam's first moment in bfloat16 (where it is
+  float32), alone and with 4 micro-batches (the only rungs that shrink
+  the optimizer state)."""
+  remats = ['none', 'dots', 'full'] if 'remat' in config.model else [None]
+  rungs = [{'model.remat': remat} if remat else {} for remat in remats]
+  last = rungs[-1]
+  rungs += [{**last, 'train.microbatches': micro} for micro in (2, 4)]
+  if (config.optimizer.name == 'adam'
+      and config.optimizer.mu_dtype == 'float32'):
+    rungs += [{**last, 'train.microbatches': micro,
+               'optimizer.mu_dtype': 'bfloat16'} for micro in (1, 4)]
+  return [{'train.microbatches': 1, **rung} for rung in rungs]
 
 
 def candidates(config: ml_collections.ConfigDict,
@@ -98,24 +97,28 @@ def run(config: ml_collections.ConfigDict,
   topo = (topology if isinstance(topology, topology_lib.Topology)
           else topology_lib.resolve(topology))
   reference = planner.prepare(config, topo).rows
-  capacity = topo.chip.hbm_bytes or float('inf')
   start, tried, compiled = time.perf_counter(), [], 0
   rungs = len(ladder(config))
   options = candidates(config, topo)
   for first in range(0, len(options), rungs):
     for overrides in options[first:first + rungs]:
-      reason = _unusable(config, overrides, topo, reference, capacity)
-      if not reason and (compiled >= max_candidates or
-                         time.perf_counter() - start > budget_seconds):
-        reason = 'not compiled: the budget was spent'
-      if reason:
+      ready, reason = _prepared(config, overrides, topo, reference)
+      if ready is not None and (compiled >= max_candidates or
+                                time.perf_counter() - start > budget_seconds):
+        ready, reason = None, 'not compiled: the budget was spent'
+      if ready is None:
         tried.append(Tried(overrides, None, reason))
-        if not reason.startswith('batch'):  # the mesh itself cannot serve
-          break
+        if reason.startswith(('batch', 'parameters')):
+          continue  # a later rung may divide it, or hold less state
+        break  # the mesh itself cannot serve
+      try:
+        result = Tried(overrides, planner.plan(ready, search=False))
+      except Exception as e:  # pylint: disable=broad-except
+        # One candidate the compiler rejects ends neither the search nor
+        # the mesh's other rungs.
+        tried.append(Tried(overrides, None, 'the compiler failed: ' +
+                           str(e).strip().splitlines()[0][:200]))
         continue
-      result = Tried(overrides, planner.plan(
-          planner.prepare(configs.override(config, overrides), topo),
-          search=False))
       compiled += 1
       tried.append(result)
       progress(result)
@@ -124,18 +127,20 @@ def run(config: ml_collections.ConfigDict,
   return sorted(tried, key=_rank)
 
 
-def _unusable(config, overrides, topo, reference: int,
-              capacity: float) -> str:
-  """Why a candidate cannot be compiled at the config's batch, or ''."""
+def _prepared(config, overrides, topo, reference: int
+              ) -> tuple[planner.Prepared | None, str]:
+  """A candidate built, or why it cannot be compiled at the config's
+  batch."""
   try:
     ready = planner.prepare(configs.override(config, overrides), topo)
   except ValueError as e:
-    return str(e).split('. ')[0]
+    return None, str(e).split('. ')[0]
   if ready.rows != reference:
-    return f'batch of {ready.rows} rows, not the config\'s {reference}'
-  if ready.state_bytes > capacity:
-    return 'parameters and optimizer state alone exceed the chip\'s memory'
-  return ''
+    return None, f'batch of {ready.rows} rows, not the config\'s {reference}'
+  if ready.state_bytes > (topo.memory or float('inf')):
+    return None, ('parameters and optimizer state alone exceed the chip\'s '
+                  'memory')
+  return ready, ''
 
 
 def _rank(tried: Tried) -> tuple:

@@ -60,9 +60,22 @@ class Topology:
     return self.chips // self.hosts
 
   @property
+  def memory(self) -> float | None:
+    """Bytes a run may use on each chip: a TPU's HBM, or the share of a
+    GPU's that jax takes (XLA_PYTHON_CLIENT_MEM_FRACTION, 75% unless set)."""
+    if self.chip.hbm_bytes is None or self.chip.name in chips.TPU_GENERATIONS:
+      return self.chip.hbm_bytes
+    return self.chip.hbm_bytes * gpu_memory_fraction()
+
+  @property
   def dims(self) -> str:
     """The slice's shape as GKE and gcloud spell it: '16x16'."""
     return self.name.partition(':')[2]
+
+
+def gpu_memory_fraction() -> float:
+  """The share of a GPU's memory jax preallocates and works in."""
+  return float(os.environ.get('XLA_PYTHON_CLIENT_MEM_FRACTION', '0.75'))
 
 
 def parse(name: str) -> tuple[chips.Chip, tuple[int, ...]]:

@@ -29,6 +29,7 @@ if __name__ == '__main__':
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # XLA's C++ warnings
 
 # pylint: disable=g-import-not-at-top,wrong-import-position
+import dataclasses
 import json
 
 from absl import app
@@ -99,8 +100,9 @@ def main(argv):
       sys.exit(DOES_NOT_FIT)
     flags_ = given + search_lib.changed(config, best.overrides)
     print(f'\nWinner: {" ".join(flags_)}')
-    result = best.plan
     config = _apply(config, best.overrides)
+    result = dataclasses.replace(best.plan, search=planner.search_of(
+        planner.prepare(config, _TOPOLOGY.value)))
   else:
     flags_ = given
     result = planner.plan(config, _TOPOLOGY.value)
@@ -157,33 +159,37 @@ def _apply(config, overrides):
 
 def _candidate_line(tried: search_lib.Tried) -> str:
   plan = tried.plan
-  state = (f'bound {plan.roofline.bound * 1e3:,.1f} ms' if plan.fits
+  state = (f'bound {plan.roofline.bound * 1e3:,.3f} ms' if plan.fits
            else 'does not fit')
   return (f'  compiled in {plan.compile_seconds:5.1f} s: peak '
-          f'{plan.memory.peak / report.GIB:7.2f} GiB, {state}  '
+          f'{report.size(plan.memory.peak):>11}, {state}  '
           f'{" ".join(tried.flags)}')
 
 
 def _search_table(tried: list[search_lib.Tried]) -> str:
-  lines = [f'{"rank":>4}  {"peak GiB":>8}  {"bound ms":>9}  {"MFU max":>7}'
+  lines = [f'{"rank":>4}  {"peak":>11}  {"bound ms":>10}  {"MFU max":>7}'
            f'  flags']
   for rank, t in enumerate(tried, 1):
-    plan = t.plan
+    plan, flags = t.plan, ' '.join(t.flags)
     if plan is None:
-      lines.append(f'{"-":>4}  {"":>8}  {"":>9}  {"":>7}  '
-                   f'{" ".join(t.flags)}  ({t.skipped})')
+      lines.append(f'{"-":>4}  {"":>11}  {"":>10}  {"":>7}  {flags}  '
+                   f'({t.skipped})')
     elif not plan.fits:
-      lines.append(f'{"-":>4}  {plan.memory.peak / report.GIB:8.2f}  '
-                   f'{"":>9}  {"":>7}  {" ".join(t.flags)}  (does not fit)')
+      lines.append(f'{"-":>4}  {report.size(plan.memory.peak):>11}  '
+                   f'{"":>10}  {"":>7}  {flags}  (does not fit)')
     else:
-      lines.append(f'{rank:>4}  {plan.memory.peak / report.GIB:8.2f}  '
-                   f'{plan.roofline.bound * 1e3:9,.1f}  '
-                   f'{plan.mfu_ceiling:7.1%}  {" ".join(t.flags)}')
+      lines.append(f'{rank:>4}  {report.size(plan.memory.peak):>11}  '
+                   f'{plan.roofline.bound * 1e3:10,.3f}  '
+                   f'{plan.mfu_ceiling:7.1%}  {flags}')
   return '\n'.join(lines)
 
 
 def run() -> None:
   """The `transformer-plan` console script."""
+  # As a console script this module was imported without the settings
+  # above: jax is imported, but no backend has started yet.
+  import jax  # pylint: disable=g-import-not-at-top
+  jax.config.update('jax_platforms', os.environ.get('JAX_PLATFORMS', 'cpu'))
   app.run(cli.handle_errors(main), flags_parser=cli.parse_flags)
 
 
