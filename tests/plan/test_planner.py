@@ -153,3 +153,19 @@ def test_a_topology_knows_its_hosts():
   slice_ = topology.resolve('v5e:4x4')
   assert (slice_.chips, slice_.hosts, slice_.chips_per_host) == (16, 4, 4)
   assert slice_.dims == '4x4' and slice_.chip.name == 'v5e'
+
+
+def test_attention_is_chosen_for_the_topology_not_this_cpu():
+  """Traced on a CPU for TPU chips, causal attention is the TPU's fused
+  kernel (no [T, S] score halves in the jaxpr), as a run there takes it."""
+  from transformer.attention import kernels  # pylint: disable=g-import-not-at-top
+  chips = topology.resolve('v5e:2x2').devices
+  mesh = jax.sharding.Mesh(np.asarray(chips), ('data',))
+  q = jax.ShapeDtypeStruct((2, 8, 4, 16), jax.numpy.bfloat16)
+  attend = lambda q: kernels.dot_product_attention(q, q, q, causal=True)
+  here = str(jax.make_jaxpr(attend)(q))
+  with jax.set_mesh(mesh):
+    assert kernels.target_platform() == 'tpu'
+    there = str(jax.make_jaxpr(attend)(q))
+  assert kernels.target_platform() == 'cpu'
+  assert here != there  # the CPU's einsum halves, the TPU's fused call

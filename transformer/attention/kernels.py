@@ -143,8 +143,8 @@ def target_platform() -> str:
   (a plan traces on a CPU for a TPU or GPU topology's devices), else JAX's
   default backend. 'gpu' for NVIDIA's."""
   mesh = jax.sharding.get_abstract_mesh()
-  platform = None if mesh.empty else getattr(mesh, 'platform', None)
-  platform = platform or jax.default_backend()
+  device = None if mesh.empty else getattr(mesh, 'abstract_device', None)
+  platform = getattr(device, 'platform', None) or jax.default_backend()
   return 'gpu' if platform in ('cuda', 'rocm') else platform
 
 
