@@ -55,9 +55,16 @@ def make_mesh(shape: dict[str, int],
         f'set one axis to -1 to use all devices.')
   # jax.make_mesh orders devices by process and, on TPUs, by the physical
   # torus, with the last axis (tensor) fastest: tensor groups are neighbours.
-  mesh = jax.make_mesh(tuple(sizes), MESH_AXES,
-                       axis_types=(AxisType.Auto,) * len(MESH_AXES),
-                       devices=devices)
+  try:
+    mesh = jax.make_mesh(tuple(sizes), MESH_AXES,
+                         axis_types=(AxisType.Auto,) * len(MESH_AXES),
+                         devices=devices)
+  except NotImplementedError as e:  # a TPU slice's torus: sides it cannot cut
+    raise ValueError(
+        f'config.mesh {dict(zip(MESH_AXES, sizes))} does not map onto the '
+        f'physical layout of these {len(devices)} devices ({e}). Give each '
+        f'mesh axis a size that is a product of the slice\'s sides.'
+    ) from None
   groups = mesh.devices.reshape(-1, mesh.shape['tensor'])
   if any(len({d.process_index for d in group}) > 1 for group in groups):
     logging.warning(

@@ -76,6 +76,17 @@ ENTRY %main (a: bf16[1000], b: (s32[], f32[4,1024])) -> bf16[1000] {
 """
 
 
+@pytest.mark.parametrize('groups,size', [
+    ('{{0,1,2,3},{4,5,6,7}}', 4), ('[2,4]<=[8]', 4), ('[4,2]<=[8]', 2),
+    ("mesh['axis_0'=2,'axis_1'=4] {'axis_1'}", 4),
+    ("mesh['axis_0'=2,'axis_1'=4], device_ids=([2,4]T(1,0)) {'axis_0'}", 2),
+    ("mesh['a'=2,'b'=2,'c'=2] {'a','c'}", 4),
+])
+def test_replica_groups_in_every_format_give_the_group_size(groups, size):
+  assert hlo._group_size(f'replica_groups={groups}, dimensions={{0}}',
+                         devices=8) == size
+
+
 @pytest.mark.parametrize('trips', ['condition', 'known'])
 def test_collectives_count_loops_and_the_bytes_a_chip_sends(trips):
   text = HLO if trips == 'condition' else HLO.replace(

@@ -76,8 +76,11 @@ def test_a_plan_adds_up_and_its_bound_holds_each_term():
                                     plan.roofline.interconnect)
   assert 0 < plan.mfu_ceiling <= 1
   assert plan.search is not None and plan.search.peak > 0  # it decodes
-  # FSDP gathers parameters before use.
-  assert plan.collectives.count.get('all-gather', 0) >= 1
+  # FSDP gathers parameters before use, each chip its pair's other half.
+  gathered = plan.collectives
+  assert gathered.count.get('all-gather', 0) >= 1
+  assert gathered.link_bytes['all-gather'] == gathered.operand_bytes[
+      'all-gather']
   text = report.text(plan, 'experiments/lm_offline.py:runlocal', config)
   for part in ('Memory per chip', 'FLOPs per chip', 'Collectives',
                'Step time bound', 'MFU at most', 'fits'):

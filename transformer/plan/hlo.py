@@ -48,7 +48,10 @@ def _group_size(attributes: str, devices: int) -> int:
   iota = re.search(r'replica_groups=\[(\d+),(\d+)\]', attributes)
   if iota:
     return int(iota.group(2))
-  mesh = re.search(r"replica_groups=mesh\[([^\]]*)\] \{([^}]*)\}", attributes)
+  # mesh[...] then, with a device order, device_ids=([4,4]T(1,0)), before
+  # the axes the groups span.
+  mesh = re.search(r"replica_groups=mesh\[([^\]]*)\][^{]*\{([^}]*)\}",
+                   attributes)
   if mesh:
     sizes = dict(re.findall(r"'(\w+)'=(\d+)", mesh.group(1)))
     return math.prod(int(sizes[a]) for a in re.findall(r"'(\w+)'",

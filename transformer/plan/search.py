@@ -77,11 +77,22 @@ def ladder(config: ml_collections.ConfigDict) -> list[dict[str, Any]]:
 
 def candidates(config: ml_collections.ConfigDict,
                topo: topology_lib.Topology) -> list[dict[str, Any]]:
-  """For each of `meshes`, the rungs of its `ladder`."""
-  return [{**{f'mesh.{axis}': size for axis, size in mesh.items()},
-           **rung}
-          for mesh in meshes(topo.chips, topo.chips_per_host)
+  """For each of `meshes`, the rungs of its `ladder`; meshes whose
+  parameters and optimizer state take more than half a chip's memory
+  last (what is left for activations rarely holds a step)."""
+  def crowded(mesh: dict[str, int]) -> bool:
+    try:
+      ready = planner.prepare(configs.override(config, _mesh(mesh)), topo)
+    except ValueError:
+      return True
+    return ready.state_bytes > (topo.memory or float('inf')) / 2
+  ordered = sorted(meshes(topo.chips, topo.chips_per_host), key=crowded)
+  return [{**_mesh(mesh), **rung} for mesh in ordered
           for rung in ladder(config)]
+
+
+def _mesh(mesh: dict[str, int]) -> dict[str, int]:
+  return {f'mesh.{axis}': size for axis, size in mesh.items()}
 
 
 def run(config: ml_collections.ConfigDict,
