@@ -1,6 +1,8 @@
 """`--search`: meshes, remat, micro-batches and Adam's first-moment dtype
-tried at the config's global batch, each compiled while a time budget
-lasts; those that fit, sorted by their step-time bound.
+tried at the config's global batch (as each mesh rounds it to whole rows
+a shard, never above what the config's own mesh gives), each compiled
+while a time budget lasts; those that fit, sorted by their bound on the
+time per token (or image).
 
 Each mesh (`meshes`) climbs a ladder of memory savers (`ladder`), from
 none to all, and stops at the first rung that fits: the rungs above it
@@ -107,7 +109,10 @@ def run(config: ml_collections.ConfigDict,
   those that fit first, by their bound."""
   topo = (topology if isinstance(topology, topology_lib.Topology)
           else topology_lib.resolve(topology))
-  reference = planner.prepare(config, topo).rows
+  # The most rows the config's batch comes to: as asked, or as its own
+  # mesh rounds it up. A candidate's shards may round it down by less
+  # than a row each, never up beyond it.
+  reference = max(planner.prepare(config, topo).rows, _asked_rows(config))
   start, tried, compiled = time.perf_counter(), [], 0
   rungs = len(ladder(config))
   options = candidates(config, topo)
@@ -138,6 +143,15 @@ def run(config: ml_collections.ConfigDict,
   return sorted(tried, key=_rank)
 
 
+def _asked_rows(config: ml_collections.ConfigDict) -> int:
+  """The rows a step's batch has before any mesh rounds it."""
+  data = config.data
+  if data.get('tokens_per_batch') and data.get('max_length'):
+    return max(1, data.batch_rows if data.get('batch_rows') else
+               data.tokens_per_batch // data.max_length)
+  return data.get('batch_size', 0)
+
+
 def _prepared(config, overrides, topo, reference: int
               ) -> tuple[planner.Prepared | None, str]:
   """A candidate built, or why it cannot be compiled at the config's
@@ -146,8 +160,9 @@ def _prepared(config, overrides, topo, reference: int
     ready = planner.prepare(configs.override(config, overrides), topo)
   except ValueError as e:
     return None, str(e).split('. ')[0]
-  if ready.rows != reference:
-    return None, f'batch of {ready.rows} rows, not the config\'s {reference}'
+  if ready.rows > reference:
+    return None, (f'batch of {ready.rows} rows, more than the config\'s '
+                  f'{reference}')
   if ready.state_bytes > (topo.memory or float('inf')):
     return None, ('parameters and optimizer state alone exceed the chip\'s '
                   'memory')
@@ -159,7 +174,10 @@ def _rank(tried: Tried) -> tuple:
     return (2, 0.0)
   if not tried.plan.fits:
     return (1, tried.plan.memory.peak)
-  return (0, tried.plan.roofline.bound, tried.plan.roofline.serial)
+  # By time per token (or image): shards may round the batch differently.
+  units = tried.plan.units_per_step
+  return (0, tried.plan.roofline.bound / units,
+          tried.plan.roofline.serial / units)
 
 
 def changed(config: ml_collections.ConfigDict,

@@ -168,19 +168,20 @@ def _candidate_line(tried: search_lib.Tried) -> str:
 
 def _search_table(tried: list[search_lib.Tried]) -> str:
   lines = [f'{"rank":>4}  {"peak":>11}  {"bound ms":>10}  {"MFU max":>7}'
-           f'  flags']
+           f'  {"per chip max":>18}  flags']
   for rank, t in enumerate(tried, 1):
     plan, flags = t.plan, ' '.join(t.flags)
     if plan is None:
-      lines.append(f'{"-":>4}  {"":>11}  {"":>10}  {"":>7}  {flags}  '
-                   f'({t.skipped})')
+      lines.append(f'{"-":>4}  {"":>11}  {"":>10}  {"":>7}  {"":>18}  '
+                   f'{flags}  ({t.skipped})')
     elif not plan.fits:
       lines.append(f'{"-":>4}  {report.size(plan.memory.peak):>11}  '
-                   f'{"":>10}  {"":>7}  {flags}  (does not fit)')
+                   f'{"":>10}  {"":>7}  {"":>18}  {flags}  (does not fit)')
     else:
+      rate = f'{plan.units_per_second_per_chip:,.0f} {plan.unit}/s'
       lines.append(f'{rank:>4}  {report.size(plan.memory.peak):>11}  '
                    f'{plan.roofline.bound * 1e3:10,.3f}  '
-                   f'{plan.mfu_ceiling:7.1%}  {flags}')
+                   f'{plan.mfu_ceiling:7.1%}  {rate:>18}  {flags}')
   return '\n'.join(lines)
 
 
