@@ -180,3 +180,14 @@ def test_attention_is_chosen_for_the_topology_not_this_cpu():
     there = str(jax.make_jaxpr(attend)(q))
   assert kernels.target_platform() == 'cpu'
   assert here != there  # the CPU's einsum halves, the TPU's fused call
+
+
+@pytest.mark.skipif(not topology.gpu_plugin_installed(),
+                    reason=f"jax's CUDA plugin is not installed: "
+                    f"{topology.GPU_PLUGIN}")
+def test_a_gpu_topology_compiles_for_the_card_without_one():
+  plan = planner.plan(_config('lm_offline:runlocal'), 'h100:8', search=False)
+  assert not plan.topology.simulated and plan.topology.chips == 8
+  assert plan.topology.devices[0].device_kind == 'NVIDIA H100 80GB HBM3'
+  assert plan.fits and plan.memory.capacity == pytest.approx(0.75 * 80e9)
+  assert plan.xla_flops is None and plan.executed_flops > 0

@@ -71,40 +71,57 @@ ROWS = (
 )
 
 
-@dataclasses.dataclass(frozen=True)
-class Result:
-  """One row on one slice: the search's winner, or why none."""
-  row: Row
-  name: str  # Cloud's: 'v5e-64'
-  topology: str
-  winner: Any  # search.Tried | None
-  flags: tuple[str, ...]  # the winner's flags that change the config
-  compiled: int  # candidates compiled
-  seconds: float  # the search's wall time
+def record(row: Row, name: str, topology: str, tried: list[Any],
+           flags: list[str], seconds: float) -> dict[str, Any]:
+  """One row on one slice as the JSON record the table is rendered from:
+  the search's winner (`search.winner`, the first of `tried`, with its
+  `flags` that change the config), or, where nothing fits, the
+  candidate that came closest."""
+  compiled = [t for t in tried if t.plan is not None]
+  found = {'label': row.label, 'name': name, 'topology': topology,
+           'compiled': len(compiled), 'seconds': seconds}
+  fitting = [t for t in compiled if t.plan.fits]
+  if not fitting:
+    closest = min(compiled, key=lambda t: t.plan.memory.peak, default=None)
+    if closest is not None:
+      found['closest'] = {'flags': closest.flags,
+                          'peak': closest.plan.memory.peak,
+                          'capacity': closest.plan.memory.capacity}
+    return found
+  plan = tried[0].plan
+  return {**found, 'flags': flags, 'peak': plan.memory.peak,
+          'capacity': plan.memory.capacity,
+          'bound': plan.roofline.bound, 'serial': plan.roofline.serial,
+          'limit': plan.roofline.limit, 'mfu': plan.mfu_ceiling,
+          'rate': plan.units_per_second_per_chip, 'unit': plan.unit}
 
 
-def _cell(result: Result) -> list[str]:
-  winner = result.winner
-  if winner is None:
-    return ['no candidate fits', '', '', '', '', '']
-  plan = winner.plan
-  flags = ' '.join(f'`{flag.removeprefix("--config.")}`'
-                   for flag in result.flags) or 'as configured'
-  memory = (f'{plan.memory.peak / 2**30:,.1f} / '
-            f'{plan.memory.capacity / 2**30:,.0f}')
-  rate = plan.units_per_second_per_chip
-  published = result.row.published.get(result.topology)
+def _flags(flags: list[str]) -> str:
+  return ' '.join(f'`{flag.removeprefix("--config.")}`' for flag in flags)
+
+
+def _cell(row: Row, found: dict[str, Any]) -> list[str]:
+  if 'bound' not in found:
+    closest = found.get('closest')
+    near = (f' (closest: {closest["peak"] / 2**30:,.1f} of '
+            f'{closest["capacity"] / 2**30:,.0f} GiB with '
+            f'{_flags(closest["flags"])})' if closest else '')
+    return [f'no candidate fits{near}', '', '', '', '', '']
+  memory = f'{found["peak"] / 2**30:,.1f} / {found["capacity"] / 2**30:,.0f}'
+  published = row.published.get(found['topology'])
   beside = ''
   if published is not None:
-    check = ('above it' if rate > published.tokens_per_second_per_chip
+    check = ('above it' if found['rate'] >
+             published.tokens_per_second_per_chip
              else '**below it: the bound is wrong**')
     mfu = f', MFU {published.mfu:.1%}' if published.mfu else ''
     beside = (f'{published.tokens_per_second_per_chip:,.0f}{mfu} '
               f'(bound {check}; {published.source})')
-  return [flags, memory, f'{plan.roofline.bound * 1e3:,.0f} '
-          f'({plan.roofline.limit}; {plan.roofline.serial * 1e3:,.0f} if '
-          f'nothing overlapped)', f'{plan.mfu_ceiling:.1%}',
-          f'{rate:,.0f} {plan.unit}', beside]
+  return [_flags(found['flags']) or 'as configured', memory,
+          f'{found["bound"] * 1e3:,.0f} ({found["limit"]}; '
+          f'{found["serial"] * 1e3:,.0f} if nothing overlapped)',
+          f'{found["mfu"]:.1%}', f'{found["rate"]:,.0f} {found["unit"]}',
+          beside]
 
 
 # The table's block in its page: the command rewrites what lies between.
@@ -122,30 +139,48 @@ def in_page(page: str, table: str) -> str:
   return page.rstrip() + '\n\n' + block + '\n'
 
 
-def markdown(results: list[Result], command: str, versions: str) -> str:
-  """The table of the results so far."""
+def merged(old: list[dict[str, Any]], new: list[dict[str, Any]]
+           ) -> list[dict[str, Any]]:
+  """`old` records with those of `new` in place of the same row and slice,
+  in the order of `ROWS`."""
+  key = lambda found: (found['label'], found['topology'])
+  found = {key(f): f for f in old}
+  found.update({key(f): f for f in new})
+  order = {(row.label, topology): i for i, (row, topology) in enumerate(
+      (row, topology) for row in ROWS for _, topology in row.topologies)}
+  return sorted((f for f in found.values() if key(f) in order),
+                key=lambda f: order[key(f)])
+
+
+def markdown(records: list[dict[str, Any]], command: str) -> str:
+  """The table of `records` (`record`), each with its 'versions'."""
+  versions = sorted({f['versions'] for f in records})
   lines = [
       '## Every experiment at scale, compiled for its TPU slice from a CPU',
       '',
-      f'Written by `{command}` ({versions}); nothing here was measured on '
-      f'a TPU. Each row is the experiment with the overrides shown beside '
-      f'its name, searched on each slice (`transformer-plan --search`: '
-      f'per mesh, remat, micro-batches and a bfloat16 first moment until '
-      f'it fits), and its winner compiled by XLA\'s TPU compiler (libtpu) '
-      f'for that slice\'s chips.', '',
+      f'Written by `{command}` ({"; ".join(versions)}); nothing here was '
+      f'measured on a TPU. Each row is the experiment with the overrides '
+      f'shown beside its name, searched on each slice '
+      f'(`transformer-plan --search`: per mesh, remat, micro-batches and a '
+      f'bfloat16 first moment until it fits), and its winner compiled by '
+      f'XLA\'s TPU compiler (libtpu) for that slice\'s chips. The records '
+      f'are in `docs/scaling.json`; `--rows=TEXT` searches again the rows '
+      f'whose label holds TEXT.', '',
       'Columns: the winning flags (those that change the experiment\'s '
       'config); peak memory per chip against the chip\'s HBM (GiB); the '
       'lower bound on the step\'s time from the chip\'s datasheet (its '
       'compute, memory or interconnect term, whichever is largest: '
       '`transformer/plan/roofline.py`) and the three terms\' sum, as if '
-      'nothing overlapped, which breaks ties between candidates; the MFU '
-      'and '
-      'throughput per chip that bound allows, which no run can exceed; a '
-      'published measurement of the same model on the same chip where '
-      'one exists, which must lie below the bound. Cloud names v4 and '
-      'v5p slices by TensorCores (v4-32: 16 chips), v5e and v6e by '
-      'chips.', '']
-  for row in dict.fromkeys(r.row for r in results):
+      'nothing overlapped; the MFU and throughput per chip that bound '
+      'allows, which no run can exceed; a published measurement of the '
+      'same model on the same chip where one exists, which must lie below '
+      'the bound; how many candidates the search compiled, in how long. '
+      'Cloud names v4 and v5p slices by TensorCores (v4-32: 16 chips), '
+      'v5e and v6e by chips.', '']
+  for row in ROWS:
+    found = [f for f in records if f['label'] == row.label]
+    if not found:
+      continue
     overrides = ', '.join(f'`{k}={v}`' for k, v in row.overrides.items())
     lines += [f'### {row.label}', '',
               f'`{row.experiment}`' + (f' with {overrides}' if overrides
@@ -153,10 +188,9 @@ def markdown(results: list[Result], command: str, versions: str) -> str:
               '| slice | winner | peak / HBM (GiB) | step bound (ms) | '
               'MFU at most | per chip at most | published, measured | '
               'search |', '|---|---|---|---|---|---|---|---|']
-    for result in (r for r in results if r.row is row):
-      cells = _cell(result)
-      lines.append(f'| {result.name} (`{result.topology}`) | '
-                   + ' | '.join(cells) + f' | {result.compiled} compiled, '
-                   f'{result.seconds / 60:,.1f} min |')
+    for f in found:
+      lines.append(f'| {f["name"]} (`{f["topology"]}`) | '
+                   + ' | '.join(_cell(row, f)) + f' | {f["compiled"]} '
+                   f'compiled, {f["seconds"] / 60:,.1f} min |')
     lines.append('')
   return '\n'.join(lines)

@@ -57,6 +57,9 @@ _CANDIDATES = flags.DEFINE_integer('max_candidates', 12, 'Candidates '
                                    '--search compiles at most.')
 _JSON = flags.DEFINE_string('json_out', None, 'Write the plan (with '
                             '--search, the winner\'s) as JSON here.')
+_ROWS = flags.DEFINE_string(
+    'rows', '', 'With --table: only the rows whose label holds this text '
+    '(the others keep their records).')
 _TABLE = flags.DEFINE_string(
     'table', None, 'Search every row of transformer/plan/scaling.py on its '
     'slices and write the table into its block of this page '
@@ -115,8 +118,9 @@ def main(argv):
 
 
 def _write_table(path: str) -> None:
-  """Every row of the scaling table on each of its slices, the file
-  rewritten after each (a long run keeps what it found)."""
+  """The rows of the scaling table (those --rows names) on each of their
+  slices; the records (beside the page, .json) and the page's block
+  rewritten after each search, so a long run keeps what it found."""
   import datetime  # pylint: disable=g-import-not-at-top
   import time  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
@@ -124,13 +128,19 @@ def _write_table(path: str) -> None:
   from transformer import configs  # pylint: disable=g-import-not-at-top
   from transformer import storage  # pylint: disable=g-import-not-at-top
   from transformer.plan import scaling  # pylint: disable=g-import-not-at-top
+  records_path = os.path.splitext(path)[0] + '.json'
+  records = (json.loads(storage.read_text(records_path))
+             if storage.exists(records_path) else [])
   command = ('python -m transformer.tools.plan --table=' + path +
              f' --max_candidates={_CANDIDATES.value} --search_budget='
              f'{_BUDGET.value:g}')
   versions = (f'{datetime.date.today()}, jax {jax.__version__}, libtpu '
               f'{metadata.version("libtpu")}, {os.cpu_count()} CPU cores')
-  results = []
-  for row in scaling.ROWS:
+  rows = [row for row in scaling.ROWS if _ROWS.value in row.label]
+  if not rows:
+    raise ValueError(f'--rows={_ROWS.value!r} names no row of the table: '
+                     + '; '.join(row.label for row in scaling.ROWS))
+  for row in rows:
     config = configs.override(configs.load_experiment(row.experiment),
                               row.overrides)
     for name, topology in row.topologies:
@@ -141,15 +151,16 @@ def _write_table(path: str) -> None:
           max_candidates=_CANDIDATES.value,
           progress=lambda t: print(_candidate_line(t), flush=True))
       best = search_lib.winner(tried)
-      results.append(scaling.Result(
-          row, name, topology, best,
-          tuple(search_lib.changed(config, best.overrides)) if best else (),
-          sum(t.plan is not None for t in tried),
-          time.perf_counter() - start))
+      found = scaling.record(
+          row, name, topology, tried,
+          search_lib.changed(config, best.overrides) if best else [],
+          time.perf_counter() - start)
+      records = scaling.merged(records, [{**found, 'versions': versions}])
+      storage.write_atomically(records_path, json.dumps(records, indent=1))
       page = storage.read_text(path) if storage.exists(path) else ''
       storage.write_atomically(path, scaling.in_page(
-          page, scaling.markdown(results, command, versions)))
-  print(f'Written: {path}')
+          page, scaling.markdown(records, command)))
+  print(f'Written: {path} and {records_path}')
 
 
 def _apply(config, overrides):
