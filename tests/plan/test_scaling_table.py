@@ -30,15 +30,15 @@ def _record(row, name, units_per_second):
   tried = [types.SimpleNamespace(plan=plan, flags=['--config.a=1'])]
   return {**scaling.record(row, 'v6e-256', name, tried,
                            ['--config.mesh.fsdp=256'], 600.0),
-          'versions': 'today'}
+          'versions': 'today', 'command': 'cmd'}
 
 
 def test_a_published_figure_above_the_bound_is_flagged():
   row = next(r for r in scaling.ROWS if r.published)
   name, published = next(iter(row.published.items()))
   rate = published.tokens_per_second_per_chip
-  above = scaling.markdown([_record(row, name, rate * 2)], 'cmd')
-  below = scaling.markdown([_record(row, name, rate / 2)], 'cmd')
+  above = scaling.markdown([_record(row, name, rate * 2)])
+  below = scaling.markdown([_record(row, name, rate / 2)])
   assert 'bound above it' in above and 'wrong' not in above
   assert 'the bound is wrong' in below
   assert '`mesh.fsdp=256`' in above
@@ -54,8 +54,8 @@ def test_nothing_fitting_names_the_closest_and_reruns_replace_records():
   missed = {**scaling.record(
       row, 'v4-8', name, [types.SimpleNamespace(
           plan=plan, flags=['--config.model.remat=full'])], [], 60.0),
-            'versions': 'today'}
-  text = scaling.markdown([missed], 'cmd')
+            'versions': 'today', 'command': 'cmd'}
+  text = scaling.markdown([missed])
   assert 'no candidate fits (closest: 20.0 of 16 GiB with ' in text
   assert '`model.remat=full`' in text
   fitted = {**_record(row, name, 1000.0)}

@@ -96,6 +96,12 @@ def record(row: Row, name: str, topology: str, tried: list[Any],
           'rate': plan.units_per_second_per_chip, 'unit': plan.unit}
 
 
+def _ms(seconds: float) -> str:
+  """Milliseconds with three significant figures at least."""
+  ms = seconds * 1e3
+  return f'{ms:,.0f}' if ms >= 100 else f'{ms:.3g}'
+
+
 def _flags(flags: list[str]) -> str:
   return ' '.join(f'`{flag.removeprefix("--config.")}`' for flag in flags)
 
@@ -118,8 +124,8 @@ def _cell(row: Row, found: dict[str, Any]) -> list[str]:
     beside = (f'{published.tokens_per_second_per_chip:,.0f}{mfu} '
               f'(bound {check}; {published.source})')
   return [_flags(found['flags']) or 'as configured', memory,
-          f'{found["bound"] * 1e3:,.0f} ({found["limit"]}; '
-          f'{found["serial"] * 1e3:,.0f} if nothing overlapped)',
+          f'{_ms(found["bound"])} ({found["limit"]}; '
+          f'{_ms(found["serial"])} if nothing overlapped)',
           f'{found["mfu"]:.1%}', f'{found["rate"]:,.0f} {found["unit"]}',
           beside]
 
@@ -152,13 +158,16 @@ def merged(old: list[dict[str, Any]], new: list[dict[str, Any]]
                 key=lambda f: order[key(f)])
 
 
-def markdown(records: list[dict[str, Any]], command: str) -> str:
-  """The table of `records` (`record`), each with its 'versions'."""
+def markdown(records: list[dict[str, Any]]) -> str:
+  """The table of `records` (`record`), each with the 'command' and the
+  'versions' that wrote it."""
   versions = sorted({f['versions'] for f in records})
+  commands = ' and '.join(f'`{c}`' for c in sorted(
+      {f['command'] for f in records}))
   lines = [
       '## Every experiment at scale, compiled for its TPU slice from a CPU',
       '',
-      f'Written by `{command}` ({"; ".join(versions)}); nothing here was '
+      f'Written by {commands} ({"; ".join(versions)}); nothing here was '
       f'measured on a TPU. Each row is the experiment with the overrides '
       f'shown beside its name, searched on each slice '
       f'(`transformer-plan --search`: per mesh, remat, micro-batches and a '

@@ -60,6 +60,9 @@ _JSON = flags.DEFINE_string('json_out', None, 'Write the plan (with '
 _ROWS = flags.DEFINE_string(
     'rows', '', 'With --table: only the rows whose label holds this text '
     '(the others keep their records).')
+_RENDER = flags.DEFINE_bool(
+    'render', False, 'With --table: rewrite the page\'s block from the '
+    'records (.json beside it), searching nothing.')
 _TABLE = flags.DEFINE_string(
     'table', None, 'Search every row of transformer/plan/scaling.py on its '
     'slices and write the table into its block of this page '
@@ -136,8 +139,9 @@ def _write_table(path: str) -> None:
              f'{_BUDGET.value:g}')
   versions = (f'{datetime.date.today()}, jax {jax.__version__}, libtpu '
               f'{metadata.version("libtpu")}, {os.cpu_count()} CPU cores')
-  rows = [row for row in scaling.ROWS if _ROWS.value in row.label]
-  if not rows:
+  rows = [] if _RENDER.value else [
+      row for row in scaling.ROWS if _ROWS.value in row.label]
+  if not rows and not _RENDER.value:
     raise ValueError(f'--rows={_ROWS.value!r} names no row of the table: '
                      + '; '.join(row.label for row in scaling.ROWS))
   for row in rows:
@@ -155,11 +159,16 @@ def _write_table(path: str) -> None:
           row, name, topology, tried,
           search_lib.changed(config, best.overrides) if best else [],
           time.perf_counter() - start)
-      records = scaling.merged(records, [{**found, 'versions': versions}])
+      records = scaling.merged(records, [{**found, 'versions': versions,
+                                          'command': command}])
       storage.write_atomically(records_path, json.dumps(records, indent=1))
       page = storage.read_text(path) if storage.exists(path) else ''
       storage.write_atomically(path, scaling.in_page(
-          page, scaling.markdown(records, command)))
+          page, scaling.markdown(records)))
+  if _RENDER.value:
+    page = storage.read_text(path) if storage.exists(path) else ''
+    storage.write_atomically(path, scaling.in_page(
+        page, scaling.markdown(records)))
   print(f'Written: {path} and {records_path}')
 
 
