@@ -158,6 +158,9 @@ _DESCRIPTIONS = {'h100': 'NVIDIA H100 80GB HBM3', 'h200': 'NVIDIA H200'}
 
 
 def gpu_plugin_installed() -> bool:
+  # find_spec of a dotted name raises when the parent package is absent.
+  if importlib.util.find_spec('jax_plugins') is None:
+    return False
   return importlib.util.find_spec('jax_plugins.xla_cuda12') is not None
 
 
