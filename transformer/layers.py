@@ -114,7 +114,7 @@ class TransformerConfig:
   rope_original_max_positions: int | None = None  # 'dynamic', 'llama3'
   layer_norm_epsilon: float = 1e-6
   use_bias: bool = True
-  attention_implementation: str = 'xla'
+  attention_implementation: str = 'auto'
   decode: bool = False
   dtype: Dtype = jnp.float32  # computation
   param_dtype: Dtype = jnp.float32

@@ -243,10 +243,9 @@ _KERNEL_MASKING = {
 @pytest.mark.parametrize('groups', [1, 2])
 @pytest.mark.parametrize('masking', list(_KERNEL_MASKING))
 def test_jax_kernel_matches_the_einsum_path(groups, masking, monkeypatch):
-  """On a CPU 'xla' takes the einsum path; jax's kernel, which GPUs and
-  TPUs use for 'xla', is checked against it here (the backend reported as
-  an accelerator's), with key lengths and causality passed to the kernel
-  as arguments, fully masked rows included."""
+  """jax's kernel, which 'auto' takes on a TPU, against the einsum path
+  (the backend reported as a TPU's), with key lengths and causality passed
+  to the kernel as arguments, fully masked rows included."""
   t, mask, lengths, causal = _KERNEL_MASKING[masking]
   q = normal(0, 2, t, 4, 8)
   k, v = (normal(i, 2, 6, 4 // groups, 8) for i in (1, 2))
@@ -257,7 +256,7 @@ def test_jax_kernel_matches_the_einsum_path(groups, masking, monkeypatch):
       key_lengths=None if lengths is None else jnp.asarray(lengths)))(q, k, v)
   reference = f('einsum')
   monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
-  fused = f('xla')
+  fused = f('auto')
   np.testing.assert_allclose(fused, reference, atol=1e-5)
   if lengths is not None and 0 in lengths:
     assert not np.asarray(fused[1]).any()  # a sequence with no keys
@@ -295,6 +294,58 @@ def test_cudnn_gradients_match_xla_on_gpu_for_packed_rows():
     np.testing.assert_allclose(cudnn.astype(jnp.float32),
                                xla.astype(jnp.float32), atol=5e-2, rtol=5e-2)
     assert np.abs(np.asarray(xla, np.float32)).max() > 0.1  # not vacuous
+
+
+def test_a_named_kernel_is_the_one_that_runs(monkeypatch):
+  """'xla' runs jax's kernel on a CPU too, 'einsum' the reference; only
+  'auto' chooses (the einsum path on a CPU)."""
+  q, k = normal(0, 2, 4, 2, 8), normal(1, 2, 6, 2, 8)
+  ran = []
+  einsum = attention.kernels._einsum_attention  # pylint: disable=protected-access
+  monkeypatch.setattr(attention.kernels, '_einsum_attention',
+                      lambda *a: ran.append('einsum') or einsum(*a))
+  fused = attention.kernels._fused_attention  # pylint: disable=protected-access
+  monkeypatch.setattr(attention.kernels, '_fused_attention',
+                      lambda *a: ran.append(a[-1]) or fused(*a))
+  for name in ('xla', 'einsum', 'auto'):
+    attention.dot_product_attention(q, k, k, implementation=name)
+  assert ran == ['xla', 'einsum', 'einsum']
+  monkeypatch.setattr(jax, 'default_backend', lambda: 'tpu')
+  attention.dot_product_attention(q, k, k, implementation='auto')
+  assert ran[-1] == 'xla'
+
+
+def test_auto_logs_its_choice_once(caplog):
+  attention.kernels._LOGGED.clear()  # pylint: disable=protected-access
+  q = normal(0, 1, 4, 2, 8)
+  with caplog.at_level('INFO'):
+    for _ in range(3):
+      attention.dot_product_attention(q, q, q, implementation='auto')
+  said = [r.getMessage() for r in caplog.records
+          if 'attention_implementation' in r.getMessage()]
+  assert said == ["attention_implementation='auto' runs 'einsum' on cpu: "
+                  'faster than the fused kernels on a CPU.']
+
+
+def test_fused_kernels_refuse_what_only_einsum_runs():
+  q = normal(0, 1, 4, 2, 8)
+  for name in ('xla', 'cudnn'):
+    with pytest.raises(ValueError, match=f"{name}.*attention dropout.*'auto'"):
+      attention.dot_product_attention(
+          q, q, q, implementation=name, dropout_rate=0.1,
+          dropout_rng=jax.random.key(0))
+    with pytest.raises(ValueError, match='value heads'):
+      attention.dot_product_attention(q, q, normal(1, 1, 4, 2, 4),
+                                      implementation=name)
+  # 'auto' takes the einsum path for both; weights come from it whatever
+  # is named.
+  out = attention.dot_product_attention(
+      q, q, q, implementation='auto', dropout_rate=0.5,
+      dropout_rng=jax.random.key(0))
+  assert out.shape == q.shape
+  _, weights = attention.dot_product_attention(q, q, q, implementation='xla',
+                                               return_weights=True)
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-6)
 
 
 def test_cudnn_without_gpu_says_so():

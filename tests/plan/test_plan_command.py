@@ -105,3 +105,17 @@ def test_planned_bytes_are_a_real_states_on_8_devices(tmp_path):
     fixed = row['real'] + row['real_step']
     assert fixed < row['simulated_arguments'] <= fixed + row['real_batch']
   assert rows[0]['real'] < rows[1]['real']  # fsdp=4 shards more than 2
+
+
+def test_commands_run_on_the_cpu_quietly_where_libtpu_has_no_tpu():
+  """The tpu extra on a machine without a TPU: a command starts no TPU
+  backend (whose failure libtpu would print), a bare jax does."""
+  env = {k: v for k, v in ENV.items() if k != 'JAX_PLATFORMS'}
+  code = ('from transformer.tools import cli; {}import jax; '
+          'print(jax.devices()[0].platform)')
+  said = [subprocess.run([sys.executable, '-c', code.format(call)],
+                         capture_output=True, text=True, env=env, cwd=REPO,
+                         check=True, timeout=120)
+          for call in ('cli.skip_absent_tpu(); ', '')]
+  assert said[0].stdout.strip() == 'cpu' and 'TPU' not in said[0].stderr
+  assert 'TPU' in said[1].stderr  # the test can fail: libtpu does print

@@ -29,21 +29,25 @@ head, a padding mask from `masks.padding_mask` is [B, 1, 1, S].
 A query row whose keys are all masked attends to nothing: its weights are all
 zero and its output is zero (never NaN, never a uniform average).
 
-Kernels (`implementation=`):
+Kernels (`implementation=`); a named kernel is the one that runs:
+  'auto'    the default, and the only one that chooses (it logs its choice
+            once): the einsum path on a CPU, where it is faster; cuDNN on
+            a GPU when its constraints hold (bf16/fp16, head dim a
+            multiple of 8 and at most 128) and it accepts the inputs at
+            trace time, else XLA's; XLA's on a TPU. Attention dropout and
+            value heads of another size than the keys' take the einsum
+            path.
   'einsum'  the plain reference (`kernels`); the only one that returns
-            weights and applies attention dropout, so both of those always
-            use it.
-            Causal self-attention runs there in two query halves, the
-            first half's keys ending where its queries do: the quarter of
-            the scores causality masks for every one of them is never
-            computed.
-  'xla'     `jax.nn.dot_product_attention(implementation='xla')` on GPUs and
-            TPUs; on a CPU the einsum path, which is faster there.
+            weights (asked for weights, every choice computes them here)
+            and applies attention dropout. Causal self-attention runs in
+            two query halves, the first half's keys ending where its
+            queries do: the quarter of the scores causality masks for
+            every one of them is never computed.
+  'xla'     `jax.nn.dot_product_attention(implementation='xla')`, on any
+            platform.
   'cudnn'   `jax.nn.dot_product_attention(implementation='cudnn')`: cuDNN
             flash attention; raises where cuDNN cannot run the inputs.
-  'auto'    cuDNN on a GPU when its constraints hold (bf16/fp16, head dim a
-            multiple of 8 and at most 128), XLA everywhere else, and XLA again
-            when cuDNN rejects the inputs at trace time.
+'xla' and 'cudnn' refuse attention dropout while training, naming 'auto'.
 """
 
 

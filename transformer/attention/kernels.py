@@ -1,8 +1,9 @@
 """Dot-product attention and the choice of its kernel: the einsum
 reference (which alone returns weights and applies attention dropout;
 causal self-attention in two query halves), and the fused kernels of
-`jax.nn.dot_product_attention` (XLA's, cuDNN's) where they run. Shapes and
-masks as the package docstring says."""
+`jax.nn.dot_product_attention` (XLA's, cuDNN's). A named kernel is the
+one that runs; only 'auto' chooses, and says once what it chose. Shapes
+and masks as the package docstring says."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from transformer import masks
 Array = jax.Array
 Dtype = Any
 
-IMPLEMENTATIONS = ('einsum', 'xla', 'cudnn', 'auto')
+IMPLEMENTATIONS = ('auto', 'xla', 'einsum', 'cudnn')
+# What 'auto' chose, per platform and reason, already logged.
+_LOGGED: set[tuple[str, str, str]] = set()
 
 
 def masked_softmax(logits: Array, mask: Array | None) -> Array:
@@ -197,12 +200,60 @@ def _fused_attention(query, key, value, mask, key_lengths, causal, scale,
     implementation = 'xla'
     if _cudnn_may_run(query, key, value):
       try:
-        return call(implementation='cudnn').reshape(query.shape)
+        out = call(implementation='cudnn').reshape(query.shape)
+        _log_choice('cudnn', 'a GPU, and cuDNN takes these shapes')
+        return out
       except (ValueError, NotImplementedError, RuntimeError) as e:
-        logging.log_first_n(logging.WARNING,
-                            'cuDNN attention rejected shapes q=%s k=%s (%s); '
-                            'using XLA.', 1, query.shape, key.shape, e)
+        _log_choice('xla', f'cuDNN rejected q={query.shape} k={key.shape} '
+                    f'({str(e).splitlines()[0] if str(e) else e})')
+    else:
+      _log_choice('xla', "cuDNN's constraints do not hold (bfloat16 or "
+                  'float16, head dim a multiple of 8 and at most 128)')
   return call(implementation=implementation).reshape(query.shape)
+
+
+def _log_choice(kernel: str, reason: str) -> None:
+  """Logs what 'auto' runs, once per platform, kernel and reason."""
+  seen = (target_platform(), kernel, reason)
+  if seen not in _LOGGED:
+    _LOGGED.add(seen)
+    logging.info("attention_implementation='auto' runs %r on %s: %s.",
+                 kernel, seen[0], reason)
+
+
+def choose(implementation: str, *, head_dims_differ: bool, dropout: bool,
+           return_weights: bool) -> str:
+  """The kernel that runs for a named `implementation`: itself, or for
+  'auto' the einsum path on a CPU (faster there than jax's kernels, whose
+  grouped layout adds a transpose and a select per layer and pass;
+  docs/benchmarks.md), XLA's on a TPU, and on a GPU 'auto' still, to take
+  cuDNN where it accepts the inputs at trace time (`_fused_attention`). Weights come from
+  the einsum path whichever is named; attention dropout and value heads
+  wider or narrower than the keys' run only there, so a fused kernel
+  named for them is refused."""
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(f'Unknown attention implementation {implementation!r}; '
+                     f'choose one of {IMPLEMENTATIONS}.')
+  if return_weights:
+    return 'einsum'
+  if implementation in ('xla', 'cudnn') and (dropout or head_dims_differ):
+    needs = ('attention dropout' if dropout
+             else 'value heads of another size than the keys\'')
+    raise ValueError(
+        f"implementation={implementation!r} cannot run {needs}: only the "
+        f"einsum kernel does. Use 'auto' or 'einsum'"
+        f"{', or an attention dropout rate of 0' if dropout else ''}.")
+  if implementation == 'auto' and (dropout or head_dims_differ):
+    _log_choice('einsum', 'attention dropout' if dropout else
+                "value heads of another size than the keys'")
+    return 'einsum'
+  if implementation == 'auto' and target_platform() == 'cpu':
+    _log_choice('einsum', 'faster than the fused kernels on a CPU')
+    return 'einsum'
+  if implementation == 'auto' and target_platform() != 'gpu':
+    _log_choice('xla', 'no cuDNN off a GPU')
+    return 'xla'
+  return implementation  # on a GPU, 'auto' tries cuDNN when it is traced
 
 
 def dot_product_attention(
@@ -214,7 +265,7 @@ def dot_product_attention(
     key_lengths: Array | None = None,
     causal: bool = False,
     scale: float | None = None,
-    implementation: str = 'xla',
+    implementation: str = 'auto',
     dropout_rate: float = 0.0,
     dropout_rng: Array | None = None,
     return_weights: bool = False,
@@ -241,9 +292,10 @@ def dot_product_attention(
     dropout) if `return_weights`.
   """
   _check_qkv(query, key, value)
-  if implementation not in IMPLEMENTATIONS:
-    raise ValueError(f'Unknown attention implementation {implementation!r}; '
-                     f'choose one of {IMPLEMENTATIONS}.')
+  dropout = dropout_rng is not None and dropout_rate > 0.0
+  kernel = choose(implementation, head_dims_differ=value.shape[-1] !=
+                  query.shape[-1], dropout=dropout,
+                  return_weights=return_weights)
   *batch, t, n, h = query.shape
   s = key.shape[-3]
   weights_shape = (*batch, n, t, s)
@@ -255,13 +307,7 @@ def dot_product_attention(
   if causal:
     combined = masks.combine_masks(combined, masks.causal_mask(t, s))
   scale = 1.0 / math.sqrt(h) if scale is None else scale
-  dropout = dropout_rng is not None and dropout_rate > 0.0
-  # On a CPU jax's XLA kernel costs more than the einsum path (its grouped
-  # layout adds a transpose and a select per layer and pass): 'xla' and
-  # 'auto' take the einsum path there (docs/benchmarks.md).
-  on_cpu = implementation != 'cudnn' and target_platform() == 'cpu'
-  if (implementation == 'einsum' or return_weights or dropout or on_cpu
-      or value.shape[-1] != h):
+  if kernel == 'einsum':
     if causal and t == s and t % 2 == 0 and not return_weights:
       return _causal_halves(query, key, value, combined, scale, dropout_rate,
                             dropout_rng if dropout else None)
@@ -271,4 +317,4 @@ def dot_product_attention(
   # The kernels average all values for a fully masked row; zero it instead.
   return _zero_fully_masked_rows(
       _fused_attention(query, key, value, mask, key_lengths, causal, scale,
-                       implementation), combined, weights_shape)
+                       kernel), combined, weights_shape)

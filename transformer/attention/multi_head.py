@@ -121,7 +121,7 @@ class MultiHeadAttention(nn.Module):
   out_features: int | None = None
   use_bias: bool = True
   dropout_rate: float = 0.0
-  implementation: str = 'xla'
+  implementation: str = 'auto'
   decode: bool = False
   rotary: bool = False
   rope: positional.Rope = positional.Rope()

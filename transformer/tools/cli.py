@@ -43,6 +43,8 @@ import collections
 import contextlib
 import errno
 import functools
+import glob
+import importlib.util
 import logging as std_logging
 import os
 import re
@@ -837,7 +839,22 @@ def run(main: Callable[[list[str]], None]) -> None:
   handling and the compilation cache: the body of each tool's `if __name__
   == '__main__'` and of its console script."""
   use_compilation_cache()
+  skip_absent_tpu()
   app.run(handle_errors(main), flags_parser=parse_flags)
+
+
+def skip_absent_tpu() -> None:
+  """Runs on the CPU where libtpu is installed (the `tpu` extra, which
+  plans compile with) but neither a TPU nor jax's GPU plugin is: jax
+  would otherwise start a TPU backend in every command and print its
+  failure ("Failed to find host bounds for accelerator type ...").
+  JAX_PLATFORMS, when set, decides."""
+  if ('JAX_PLATFORMS' in os.environ
+      or importlib.util.find_spec('libtpu') is None
+      or importlib.util.find_spec('jax_plugins') is not None
+      or glob.glob('/dev/accel*') or glob.glob('/dev/vfio/[0-9]*')):
+    return
+  jax.config.update('jax_platforms', 'cpu')
 
 
 COMPILATION_CACHE = 'TRANSFORMER_COMPILATION_CACHE'
