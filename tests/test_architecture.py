@@ -148,3 +148,18 @@ def test_test_folders_are_named_after_rooms():
   loose = [name for name in os.listdir(tests)
            if name.startswith('test_') and name != 'test_architecture.py']
   assert not loose, f'tests outside a room folder: {loose}'
+
+
+def test_the_first_line_of_an_error_has_one_home():
+  """Refusals quote an error's first line through `errors.first_line`;
+  a module that cuts one out itself again is named here."""
+  cut = re.compile(r'splitlines\(\)\[0\]')
+  found = []
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      path = os.path.join(folder, name)
+      if name.endswith('.py') and path != os.path.join(PACKAGE, 'errors.py'):
+        with open(path, encoding='utf-8') as f:
+          found += [f'{os.path.relpath(path, REPO)}:{i}'
+                    for i, line in enumerate(f, 1) if cut.search(line)]
+  assert not found, f'use errors.first_line at {found}'

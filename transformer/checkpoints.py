@@ -37,6 +37,7 @@ except ImportError:  # another layout: a failed write may linger at exit
   orbax_future = orbax_sync = None
 # pylint: enable=g-import-not-at-top
 
+from transformer import errors
 from transformer import storage
 
 ITEMS = ('params', 'opt_state')
@@ -243,9 +244,7 @@ def _os_cause(error: BaseException) -> str | None:
 def _cause(error: BaseException) -> str:
   """The root cause of a failed write, in words: the OS error, else the
   first line."""
-  text = str(error).strip()
-  return _os_cause(error) or (text.splitlines()[0][:300] if text
-                              else type(error).__name__)
+  return _os_cause(error) or errors.first_line(error)
 
 
 def manager(workdir: str, *, max_to_keep: int | None = None,
@@ -461,8 +460,7 @@ def _unrestorable(folder: Any, steps: Sequence[int]) -> Unrestorable:
 def _reason(error: BaseException) -> str:
   """The first line of why a checkpoint cannot be read (orbax and
   TensorStore raise plain Exceptions for damaged files)."""
-  text = str(error).strip()
-  return text.splitlines()[0][:300] if text else repr(error)
+  return errors.first_line(error)
 
 
 def restore(mngr: ocp.CheckpointManager, step: int, abstract: dict[str, Any]

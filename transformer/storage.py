@@ -21,6 +21,8 @@ from typing import Any, Callable, Iterator
 
 from etils import epath
 
+from transformer import errors
+
 
 def is_remote(path: str | os.PathLike) -> bool:
   """Whether `path` is a URL (gs://, s3://, ...) rather than a local path."""
@@ -68,7 +70,7 @@ def storage_failure(error: BaseException) -> OSError | None:
         f'cannot be reached; run `gcloud auth application-default login`, '
         f'or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key '
         f'file, then rerun.')
-  return OSError(f'{where}: cloud storage failed ({text.splitlines()[0]}); '
+  return OSError(f'{where}: cloud storage failed ({errors.first_line(text, None)}); '
                  f'check the bucket name, your access to it and the '
                  f'network.')
 

@@ -15,6 +15,7 @@ from absl import logging
 import jax
 import jax.numpy as jnp
 
+from transformer import errors
 from transformer import masks
 
 Array = jax.Array
@@ -205,7 +206,7 @@ def _fused_attention(query, key, value, mask, key_lengths, causal, scale,
         return out
       except (ValueError, NotImplementedError, RuntimeError) as e:
         _log_choice('xla', f'cuDNN rejected q={query.shape} k={key.shape} '
-                    f'({str(e).splitlines()[0] if str(e) else e})')
+                    f'({errors.first_line(e)})')
     else:
       _log_choice('xla', "cuDNN's constraints do not hold (bfloat16 or "
                   'float16, head dim a multiple of 8 and at most 128)')

@@ -16,6 +16,7 @@ import re
 import numpy as np
 import sentencepiece as spm
 
+from transformer import errors
 from transformer.data import tokenizers
 
 MARIAN_PIECES = 'marian_pieces.json'
@@ -224,7 +225,7 @@ def published_bpe(source: str, family: str):
       tokenizer = Tokenizer.from_file(path)
     except Exception as e:  # pylint: disable=broad-except
       raise ValueError(f'{path} is not a tokenizer the `tokenizers` library '
-                       f'reads ({str(e).splitlines()[0] if str(e) else e}): '
+                       f'reads ({errors.first_line(e)}): '
                        f'the file is damaged or cut short; download it '
                        f'again.') from e
   else:
@@ -260,7 +261,7 @@ def _from_older_files(source: str, family: str):
     )._tokenizer  # pylint: disable=protected-access
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(f'{" and ".join(paths)} do not make a tokenizer '
-                     f'({str(e).splitlines()[0] if str(e) else e}): damaged or '
+                     f'({errors.first_line(e)}): damaged or '
                      f'cut short; download them again.') from e
 
 

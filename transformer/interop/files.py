@@ -219,7 +219,7 @@ def _load_safetensors(path: str) -> dict[str, np.ndarray]:
     return load_file(path)
   except safetensors.SafetensorError as e:
     raise ValueError(f'{path} is not a valid safetensors file '
-                     f'({_first_line(e)}): the file is damaged or cut short; '
+                     f'({errors.first_line(e, None)}): the file is damaged or cut short; '
                      f'download it again.') from e
 
 
@@ -330,7 +330,7 @@ def read_npz(path: str) -> dict[str, np.ndarray]:
   try:
     data = np.load(path, allow_pickle=False)  # never unpickle
   except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-    raise ValueError(f'{path} is not a valid .npz file ({_first_line(e)}): '
+    raise ValueError(f'{path} is not a valid .npz file ({errors.first_line(e, None)}): '
                      f'the file is damaged or cut short; download it '
                      f'again.') from e
   with data:
@@ -347,7 +347,7 @@ def _float_array(data: Any, name: str, path: str) -> np.ndarray:
                      f'numeric arrays.') from e
   except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
     raise ValueError(f'{path}: array {name!r} cannot be read '
-                     f'({_first_line(e)}): the file is damaged or cut '
+                     f'({errors.first_line(e, None)}): the file is damaged or cut '
                      f'short; download it again.') from e
   if array.dtype.kind != 'f':
     raise ValueError(f'{path}: array {name!r} has dtype {array.dtype}, not '
@@ -355,8 +355,6 @@ def _float_array(data: Any, name: str, path: str) -> np.ndarray:
   return array
 
 
-def _first_line(error: BaseException) -> str:
-  return str(error).splitlines()[0] if str(error) else type(error).__name__
 
 
 def save_hf(directory: str, hf: dict, tensors: dict[str, np.ndarray]

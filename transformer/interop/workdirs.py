@@ -26,6 +26,7 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
+from transformer import errors
 from transformer import checkpoints
 from transformer import configs
 from transformer import sharding
@@ -285,7 +286,7 @@ def check_round_trip(folder: str, expected: np.ndarray) -> None:
     with restored.active():
       found = probe(restored.task, restored.params)
   except Exception as e:  # pylint: disable=broad-except
-    reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    reason = errors.first_line(e, None)
     raise ConversionFailed(f'The converted workdir does not restore '
                            f'({reason}); nothing was written.') from e
   if found.shape != expected.shape or not np.allclose(

@@ -19,6 +19,7 @@ from typing import Any
 import jax
 import ml_collections
 
+from transformer import errors
 from transformer import optimizers
 from transformer import sharding
 from transformer import tasks
@@ -173,7 +174,7 @@ def _compile(lowered) -> tuple[Any, str, tuple[str, float] | None]:
       needed = ('temporaries',
                 float(temporaries.group(1)) * _UNITS[temporaries.group(2)])
     first = next((line for line in text.splitlines() if 'memory' in line),
-                 text.splitlines()[0])
+                 errors.first_line(text))
     return None, first.strip()[:300], needed
   finally:
     jax.config.update('jax_enable_compilation_cache', cached)

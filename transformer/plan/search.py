@@ -21,6 +21,7 @@ from typing import Any, Callable
 
 import ml_collections
 
+from transformer import errors
 from transformer import configs
 from transformer.plan import planner
 from transformer.plan import topology as topology_lib
@@ -133,7 +134,7 @@ def run(config: ml_collections.ConfigDict,
         # One candidate the compiler rejects ends neither the search nor
         # the mesh's other rungs.
         tried.append(Tried(overrides, None, 'the compiler failed: ' +
-                           str(e).strip().splitlines()[0][:200]))
+                           errors.first_line(e, 200)))
         continue
       compiled += 1
       tried.append(result)

@@ -22,6 +22,7 @@ import os
 import re
 from typing import Any
 
+from transformer import errors
 from transformer.plan import chips
 
 INSTALL = 'pip install -e ".[tpu]"'
@@ -119,7 +120,7 @@ def resolve(name: str) -> Topology:
         chip_config_name='megacore' if chip.name in _MEGACORE else 'default')
   except Exception as e:  # libtpu's own message says which shapes exist
     raise ValueError(f'--topology={name}: libtpu has no such slice '
-                     f'({str(e).splitlines()[0][:200]}). Slices are e.g. '
+                     f'({errors.first_line(e, 200)}). Slices are e.g. '
                      f'{EXAMPLES}.') from None
   devices = tuple(description.devices)
   hosts = len({device.process_index for device in devices})
@@ -180,7 +181,7 @@ def _gpu(name: str, chip: chips.Chip, dims: tuple[int, ...]) -> Topology:
   except Exception as e:  # pylint: disable=broad-except
     raise ValueError(
         f'--topology={name}: the CUDA plugin did not describe it '
-        f'({str(e).splitlines()[0][:200]}); it compiles without a GPU only '
+        f'({errors.first_line(e, 200)}); it compiles without a GPU only '
         f'with JAX_PLATFORMS=cpu, which transformer-plan sets.') from None
   return Topology(name, chip, tuple(description.devices), hosts,
                   simulated=False)

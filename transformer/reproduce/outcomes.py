@@ -13,6 +13,7 @@ import traceback
 
 import ml_collections
 
+from transformer import errors
 from transformer import metrics
 from transformer import workdir as workdir_lib
 
@@ -68,7 +69,7 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
 def record_failure(workdir: str, error: BaseException) -> str:
   """Leaves the error (first line: type and message; then the traceback)
   in the workdir; returns the first line."""
-  reason = f'{type(error).__name__}: {error}'.splitlines()[0]
+  reason = errors.first_line(f'{type(error).__name__}: {error}', None)
   os.makedirs(workdir, exist_ok=True)
   with open(os.path.join(workdir, FAILURE_NOTE), 'w') as f:
     f.write(reason + '\n\n' + ''.join(traceback.format_exception(error)))
