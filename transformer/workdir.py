@@ -422,12 +422,17 @@ def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
       if problem:
         return problem
       continue
-    kind = schema.get_type(key)
     if value is None and schema[key] is None:
       continue  # a placeholder: the named size's value
-    expected = _TYPES.get(kind)
-    if expected and not expected[1](value):
-      return f'"{field}" is {storage.shown(value)}, not {expected[0]}'
+    kind = schema.get_type(key)
+    try:
+      # ml_collections takes True for a number, and null for anything.
+      if value is None or (isinstance(value, bool) and kind is not bool):
+        raise TypeError
+      ml_collections.FieldReference(schema[key], field_type=kind).set(value)
+    except TypeError:
+      return (f'"{field}" is {storage.shown(value)}, not '
+              f'{_TYPE_WORDS.get(kind, f"a {kind.__name__}")}')
   return ''
 
 
@@ -439,15 +444,10 @@ def _is_number(value: Any) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-# A config field's type: (in words, the test of a JSON value).
-_TYPES = {
-    bool: ('true or false', lambda v: isinstance(v, bool)),
-    int: ('a whole number', _is_int),
-    float: ('a number', _is_number),
-    str: ('a string', lambda v: isinstance(v, str)),
-    tuple: ('a list', lambda v: isinstance(v, (list, tuple))),
-    list: ('a list', lambda v: isinstance(v, (list, tuple))),
-}
+# A config field's type in words; ml_collections checks the value.
+_TYPE_WORDS = {bool: 'true or false', int: 'a whole number',
+               float: 'a number', str: 'a string', tuple: 'a list',
+               list: 'a list'}
 
 # Each file: (whether it is JSON, its schema check: the problem, or '').
 SCHEMAS: dict[str, tuple[bool, Callable[[Any], str]]] = {
