@@ -13,11 +13,14 @@ setuptools.setup(
     package_data={'transformer.tools': ['explorer.html', 'explorer.js']},
     # jax 0.10 and flax 0.12, the oldest releases tested, need Python 3.11.
     python_requires='>=3.11',
+    # The JAX stack within the releases tested: jax 0.10 here and in CI
+    # (constraints.txt holds CI's exact versions), 0.11 on the GPU machine.
+    # A new minor release is taken when the tests have run on it.
     install_requires=[
-        'jax>=0.10.2',
-        'flax>=0.12.8',
-        'optax>=0.2.8',
-        'orbax-checkpoint>=0.12.8',
+        'jax>=0.10.2,<0.12',
+        'flax>=0.12.8,<0.13',
+        'optax>=0.2.8,<0.3',
+        'orbax-checkpoint>=0.12.8,<0.13',
         'tensorflow-datasets>=4.9.10',
         # tf.data for TFDS only; never imported by the training path.
         'tensorflow-cpu>=2.21; sys_platform != "darwin"',
@@ -57,7 +60,7 @@ setuptools.setup(
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8',
                  'gcp-storage-emulator>=2024.8', 'playwright>=1.40',
                  'scikit-learn>=1.3'],
-        'gpu': ['jax[cuda12]>=0.10.2'],
+        'gpu': ['jax[cuda12]>=0.10.2,<0.12'],
         # The libtpu of the jax the tests ran (jax[tpu] pins it): TPU VMs
         # train with it, and transformer-plan compiles for TPU topologies
         # with it on any machine. Pinned, so that it never moves jax to a

@@ -163,3 +163,41 @@ def test_the_first_line_of_an_error_has_one_home():
           found += [f'{os.path.relpath(path, REPO)}:{i}'
                     for i, line in enumerate(f, 1) if cut.search(line)]
   assert not found, f'use errors.first_line at {found}'
+
+
+def test_no_private_module_of_a_dependency_is_imported():
+  """A dependency's `_src` (or other underscore) modules change without
+  notice between its releases; the package uses public APIs only."""
+  private = []
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      if not name.endswith('.py'):
+        continue
+      path = os.path.join(folder, name)
+      with open(path, encoding='utf-8') as f:
+        tree = ast.parse(f.read())
+      for node in ast.walk(tree):
+        modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                   else [node.module or ''] if isinstance(node, ast.ImportFrom)
+                   and not node.level else [])
+        private += [f'{os.path.relpath(path, REPO)}:{node.lineno} {m}'
+                    for m in modules if m.split('.')[0] != 'transformer'
+                    and any(p.startswith('_') for p in m.split('.')[1:])]
+  assert not private, f'private modules imported: {private}'
+
+
+def test_the_jax_stack_has_tested_ranges_and_ci_pins_inside_them():
+  """setup.py bounds jax, flax, optax and orbax on both sides, and the
+  versions CI installs (constraints.txt) lie within those bounds."""
+  from packaging import requirements  # pylint: disable=g-import-not-at-top
+  with open(os.path.join(REPO, 'setup.py'), encoding='utf-8') as f:
+    setup = f.read()
+  with open(os.path.join(REPO, 'constraints.txt'), encoding='utf-8') as f:
+    pinned = dict(line.strip().split('==') for line in f
+                  if '==' in line and not line.startswith('#'))
+  for name in ('jax', 'flax', 'optax', 'orbax-checkpoint'):
+    found = re.search(rf"'({re.escape(name)}[<>=][^']*)'", setup)
+    assert found, f'{name} is not in install_requires'
+    spec = requirements.Requirement(found.group(1)).specifier
+    assert {s.operator for s in spec} >= {'>=', '<'}, f'{name}: {spec}'
+    assert pinned[name] in spec, f'{name}=={pinned[name]} outside {spec}'

@@ -18,24 +18,13 @@ import hashlib
 import json
 import os
 import re
-import threading
 import time
 from typing import Any, Iterator, Sequence
-import warnings
 
 import jax
 from jax.experimental import multihost_utils
 import jax.numpy as jnp
 import orbax.checkpoint as ocp
-# Private: the threads of one asynchronous write, which a failed write
-# leaves waiting (`Manager._end_threads`); as laid out in orbax 0.12.8.
-# pylint: disable=g-import-not-at-top
-try:
-  from orbax.checkpoint._src.futures import future as orbax_future
-  from orbax.checkpoint._src.futures import synchronization as orbax_sync
-except ImportError:  # another layout: a failed write may linger at exit
-  orbax_future = orbax_sync = None
-# pylint: enable=g-import-not-at-top
 
 from transformer import errors
 from transformer import storage
@@ -72,17 +61,21 @@ class Manager(ocp.CheckpointManager):
   write that fails in orbax's background threads surfaces at the next
   save, at `raise_write_errors` (each log step) or at the final wait, as one
   `WriteFailed` naming the step that failed, the cause and the last complete
-  checkpoint; the write's other threads are ended (orbax leaves them
-  waiting 5 minutes for signals the failed thread never sends, which holds
-  the process at exit) and its temporary folder is removed.
+  checkpoint, and its temporary folder is removed.
+
+  Orbax creates a save's folders in the calling thread here, not in one
+  of its own: with them created asynchronously, a write that fails leaves
+  orbax's other threads waiting 5 minutes for the signal that the folders
+  exist, which holds the process at exit
+  (test_failed_write_ends_the_process_promptly).
   """
 
   def __init__(self, directory: str, *, options, item_handlers):
     if options.enable_async_checkpointing:
       options = dataclasses.replace(options, async_options=ocp.AsyncOptions(
-          post_finalization_callback=self._record_checksums))
+          post_finalization_callback=self._record_checksums,
+          create_directories_asynchronously=False))
     self._writing: int | None = None  # the step of the save under way
-    self._operation: str | None = None  # orbax's id of that save
     super().__init__(directory, options=options, item_handlers=item_handlers)
     self._pending: int | None = None  # the step being written
     self._failed = False
@@ -96,9 +89,7 @@ class Manager(ocp.CheckpointManager):
     except WriteFailed:
       raise
     except Exception as e:  # pylint: disable=broad-except
-      self._operation = _current_operation()
       raise self._write_failed(step, e) from e
-    self._operation = _current_operation()
     self._pending = step
     return saved
 
@@ -134,34 +125,10 @@ class Manager(ocp.CheckpointManager):
       self.wait_until_finished()  # raises it with its step
       raise
 
-  def _end_threads(self, timeout: float = 60.0) -> None:
-    """Ends the threads of the failed write: each waits for signals from the
-    others (the folder created, ...) and a thread that failed sends none, so
-    they would wait 5 minutes and hold the process at exit. Cancelled and
-    sent those signals, they end without writing."""
-    # pylint: disable=protected-access
-    kind = getattr(orbax_future, '_SignalingThread', None)
-    threads = [thread for thread in threading.enumerate()
-               if kind and isinstance(thread, kind) and self._operation
-               and getattr(thread, '_operation_id', None) == self._operation]
-    for thread in threads:
-      with contextlib.suppress(Exception):
-        thread.cancel()
-        orbax_future.set_signals(thread._receive_signals,
-                                 operation_id=self._operation)
-    # pylint: enable=protected-access
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-      threading.Thread.join(thread, max(0.0, deadline - time.monotonic()))
-    # Their coroutines, never started, would each warn at exit.
-    warnings.filterwarnings('ignore', r'coroutine .* was never awaited',
-                            RuntimeWarning)
-
   def _write_failed(self, step: int | None, error: Exception) -> WriteFailed:
     self._failed = True
     # Orbax's other threads of this write end first, or they would go on
     # writing into the folder removed below.
-    self._end_threads()
     with contextlib.suppress(Exception):
       super().wait_until_finished()
     folder = os.fspath(self.directory)
@@ -192,9 +159,6 @@ class Manager(ocp.CheckpointManager):
     writes a step's metadata from a thread of its own, which can still put a
     file there while the folder goes (the removal then fails: "directory not
     empty"), so the removal is retried until a listing finds it gone."""
-    for store in ('_non_blocking_metadata_store', '_blocking_metadata_store'):
-      with contextlib.suppress(Exception):
-        getattr(self, store).wait_until_finished()
     deadline = time.monotonic() + grace
     while True:
       left = [name for name in storage.listdir(os.fspath(self.directory))
@@ -218,13 +182,6 @@ def _identity(folder: Any) -> tuple[int, int] | bool:
   except OSError:
     return False
   return (stat.st_dev, stat.st_ino) if os.path.isdir(folder) else False
-
-
-def _current_operation() -> str | None:
-  """Orbax's id of the save last started, which its threads carry."""
-  with contextlib.suppress(AttributeError):
-    return orbax_sync.OperationIdGenerator.get_current_operation_id()
-  return None
 
 
 def _os_cause(error: BaseException) -> str | None:
