@@ -23,6 +23,9 @@ import ml_collections
 from ml_collections import config_dict
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The experiment files, inside the package (installed with it).
+EXPERIMENTS = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                           'experiments')
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -72,16 +75,42 @@ def default_config() -> ml_collections.ConfigDict:
 # -- Experiment files ---------------------------------------------------------
 
 
+def experiment_names() -> list[str]:
+  """The experiments' names ('mt_offline', ...; the paper tables' are
+  'paper/NAME')."""
+  names = []
+  for folder in ('', 'paper'):
+    names += sorted(os.path.join(folder, name[:-3]) for name in os.listdir(
+        os.path.join(EXPERIMENTS, folder))
+                    if name.endswith('.py') and name != '__init__.py')
+  return names
+
+
+def experiment_file(spec: str) -> str:
+  """'FILE.py[:arg]' or 'NAME[:arg]' as the experiment file's path with the
+  same argument: a file relative to the working directory; else an
+  experiment's name ('mt_offline', 'paper/vaswani2017_table3') or its path
+  in a checkout ('experiments/mt_offline.py'), found inside the package
+  from any directory. Unchanged where none exists (callers refuse it)."""
+  path, colon, arg = spec.partition(':')
+  if os.path.exists(path):
+    return spec
+  inside = path.removeprefix('experiments/')
+  for candidate in (os.path.join(EXPERIMENTS, inside),
+                    os.path.join(EXPERIMENTS, inside + '.py')):
+    if inside and os.path.isfile(candidate):
+      return candidate + colon + arg
+  return spec
+
+
 def load_experiment(spec: str) -> ml_collections.ConfigDict:
-  """`get_config(arg)` of 'file.py[:arg]', as `--config=file.py:arg` gives
-  it; the file relative to the working directory, else to the repository
-  root (so 'experiments/mt_offline.py' works from anywhere)."""
-  path, _, arg = spec.partition(':')
-  if not os.path.exists(path) and os.path.exists(os.path.join(REPO, path)):
-    path = os.path.join(REPO, path)
+  """`get_config(arg)` of 'file.py[:arg]' or 'NAME[:arg]', as `--config`
+  gives it (`experiment_file`)."""
+  path, _, arg = experiment_file(spec).partition(':')
   if not os.path.exists(path):
-    raise FileNotFoundError(f'Experiment file {path} not found; the '
-                            f'experiments are in {REPO}/experiments.')
+    raise FileNotFoundError(
+        f'No experiment file or name {path}; the experiments are '
+        f'{", ".join(experiment_names())} (or a file of your own).')
   module_spec = importlib.util.spec_from_file_location(
       f'experiment_{os.path.splitext(os.path.basename(path))[0]}', path)
   module = importlib.util.module_from_spec(module_spec)

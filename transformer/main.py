@@ -37,14 +37,14 @@ import jax
 from ml_collections import config_flags
 
 from transformer import checkpoints
+from transformer import configs
 from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.tools import cli
 # pylint: enable=g-import-not-at-top,wrong-import-position
 
-DEFAULT_CONFIG = os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), 'experiments', 'mt_offline.py')
+DEFAULT_CONFIG = os.path.join(configs.EXPERIMENTS, 'mt_offline.py')
 DEFAULT_WORKDIR = os.path.join('workdirs', 'mt_offline')
 
 _CONFIG = config_flags.DEFINE_config_file(

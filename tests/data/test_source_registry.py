@@ -2,15 +2,13 @@
 examples through it, every experiment's source is registered for its kind,
 and a new source serves every task of its kind."""
 
-import glob
 import json
-import os
 import re
 
 import pytest
 
 from conftest import load_experiment
-from conftest import REPO
+from transformer import configs
 from transformer import tasks
 from transformer.data import sources
 
@@ -50,11 +48,10 @@ def test_every_tasks_default_source_is_registered_for_its_kind():
 NEEDS = {'mt_local': 'src=a.de,tgt=a.en'}
 
 
-@pytest.mark.parametrize('path', sorted(
-    path for path in glob.glob(os.path.join(REPO, 'experiments', '*.py'))
-    if not path.endswith('vit_finetune.py')))
-def test_every_experiments_source_is_registered(path):
-  name = os.path.basename(path)[:-3]
+@pytest.mark.parametrize('name', [
+    name for name in configs.experiment_names()
+    if not name.startswith('paper/') and name != 'vit_finetune'])
+def test_every_experiments_source_is_registered(name):
   config = load_experiment(name, NEEDS.get(name, ''))
   assert config.data.source in sources.names(KINDS[config.task]), name
 

@@ -86,6 +86,19 @@ def _module_files(folder: str) -> list[str]:
                 and name != '__init__.py')
 
 
+def _folder_lines(folder: str, indent: int) -> list[str]:
+  """A folder's modules, then its subpackages' (e.g. experiments/paper/)."""
+  lines = []
+  for name in _module_files(folder):
+    lines += _line(name, first_sentence(os.path.join(folder, name)), indent)
+  for name in sorted(os.listdir(folder)):
+    init = os.path.join(folder, name, '__init__.py')
+    if os.path.isfile(init):
+      lines += _line(f'{name}/', first_sentence(init), indent)
+      lines += _folder_lines(os.path.join(folder, name), indent + 2)
+  return lines
+
+
 def layout(page_text: str, package: str = PACKAGE) -> str:
   """The layout block: the package's rooms floor by floor, top first;
   a folder's modules under it."""
@@ -97,8 +110,7 @@ def layout(page_text: str, package: str = PACKAGE) -> str:
       if os.path.isdir(folder):
         lines += _line(f'{room}/', first_sentence(
             os.path.join(folder, '__init__.py')), 4)
-        for name in _module_files(folder):
-          lines += _line(name, first_sentence(os.path.join(folder, name)), 6)
+        lines += _folder_lines(folder, 6)
       elif os.path.exists(folder + '.py'):
         lines += _line(f'{room}.py', first_sentence(folder + '.py'), 4)
       else:

@@ -63,6 +63,7 @@ import jax
 import ml_collections
 
 from transformer import checkpoints
+from transformer import configs
 from transformer import faults
 from transformer import ranges
 from transformer import storage
@@ -757,7 +758,9 @@ def parse_flags(argv: list[str]) -> list[str]:
   absl would show as a traceback), and an experiment file that is missing,
   does not parse or refuses its argument named in one line; exits
   USER_ERROR (MISSING_INPUT for a missing file)."""
-  spec = _config_spec(argv)
+  spec = config_spec(argv)
+  if spec is not None:
+    argv = _with_experiment_file(argv, spec)
   try:
     _check_experiment_file(spec)
     remaining = flags.FLAGS(argv)
@@ -800,7 +803,7 @@ def _last_line(error: Exception) -> str:
   return re.sub(r'^[\w.]+(Error|Exception): ', '', line)
 
 
-def _config_spec(argv: list[str]) -> str | None:
+def config_spec(argv: list[str]) -> str | None:
   """The value of --config in `argv` (None without one, or for commands
   without that flag)."""
   if 'config' not in flags.FLAGS:
@@ -813,14 +816,32 @@ def _config_spec(argv: list[str]) -> str | None:
   return None
 
 
+def _with_experiment_file(argv: list[str], spec: str) -> list[str]:
+  """`argv` with --config's experiment name (or its checkout path, from
+  another directory) replaced by its file (`configs.experiment_file`)."""
+  found = configs.experiment_file(spec)
+  if found == spec:
+    return argv
+  argv = list(argv)
+  for i, arg in enumerate(argv[1:], 1):
+    if arg == f'--config={spec}':
+      argv[i] = f'--config={found}'
+    elif arg == '--config' and i + 1 < len(argv) and argv[i + 1] == spec:
+      argv[i + 1] = found
+  return argv
+
+
 def _check_experiment_file(spec: str | None) -> None:
   """Refuses a --config file that is not there (ml_collections would report
   it only when the config is first used, in several lines)."""
-  path = (spec or '').split(':', 1)[0]
-  if spec is not None and not os.path.isfile(path):
+  if spec is None:
+    return
+  path = configs.experiment_file(spec).split(':', 1)[0]
+  if not os.path.isfile(path):
     raise FileNotFoundError(
-        f'--config={spec}: no experiment file {path}; the experiments are '
-        f'in experiments/, e.g. --config=experiments/mt_offline.py:runlocal.')
+        f'--config={spec}: no experiment file or name {path}; the '
+        f'experiments are {", ".join(configs.experiment_names())}, e.g. '
+        f'--config=mt_offline:runlocal (or a file of your own).')
 
 
 def _check_experiment_loaded(spec: str | None) -> None:

@@ -32,8 +32,7 @@ from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.tools import cli
 
-DEFAULT_CONFIG = os.path.join(configs.REPO, 'experiments',
-                              'rnn_vs_transformer.py')
+DEFAULT_CONFIG = os.path.join(configs.EXPERIMENTS, 'rnn_vs_transformer.py')
 DEFAULT_MODELS = ('rnn', 'rnn_attention', 'transformer', 'convs2s')
 DEFAULT_EDGES = (0, 10, 20, 30, 40, 1000)
 

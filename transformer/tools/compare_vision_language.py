@@ -40,7 +40,7 @@ from transformer.data import scenes
 from transformer.models import vilbert
 from transformer.tools import cli
 
-EXPERIMENTS = os.path.join(configs.REPO, 'experiments')
+EXPERIMENTS = configs.EXPERIMENTS
 ARCHITECTURE_NAMES = {'two_stream': 'two-stream (ViLBERT)',
                       'single_stream': 'single-stream (VisualBERT-style)'}
 

@@ -91,7 +91,8 @@ def main(argv):
     os.environ['XLA_FLAGS'] = (os.environ.get('XLA_FLAGS', '') +
                                f' --xla_force_host_platform_device_count='
                                f'{count}')
-  spec = flags.FLAGS['config'].config_filename
+  # As typed (an experiment's name resolves on the machine that runs it).
+  spec = cli.config_spec(sys.argv) or flags.FLAGS['config'].config_filename
   given = _overrides(sys.argv)
   config = _CONFIG.value
   if _SEARCH.value:
