@@ -70,9 +70,9 @@ def storage_failure(error: BaseException) -> OSError | None:
         f'cannot be reached; run `gcloud auth application-default login`, '
         f'or set GOOGLE_APPLICATION_CREDENTIALS to a service-account key '
         f'file, then rerun.')
-  return OSError(f'{where}: cloud storage failed ({errors.first_line(text, None)}); '
-                 f'check the bucket name, your access to it and the '
-                 f'network.')
+  return OSError(f'{where}: cloud storage failed '
+                 f'({errors.first_line(text, None)}); check the bucket name, '
+                 f'your access to it and the network.')
 
 
 def _credentials_found() -> bool:

@@ -228,10 +228,10 @@ def choose(implementation: str, *, head_dims_differ: bool, dropout: bool,
   'auto' the einsum path on a CPU (faster there than jax's kernels, whose
   grouped layout adds a transpose and a select per layer and pass;
   docs/benchmarks.md), XLA's on a TPU, and on a GPU 'auto' still, to take
-  cuDNN where it accepts the inputs at trace time (`_fused_attention`). Weights come from
-  the einsum path whichever is named; attention dropout and value heads
-  wider or narrower than the keys' run only there, so a fused kernel
-  named for them is refused."""
+  cuDNN where it accepts the inputs at trace time (`_fused_attention`).
+  Weights come from the einsum path whichever is named; attention dropout
+  and value heads wider or narrower than the keys' run only there, so a
+  fused kernel named for them is refused."""
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(f'Unknown attention implementation {implementation!r}; '
                      f'choose one of {IMPLEMENTATIONS}.')

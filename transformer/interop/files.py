@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from transformer import errors
+
 
 # Hugging Face activation names -> ours ('gelu' is the tanh approximation
 # here, the erf form there). The others (quick_gelu, gelu_10, relu6, mish,
@@ -219,8 +221,8 @@ def _load_safetensors(path: str) -> dict[str, np.ndarray]:
     return load_file(path)
   except safetensors.SafetensorError as e:
     raise ValueError(f'{path} is not a valid safetensors file '
-                     f'({errors.first_line(e, None)}): the file is damaged or cut short; '
-                     f'download it again.') from e
+                     f'({errors.first_line(e, None)}): the file is damaged '
+                     f'or cut short; download it again.') from e
 
 
 def _allowed_roots(directory: str) -> list[str]:
@@ -330,9 +332,9 @@ def read_npz(path: str) -> dict[str, np.ndarray]:
   try:
     data = np.load(path, allow_pickle=False)  # never unpickle
   except (ValueError, OSError, EOFError, zipfile.BadZipFile) as e:
-    raise ValueError(f'{path} is not a valid .npz file ({errors.first_line(e, None)}): '
-                     f'the file is damaged or cut short; download it '
-                     f'again.') from e
+    raise ValueError(f'{path} is not a valid .npz file '
+                     f'({errors.first_line(e, None)}): the file is damaged '
+                     f'or cut short; download it again.') from e
   with data:
     return {name: _float_array(data, name, path) for name in data.files}
 
@@ -347,8 +349,8 @@ def _float_array(data: Any, name: str, path: str) -> np.ndarray:
                      f'numeric arrays.') from e
   except (OSError, EOFError, zipfile.BadZipFile, zlib.error) as e:
     raise ValueError(f'{path}: array {name!r} cannot be read '
-                     f'({errors.first_line(e, None)}): the file is damaged or cut '
-                     f'short; download it again.') from e
+                     f'({errors.first_line(e, None)}): the file is '
+                     f'damaged or cut short; download it again.') from e
   if array.dtype.kind != 'f':
     raise ValueError(f'{path}: array {name!r} has dtype {array.dtype}, not '
                      f'floating point: it is not a parameter.')
