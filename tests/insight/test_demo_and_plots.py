@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from transformer import metrics
-from transformer import plots
+from transformer.insight import plots
 from transformer.tools import demo
 
 
@@ -36,7 +36,7 @@ def test_plot_attention_writes_png_and_checks_labels(tmp_path):
 
 
 @pytest.mark.parametrize('modules', [
-    'transformer.attention, transformer.layers, transformer.plots, '
+    'transformer.attention, transformer.layers, transformer.insight.plots, '
     'transformer.tools.demo, transformer.train, transformer.tasks.translation, '
     'transformer.data.offline_mt, transformer.data.parallel_text, '
     'transformer.data.tfds_source, transformer.main, '

@@ -17,7 +17,8 @@ from conftest import REPO
 from transformer import layers
 from transformer import sharding
 from transformer import workdir as workdir_lib
-from transformer.tools import heads
+from transformer.insight import heads
+from transformer.tools import heads as heads_command
 
 
 @pytest.fixture(scope='module')
@@ -92,7 +93,7 @@ def test_a_pruned_head_no_longer_reaches_the_output(restored):
 
 def test_pruning_table_and_plots(restored, tmp_path):
   names, importance = heads.head_importance(restored, batches=1)
-  rows = heads.prune_heads(restored, importance, steps=2)
+  rows = heads_command.prune_heads(restored, importance, steps=2)
   assert [(r['pruned'], r['heads']) for r in rows] == [(0.0, 12), (0.5, 6)]
   assert 'bleu' in rows[0] and 'loss' in rows[0]
   patterns = heads.head_patterns(restored, batches=1)

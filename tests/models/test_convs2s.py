@@ -18,7 +18,7 @@ from transformer import layers
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.models import convs2s
-from transformer.tools import heads
+from transformer.insight import heads
 
 
 def tiny_config(**overrides):

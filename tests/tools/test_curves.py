@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from transformer import metrics
-from transformer import plots
+from transformer.insight import plots
 from transformer.tools import curves
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))

@@ -213,7 +213,7 @@ def test_a_plot_on_a_full_disk_is_named_by_its_output(full_disk):
   """A plot fails inside matplotlib's caller with an error that names no
   file: the output is found from the path it was handed."""
   import numpy as np  # pylint: disable=g-import-not-at-top
-  from transformer import plots  # pylint: disable=g-import-not-at-top
+  from transformer.insight import plots  # pylint: disable=g-import-not-at-top
   figure = full_disk / 'maps' / 'cat_attention.png'
   outputs = [cli.Output('--attention_dir', str(figure))]
   with pytest.raises(OSError, match=f'Cannot write {figure} .*another '

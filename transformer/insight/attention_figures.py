@@ -18,7 +18,7 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from transformer import plots
+from transformer.insight import plots
 from transformer import storage
 from transformer.data import scenes
 from transformer.data import tokenizers

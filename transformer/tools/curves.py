@@ -23,7 +23,7 @@ import sys
 from absl import flags
 
 from transformer import metrics
-from transformer import plots
+from transformer.insight import plots
 from transformer import storage
 from transformer.tools import cli
 

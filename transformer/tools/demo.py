@@ -24,7 +24,7 @@ import numpy as np
 import optax
 
 from transformer import layers
-from transformer import plots
+from transformer.insight import plots
 from transformer import positional
 
 LENGTH = 12

@@ -33,7 +33,7 @@ import sys
 from absl import flags
 import numpy as np
 
-from transformer import plots
+from transformer.insight import plots
 from transformer.insight import attention_views
 from transformer.tools import cli
 from transformer.tools import explore

@@ -29,7 +29,7 @@ import numpy as np
 import optax
 
 from transformer import attention
-from transformer import plots
+from transformer.insight import plots
 from transformer.tools import cli
 
 NUM_TRAIN = 50
