@@ -694,25 +694,24 @@ class _LogFile(std_logging.FileHandler):
           file=sys.stderr, flush=True)
 
 
-class _MainThreadStderr:
-  """sys.stderr for the main thread; what other threads print there goes to
-  the log. After a failed checkpoint write, TensorStore's callbacks print a
-  traceback per pending write from orbax's threads ('Event loop is
-  closed'); the failure itself is reported once, by `checkpoints.Manager`."""
+def _log_background_failures() -> None:
+  """What other threads raise, and what Python cannot raise (a finalizer's
+  error), goes to the log, not the console: after a failed checkpoint
+  write, TensorStore's callbacks raise once per pending write in orbax's
+  threads ('Event loop is closed'); the failure itself is reported once,
+  by `checkpoints.Manager`. Python's own hooks, so no stream is
+  replaced."""
 
-  def __init__(self, stream):
-    self._stream = stream
+  def thread_failed(args: threading.ExceptHookArgs) -> None:
+    logging.info('Thread %s raised', getattr(args.thread, 'name', '?'),
+                 exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
-  def write(self, text: str) -> int:
-    if threading.current_thread() is threading.main_thread():
-      return self._stream.write(text)
-    if text.strip():
-      logging.info('stderr of thread %s: %s',
-                    threading.current_thread().name, text.rstrip())
-    return len(text)
+  def unraisable(args) -> None:
+    logging.info('Ignored in %r: %s', args.object, args.err_msg or '',
+                 exc_info=(args.exc_type, args.exc_value, args.exc_traceback))
 
-  def __getattr__(self, name):
-    return getattr(self._stream, name)
+  threading.excepthook = thread_failed
+  sys.unraisablehook = unraisable
 
 
 def handle_errors(main: Callable[[list[str]], None]
@@ -723,7 +722,7 @@ def handle_errors(main: Callable[[list[str]], None]
   @functools.wraps(main)
   def wrapped(argv):
     quiet_console()
-    sys.stderr = _MainThreadStderr(sys.stderr)
+    _log_background_failures()
     try:
       return main(argv)
     except faults.Preempted as e:
