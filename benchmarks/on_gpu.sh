@@ -35,7 +35,7 @@ XLA_FLAGS=$tests_xla python3 -c 'import jax; jax.numpy.ones(1)' \
 if [[ ${TESTS:-} == all ]]; then
   tests=(tests)
 else
-  tests=(tests/attention/test_attention.py tests/attention/test_beam_slots.py
+  tests=(tests/attention/test_attention.py tests/decoding/test_beam_slots.py
          tests/layers/test_layers.py tests/decoding/test_decoding.py)
 fi
 XLA_PYTHON_CLIENT_PREALLOCATE=false XLA_FLAGS=$tests_xla step gpu-tests \

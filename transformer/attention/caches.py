@@ -10,7 +10,7 @@ from flax import traverse_util
 import jax
 import jax.numpy as jnp
 
-from transformer import beam_slots
+from transformer.decoding import beam_slots
 
 Array = jax.Array
 

@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer import beam_slots
+from transformer.decoding import beam_slots
 from transformer import masks
 from transformer import positional
 from transformer.attention import caches

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from transformer import attention
-from transformer import beam_slots
+from transformer.decoding import beam_slots
 
 EXAMPLES, BEAMS, LENGTH = 2, 3, 7
 
