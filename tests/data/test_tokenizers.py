@@ -136,3 +136,34 @@ def test_rejects_model_with_other_ids(tmp_path):
         vocab_size=60, hard_vocab_limit=False, logstream=quiet)
   with pytest.raises(ValueError, match='Delete it'):
     tokenizers.SentencePieceTokenizer(path)
+
+
+def test_the_batch_helpers_and_the_eos_cut_have_one_home():
+  """Every tokenizer takes `encode_batch`/`decode_batch` from
+  `tokenizers.Batches` (SentencePiece alone encodes a batch in one call,
+  on several threads), and cuts ids at EOS with `ids_before_eos`, which
+  refuses an id outside the vocabulary."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import inspect  # pylint: disable=g-import-not-at-top
+  # pylint: disable-next=g-import-not-at-top
+  from transformer.data import published_tokenizers
+  defined = []
+  for module in (tokenizers, published_tokenizers):
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+      if isinstance(node, ast.ClassDef):
+        defined += [(node.name, f.name) for f in node.body
+                    if isinstance(f, ast.FunctionDef)
+                    and f.name in ('encode_batch', 'decode_batch')
+                    or isinstance(f, ast.FunctionDef)
+                    and f.name.endswith('before_eos')]
+  assert sorted(defined) == [
+      ('Batches', 'decode_batch'), ('Batches', 'encode_batch'),
+      ('SentencePieceTokenizer', 'encode_batch'),
+      ('Tokenizer', 'decode_batch'), ('Tokenizer', 'encode_batch')]
+  # pylint: disable-next=protected-access
+  chars = tokenizers.CharTokenizer._from_units(['a', 'b'])
+  for tokenizer in (tokenizers.ByteTokenizer(), chars):
+    assert isinstance(tokenizer, tokenizers.Tokenizer)
+    assert tokenizer.decode_batch([tokenizer.encode('ab')]) == ['ab']
+    with pytest.raises(ValueError, match='outside the vocabulary'):
+      tokenizer.decode([tokenizer.vocab_size])

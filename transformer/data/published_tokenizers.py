@@ -2,8 +2,8 @@
 
 A converted workdir keeps its published vocabulary in `<workdir>/vocab/`,
 reordered so that padding is 0, EOS 1 and unknown 2, as every task and model
-here expects (`transformer.data.tokenizers`). The classes have the interface
-of `tokenizers.SentencePieceTokenizer`.
+here expects (`transformer.data.tokenizers`). The classes are
+`tokenizers.Tokenizer`s.
 """
 
 from __future__ import annotations
@@ -39,25 +39,7 @@ def _read_ids(path: str) -> dict:
     return json.load(f)
 
 
-def _ids_before_eos(ids: Iterable[int]) -> list[int]:
-  ids = [int(i) for i in ids]
-  if tokenizers.EOS_ID in ids:
-    ids = ids[:ids.index(tokenizers.EOS_ID)]
-  return [i for i in ids if i != tokenizers.PAD_ID]
-
-
-class _Batches:
-  """`encode_batch` and `decode_batch` from `encode` and `decode`."""
-
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    return [self.decode(ids) for ids in batch]
-
-
-class MarianTokenizer(_Batches):
+class MarianTokenizer(tokenizers.Batches):
   """Marian's tokenization: the source SentencePiece model segments the
   input, a shared vocabulary maps pieces to ids (unknown pieces to the
   unknown id), EOS ends every input; a leading language code such as
@@ -110,7 +92,8 @@ class MarianTokenizer(_Batches):
     `decode(skip_special_tokens=True)` with the target SentencePiece model:
     padding and unknown ids skipped, pieces the target model lacks (from
     the source side of the shared vocabulary) with their '▁' as spaces."""
-    pieces = [self.pieces[i] for i in _ids_before_eos(ids)
+    pieces = [self.pieces[i]
+              for i in tokenizers.ids_before_eos(ids, self.vocab_size)
               if i != tokenizers.UNK_ID]
     return self._target.decode_pieces(pieces).replace('\u2581', ' ').strip()
 
@@ -136,7 +119,7 @@ def _byte_level_alphabet() -> dict[str, int]:
   return characters
 
 
-class GPT2Tokenizer(_Batches):
+class GPT2Tokenizer(tokenizers.Batches):
   """GPT-2's byte-level BPE (the `tokenizers` library, from the published
   tokenizer.json, or vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
   converted model never predicts it), <|endoftext|> 1 as EOS, and GPT-2's
@@ -185,7 +168,7 @@ class GPT2Tokenizer(_Batches):
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, padding skipped."""
-    ids = _ids_before_eos(ids)
+    ids = tokenizers.ids_before_eos(ids, self.vocab_size)
     return self._bpe.decode(self.ours_to_gpt2(ids).tolist()) if ids else ''
 
   def token_bytes(self, token_id: int) -> bytes:
@@ -295,7 +278,7 @@ BERT_FILES = ('bert_tokenizer.json', 'bert_ids.json')
 OLD_BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
 
 
-class BertTokenizer(_Batches):
+class BertTokenizer(tokenizers.Batches):
   """BERT's WordPiece (the `tokenizers` library, from the published
   tokenizer.json or vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks'
   start symbol, EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids
@@ -359,7 +342,7 @@ class BertTokenizer(_Batches):
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS ([CLS]), padding skipped."""
-    ids = _ids_before_eos(ids)
+    ids = tokenizers.ids_before_eos(ids, self.vocab_size)
     return self._wordpiece.decode(self.order[ids].tolist()) if ids else ''
 
   def id_to_piece(self, token_id: int) -> str:
@@ -569,7 +552,7 @@ def llama_special_ids(hf: dict, source: str, published
   return ids['bos'], ids['eos']
 
 
-class LlamaTokenizer(_Batches):
+class LlamaTokenizer(tokenizers.Batches):
   """A Llama tokenizer (`published_llama`: tokenizer.json through the
   `tokenizers` library, or tokenizer.model through `sentencepiece`) with
   our ids: padding 0 (Llama has none; a converted model never predicts
@@ -635,7 +618,7 @@ class LlamaTokenizer(_Batches):
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS; padding and special tokens
     (BOS, unknown) skipped."""
-    ids = _ids_before_eos(ids)
+    ids = tokenizers.ids_before_eos(ids, self.vocab_size)
     return (self._published.decode(self.ours_to_llama(ids).tolist())
             if ids else '')
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 import collections
+from typing import Protocol, runtime_checkable
 import io
 import itertools
 import json
@@ -26,6 +27,63 @@ from transformer import storage
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
+
+
+@runtime_checkable
+class Tokenizer(Protocol):
+  """What tasks, decoders and commands use of a vocabulary: every class
+  here and in `published_tokenizers` is one (ids as this module's
+  docstring says)."""
+
+  @property
+  def vocab_size(self) -> int:
+    """Ids are 0 .. vocab_size - 1."""
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    """The ids of a text, EOS last if `add_eos`."""
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """The text of the ids before the first EOS, padding skipped."""
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    """`encode` of each text."""
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    """[B, T] ids -> B strings, as `decode`."""
+
+  def id_to_piece(self, token_id: int) -> str:
+    """A label for plots."""
+
+
+class Batches:
+  """The batch methods of a `Tokenizer`, from its `encode` and `decode`:
+  one implementation for every tokenizer."""
+
+  def encode_batch(self, texts: Sequence[str],
+                   add_eos: bool = True) -> list[list[int]]:
+    """`encode` of each text."""
+    return [self.encode(text, add_eos) for text in texts]
+
+  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
+    """[B, T] ids -> B strings, as `decode`."""
+    return [self.decode(ids) for ids in batch]
+
+
+def ids_before_eos(ids: Iterable[int], vocab_size: int) -> list[int]:
+  """The ids before the first EOS, padding dropped, each checked in range.
+
+  Raises:
+    ValueError: an id outside [0, vocab_size), which would otherwise index
+      from the end of a table or wrap around.
+  """
+  ids = [int(i) for i in ids]
+  if EOS_ID in ids:
+    ids = ids[:ids.index(EOS_ID)]
+  for i in ids:
+    if not 0 <= i < vocab_size:
+      raise ValueError(f'Id {i} is outside the vocabulary [0, {vocab_size}).')
+  return [i for i in ids if i != PAD_ID]
 
 
 def _sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
@@ -111,7 +169,7 @@ def _load_sentencepiece(model_path: str) -> spm.SentencePieceProcessor:
                      ) from None
 
 
-class SentencePieceTokenizer:
+class SentencePieceTokenizer(Batches):
   """Text <-> ids with a trained SentencePiece model."""
 
   def __init__(self, model_path: str):
@@ -134,7 +192,7 @@ class SentencePieceTokenizer:
 
   def encode_batch(self, texts: Sequence[str],
                    add_eos: bool = True) -> list[list[int]]:
-    # One call so that SentencePiece encodes on several threads.
+    # One call, so that SentencePiece encodes on several threads.
     return self._sp.encode(list(texts), out_type=int, add_eos=add_eos)
 
   def decode(self, ids: Iterable[int]) -> str:
@@ -144,18 +202,11 @@ class SentencePieceTokenizer:
       ids: [T] ids, e.g. a row of a padded batch or of decoder output
         (anything after EOS is whatever the decoder ran on with).
     """
-    ids = [int(i) for i in ids]
-    if EOS_ID in ids:
-      ids = ids[:ids.index(EOS_ID)]
-    return self._sp.decode([i for i in ids if i != PAD_ID])
+    return self._sp.decode(ids_before_eos(ids, self.vocab_size))
 
   def id_to_piece(self, token_id: int) -> str:
     """The subword of an id, for plot labels ('</s>' for EOS)."""
     return self._sp.id_to_piece(int(token_id))
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    """[B, T] ids -> B strings, as `decode`."""
-    return [self.decode(ids) for ids in batch]
 
 
 def load_or_train(model_path: str,
@@ -196,22 +247,6 @@ _FIRST_ID = 3
 _REPLACEMENT = '\ufffd'
 
 
-def _ids_before_eos(ids: Iterable[int], vocab_size: int) -> list[int]:
-  """The ids before the first EOS, padding dropped, each checked in range.
-
-  Raises:
-    ValueError: an id outside [0, vocab_size), which would otherwise index
-      from the end of a table or wrap around.
-  """
-  ids = [int(i) for i in ids]
-  if EOS_ID in ids:
-    ids = ids[:ids.index(EOS_ID)]
-  for i in ids:
-    if not 0 <= i < vocab_size:
-      raise ValueError(f'Id {i} is outside the vocabulary [0, {vocab_size}).')
-  return [i for i in ids if i != PAD_ID]
-
-
 def _readable(character: str) -> str:
   """The character itself if printable, else its escape ('\\n', '\\x00')."""
   if character.isprintable():
@@ -219,7 +254,7 @@ def _readable(character: str) -> str:
   return character.encode('unicode_escape').decode('ascii')
 
 
-class ByteTokenizer:
+class ByteTokenizer(Batches):
   """Text <-> ids over UTF-8 bytes: nothing to train, no unknown text.
 
   Id = byte + 3, after pad 0, EOS 1 and 2 (unknown, never produced by
@@ -235,10 +270,6 @@ class ByteTokenizer:
     ids = [byte + _FIRST_ID for byte in text.encode('utf-8')]
     return ids + [EOS_ID] if add_eos else ids
 
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, padding skipped.
 
@@ -250,14 +281,10 @@ class ByteTokenizer:
       ids: [T] ids, e.g. a row of a padded batch or of decoder output.
     """
     data = bytearray()
-    for i in _ids_before_eos(ids, self.vocab_size):
+    for i in ids_before_eos(ids, self.vocab_size):
       data += (_REPLACEMENT.encode('utf-8') if i == UNK_ID
                else bytes([i - _FIRST_ID]))
     return data.decode('utf-8', errors='replace')
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    """[B, T] ids -> B strings, as `decode`."""
-    return [self.decode(ids) for ids in batch]
 
   def id_to_piece(self, token_id: int) -> str:
     """A label for plots: 'a', '\\n', '\\xc3' (part of a longer character),
@@ -285,7 +312,7 @@ def _read_units(path: str, kind: str):
   return saved[kind]
 
 
-class _VocabularyTokenizer:
+class _VocabularyTokenizer(Batches):
   """Text <-> ids over a list of units (characters, words) of a training
   text, shared by `CharTokenizer` and `WordTokenizer`.
 
@@ -348,10 +375,6 @@ class _VocabularyTokenizer:
     ids = [self._ids.get(u, UNK_ID) for u in self._split(text)]
     return ids + [EOS_ID] if add_eos else ids
 
-  def encode_batch(self, texts: Sequence[str],
-                   add_eos: bool = True) -> list[list[int]]:
-    return [self.encode(text, add_eos) for text in texts]
-
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, padding skipped, U+FFFD for
     the unknown id.
@@ -361,11 +384,7 @@ class _VocabularyTokenizer:
     """
     return self._join([_REPLACEMENT if i == UNK_ID
                        else self.units[i - _FIRST_ID]
-                       for i in _ids_before_eos(ids, self.vocab_size)])
-
-  def decode_batch(self, batch: Iterable[Iterable[int]]) -> list[str]:
-    """[B, T] ids -> B strings, as `decode`."""
-    return [self.decode(ids) for ids in batch]
+                       for i in ids_before_eos(ids, self.vocab_size)])
 
   def id_to_piece(self, token_id: int) -> str:
     """A label for plots: the unit ('\\n' escaped), or '</s>'."""
