@@ -2,34 +2,35 @@
 line per interval where the output is a pipe or a file (a cluster's log),
 so a log keeps the whole history and a terminal shows the latest.
 
-While a line is drawn in place, anything else written to stdout or stderr
-(an evaluation's lines, a warning) first ends it, so no message lands in
-the middle of the progress line.
+No stream is replaced. While a line is drawn in place, what the run itself
+prints goes through `ProgressLine.print`, which ends the line first; a log
+record that reaches the console (a library's warning) ends it through a
+filter on the console's log handlers, and a Python warning through
+`warnings.showwarning`, the hook Python gives for them. So no message
+lands in the middle of the progress line, short of a library writing to
+the terminal itself.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from typing import TextIO
+from typing import Any, TextIO
+import warnings
 
 _CLEAR_LINE = '\r\x1b[K'  # carriage return, erase to the end of the line
 
 
-class _EndsProgressFirst:
-  """A stream (stdout or stderr) whose writes first end an open progress
-  line; everything else is the stream's own."""
+class _EndsLine(logging.Filter):
+  """Ends the progress line before a console handler writes a record."""
 
-  def __init__(self, stream: TextIO, line: 'ProgressLine'):
-    self._stream, self._line = stream, line
+  def __init__(self, line: ProgressLine):
+    super().__init__()
+    self._line = line
 
-  def write(self, text: str) -> int:
-    if text:
-      self._line.end()
-    return self._stream.write(text)
-
-  def __getattr__(self, name):
-    return getattr(self._stream, name)
+  def filter(self, record: logging.LogRecord) -> bool:
+    self._line.end()
+    return True
 
 
 class ProgressLine:
@@ -38,7 +39,7 @@ class ProgressLine:
   def __init__(self, stream: TextIO | None = None):
     self._stream = stream if stream is not None else sys.stdout
     self._drawn = False  # a line in place, not yet ended
-    self._wrapped = None  # (stdout, stderr, log handlers' streams) replaced
+    self._hooks = None  # (console handlers, their filter, showwarning)
 
   @property
   def in_place(self) -> bool:
@@ -49,10 +50,15 @@ class ProgressLine:
     if not self.in_place:
       print(text, file=self._stream, flush=True)
       return
-    self._wrap()
+    self._hook()
     self._stream.write(_CLEAR_LINE + text)
     self._stream.flush()
     self._drawn = True
+
+  def print(self, *values: Any, **kwargs: Any) -> None:
+    """`print`, below the line."""
+    self.end()
+    print(*values, flush=True, **kwargs)
 
   def end(self) -> None:
     """Ends a line drawn in place (the next output starts below it)."""
@@ -62,43 +68,45 @@ class ProgressLine:
       self._stream.flush()
 
   def close(self) -> None:
-    """Ends the line and gives the streams back."""
+    """Ends the line and takes its hooks off."""
     self.end()
-    if self._wrapped is None:
+    if self._hooks is None:
       return
-    stdout, stderr, handlers = self._wrapped
-    sys.stdout, sys.stderr = stdout, stderr
-    for handler, stream in handlers:
-      handler.setStream(stream)
-    self._wrapped = None
+    handlers, ends_line, showwarning = self._hooks
+    for handler in handlers:
+      handler.removeFilter(ends_line)
+    warnings.showwarning = showwarning
+    self._hooks = None
 
-  def _wrap(self) -> None:
-    """Routes stdout, stderr and the log handlers writing to them through
-    `_EndsProgressFirst` until `close`."""
-    if self._wrapped is not None:
+  def _hook(self) -> None:
+    if self._hooks is not None:
       return
-    stdout, stderr = sys.stdout, sys.stderr
-    handlers = [(h, h.stream) for h in _stream_handlers()
-                if h.stream in (stdout, stderr, sys.__stderr__)]
-    self._wrapped = (stdout, stderr, handlers)
-    sys.stdout = _EndsProgressFirst(stdout, self)
-    sys.stderr = _EndsProgressFirst(stderr, self)
-    for handler, stream in handlers:
-      handler.setStream(_EndsProgressFirst(stream, self))
+    handlers, ends_line = _console_handlers(), _EndsLine(self)
+    for handler in handlers:
+      handler.addFilter(ends_line)
+    showwarning = warnings.showwarning
 
-  def __enter__(self) -> 'ProgressLine':
+    def show_below(*args, **kwargs):
+      self.end()
+      showwarning(*args, **kwargs)
+
+    warnings.showwarning = show_below
+    self._hooks = (handlers, ends_line, showwarning)
+
+  def __enter__(self) -> ProgressLine:
     return self
 
   def __exit__(self, *exc) -> None:
     self.close()
 
 
-def _stream_handlers() -> list[logging.StreamHandler]:
-  """The console handlers of the root logger, absl's among them."""
+def _console_handlers() -> list[logging.Handler]:
+  """The root logger's handlers that write to a stream other than a file,
+  absl's among them."""
   found = []
   for handler in logging.getLogger().handlers:
     inner = getattr(handler, 'python_handler', handler)  # absl's wrapper
     if (isinstance(inner, logging.StreamHandler)
         and not isinstance(inner, logging.FileHandler)):
-      found.append(inner)
+      found.append(handler)
   return found

@@ -24,7 +24,7 @@ import contextlib
 import os
 import signal
 import threading
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -48,6 +48,10 @@ class Interrupted(BaseException):
   it)."""
 
 
+def _say(text: str) -> None:
+  print(text, flush=True)
+
+
 class PreemptionSignals:
   """While active, SIGTERM and SIGINT request a checkpoint-and-exit.
 
@@ -55,10 +59,11 @@ class PreemptionSignals:
   service, whose preemption notice `stop_requested` reads.
   """
 
-  def __init__(self):
+  def __init__(self, say: Callable[[str], None] = _say):
     self.signal = None
     self._previous = {}
     self._interrupting = False
+    self._say = say  # what prints its words (below a progress line)
 
   @contextlib.contextmanager
   def interrupting(self) -> Iterator[None]:
@@ -88,17 +93,17 @@ class PreemptionSignals:
     del frame
     name = signal.Signals(signum).name
     if self.signal is not None:
-      print(f'Second signal ({name}): exiting now, without a checkpoint.',
-            flush=True)
+      self._say(f'Second signal ({name}): exiting now, without a '
+                f'checkpoint.')
       os._exit(128 + signum)  # pylint: disable=protected-access
     self.signal = signum
     if self._interrupting:
       self._interrupting = False
-      print(f'{name} received: stopping the evaluation (send it again to '
-            f'exit at once).', flush=True)
+      self._say(f'{name} received: stopping the evaluation (send it again '
+                f'to exit at once).')
       raise Interrupted()
-    print(f'{name} received: finishing this step and writing a checkpoint '
-          f'(send it again to exit at once).', flush=True)
+    self._say(f'{name} received: finishing this step and writing a '
+              f'checkpoint (send it again to exit at once).')
 
   def stop_requested(self, mngr, step: int) -> bool:
     if jax.process_count() > 1:
@@ -141,12 +146,13 @@ def _batch_statistics(batch: dict[str, np.ndarray]) -> str:
 class NonFiniteMonitor:
   """The host side of the check, one step behind the device."""
 
-  def __init__(self, policy: str, max_consecutive: int, workdir: str):
+  def __init__(self, policy: str, max_consecutive: int, workdir: str, *,
+               say: Callable[[str], None] = _say):
     if policy not in POLICIES:
       raise ValueError(f'config.train.nonfinite={policy!r}; choose one of '
                        f'{POLICIES}.')
     self.policy, self.max_consecutive = policy, max_consecutive
-    self.workdir = workdir
+    self.workdir, self._say = workdir, say
     self.consecutive = self.skipped = 0
     self._pending = None
 
@@ -179,9 +185,9 @@ class NonFiniteMonitor:
             [] if params_finite else ['new parameters'])
     cause = ', '.join(causes) or 'gradient norm'
     if self.policy == 'skip' and self.consecutive <= self.max_consecutive:
-      print(f'Step {step}: non-finite {cause}; update skipped '
-            f'({self.skipped} skipped so far, {self.consecutive} in a row).',
-            flush=True)
+      self._say(f'Step {step}: non-finite {cause}; update skipped '
+                f'({self.skipped} skipped so far, {self.consecutive} in a '
+                f'row).')
       return
     why = (f'{self.consecutive} steps in a row' if self.policy == 'skip'
            else 'config.train.nonfinite=\'stop\'')

@@ -452,10 +452,11 @@ def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
                  ) -> tuple[TrainState, dict[str, float]]:
   train_cfg, workdir = trainer.config.train, trainer.workdir
   monitor = faults.NonFiniteMonitor(train_cfg.nonfinite,
-                                    train_cfg.max_consecutive_skips, workdir)
+                                    train_cfg.max_consecutive_skips, workdir,
+                                    say=log.line.print)
   batches = trainer.task.train_iter(start)
   result = {}
-  with faults.PreemptionSignals() as signals:
+  with faults.PreemptionSignals(say=log.line.print) as signals:
     for step in range(start + 1, train_cfg.num_steps + 1):
       host_batch = next(batches)
       state, step_sums, step_health = trainer.train_step(
@@ -480,6 +481,7 @@ def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
         raise faults.Preempted(step)
       if step % train_cfg.eval_every == 0 or last:
         monitor.flush()
+        log.line.end()  # the evaluation prints its own lines
         eval_start = time.time()
         try:
           # A signal stops an evaluation at once: a grace period is
@@ -498,8 +500,8 @@ def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
                                  ) from None
         writer.write_scalars(step, {f'eval/{k}': v
                                     for k, v in result.items()})
-        print(f'eval at step {step}: ' + '  '.join(
-            f'{k} {v:.4g}' for k, v in sorted(result.items())), flush=True)
+        log.line.print(f'eval at step {step}: ' + '  '.join(
+            f'{k} {v:.4g}' for k, v in sorted(result.items())))
         log.exclude(time.time() - eval_start)
   return state, result
 
