@@ -426,8 +426,8 @@ def _fields_problem(saved: dict[str, Any], schema: ml_collections.ConfigDict,
       continue  # a placeholder: the named size's value
     kind = schema.get_type(key)
     try:
-      # ml_collections takes True for a number, and null for anything.
-      if value is None or (isinstance(value, bool) and kind is not bool):
+      # ml_collections takes true for a number, and null for anything.
+      if value is None or (isinstance(value, bool) and kind in (int, float)):
         raise TypeError
       ml_collections.FieldReference(schema[key], field_type=kind).set(value)
     except TypeError:

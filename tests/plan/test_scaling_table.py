@@ -58,7 +58,7 @@ def test_nothing_fitting_names_the_closest_and_reruns_replace_records():
   text = scaling.markdown([missed])
   assert 'no candidate fits (closest: 20.0 of 16 GiB with ' in text
   assert '`model.remat=full`' in text
-  fitted = {**_record(row, name, 1000.0)}
+  fitted = _record(row, name, 1000.0)
   assert scaling.merged([missed], [fitted]) == [fitted]
 
 

@@ -237,24 +237,27 @@ def choose(implementation: str, *, head_dims_differ: bool, dropout: bool,
                      f'choose one of {IMPLEMENTATIONS}.')
   if return_weights:
     return 'einsum'
-  if implementation in ('xla', 'cudnn') and (dropout or head_dims_differ):
-    needs = ('attention dropout' if dropout
-             else 'value heads of another size than the keys\'')
-    raise ValueError(
-        f"implementation={implementation!r} cannot run {needs}: only the "
-        f"einsum kernel does. Use 'auto' or 'einsum'"
-        f"{', or an attention dropout rate of 0' if dropout else ''}.")
-  if implementation == 'auto' and (dropout or head_dims_differ):
-    _log_choice('einsum', 'attention dropout' if dropout else
-                "value heads of another size than the keys'")
+  only_einsum = ('attention dropout' if dropout else
+                 "value heads of another size than the keys'"
+                 if head_dims_differ else None)
+  if implementation != 'auto':
+    if only_einsum and implementation != 'einsum':
+      raise ValueError(
+          f"implementation={implementation!r} cannot run {only_einsum}: "
+          f"only the einsum kernel does. Use 'auto' or 'einsum'"
+          f"{', or an attention dropout rate of 0' if dropout else ''}.")
+    return implementation
+  platform = target_platform()
+  if only_einsum:
+    _log_choice('einsum', only_einsum)
     return 'einsum'
-  if implementation == 'auto' and target_platform() == 'cpu':
+  if platform == 'cpu':
     _log_choice('einsum', 'faster than the fused kernels on a CPU')
     return 'einsum'
-  if implementation == 'auto' and target_platform() != 'gpu':
+  if platform != 'gpu':
     _log_choice('xla', 'no cuDNN off a GPU')
     return 'xla'
-  return implementation  # on a GPU, 'auto' tries cuDNN when it is traced
+  return 'auto'  # on a GPU: cuDNN where it takes the inputs when traced
 
 
 def dot_product_attention(

@@ -80,15 +80,14 @@ def record(row: Row, name: str, topology: str, tried: list[Any],
   compiled = [t for t in tried if t.plan is not None]
   found = {'label': row.label, 'name': name, 'topology': topology,
            'compiled': len(compiled), 'seconds': seconds}
-  fitting = [t for t in compiled if t.plan.fits]
-  if not fitting:
+  if not any(t.plan.fits for t in compiled):
     closest = min(compiled, key=lambda t: t.plan.memory.peak, default=None)
     if closest is not None:
       found['closest'] = {'flags': closest.flags,
                           'peak': closest.plan.memory.peak,
                           'capacity': closest.plan.memory.capacity}
     return found
-  plan = tried[0].plan
+  plan = tried[0].plan  # `search.run` ranks what fits first
   return {**found, 'flags': flags, 'peak': plan.memory.peak,
           'capacity': plan.memory.capacity,
           'bound': plan.roofline.bound, 'serial': plan.roofline.serial,

@@ -145,6 +145,12 @@ def _write_table(path: str) -> None:
   if not rows and not _RENDER.value:
     raise ValueError(f'--rows={_ROWS.value!r} names no row of the table: '
                      + '; '.join(row.label for row in scaling.ROWS))
+
+  def write_page():
+    page = storage.read_text(path) if storage.exists(path) else ''
+    storage.write_atomically(path, scaling.in_page(
+        page, scaling.markdown(records)))
+
   for row in rows:
     config = configs.override(configs.load_experiment(row.experiment),
                               row.overrides)
@@ -163,13 +169,9 @@ def _write_table(path: str) -> None:
       records = scaling.merged(records, [{**found, 'versions': versions,
                                           'command': command}])
       storage.write_atomically(records_path, json.dumps(records, indent=1))
-      page = storage.read_text(path) if storage.exists(path) else ''
-      storage.write_atomically(path, scaling.in_page(
-          page, scaling.markdown(records)))
+      write_page()
   if _RENDER.value:
-    page = storage.read_text(path) if storage.exists(path) else ''
-    storage.write_atomically(path, scaling.in_page(
-        page, scaling.markdown(records)))
+    write_page()
   print(f'Written: {path} and {records_path}')
 
 
