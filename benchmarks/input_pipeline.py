@@ -53,11 +53,11 @@ from absl import app
 from absl import flags
 import numpy as np
 
-from transformer.data import offline_mt
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import token_cache
 from transformer.data import tokenizers
+from transformer.data.generated import offline_mt
 
 _PAIRS = flags.DEFINE_integer('pairs', 5_000_000, 'Sentence pairs.')
 _TEXT_MB = flags.DEFINE_integer('text_mb', 1024, 'Text file size in MB.')

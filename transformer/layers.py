@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import attention
-from transformer import positional
-from transformer import ranges
+from transformer.core import positional
+from transformer.core import ranges
 
 Array = jax.Array
 Dtype = Any
@@ -42,9 +42,6 @@ NORM_POSITIONS = ('post', 'pre')
 # LLaMA), x / sqrt(mean(x^2) + eps) * gamma, no centring and no bias.
 NORMS = ('layer', 'rms')
 ACTIVATION_AXES = ('batch', 'length', 'embed')
-# The logit of an id a model never predicts (`mask_padding`): finite, so
-# that a zero loss weight on it stays zero, and far below any real logit.
-MASKED_LOGIT = -1e9
 # Rematerialisation: what a block keeps from its forward pass for the
 # backward pass. 'none' keeps everything; 'full' keeps only the block inputs
 # (least memory, one more forward pass); 'dots' keeps matmul outputs without

@@ -21,19 +21,19 @@ import numpy as np
 import sacrebleu
 
 from transformer import storage
+from transformer.core import losses
 
 
-Sums = Mapping[str, tuple[Any, Any]]
 
 
-def add(a: Sums | None, b: Sums) -> dict[str, tuple[Any, Any]]:
+def add(a: losses.Sums | None, b: losses.Sums) -> dict[str, tuple[Any, Any]]:
   """Element-wise sum of two metric dicts (a may be None)."""
   if a is None:
     return dict(b)
   return {k: (a[k][0] + b[k][0], a[k][1] + b[k][1]) for k in b}
 
 
-def normalize(sums: Sums) -> dict[str, float]:
+def normalize(sums: losses.Sums) -> dict[str, float]:
   """sum / count for every metric; adds 'perplexity' = exp(nll)."""
   sums = jax.device_get(sums)
   result = {k: float(s) / max(float(n), 1e-9) for k, (s, n) in sums.items()}

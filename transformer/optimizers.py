@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import ml_collections
 import optax
 
-from transformer import ranges
+from transformer.core import ranges
 
 
 def rsqrt_schedule(learning_rate: float, warmup_steps: int) -> optax.Schedule:

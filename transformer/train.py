@@ -29,10 +29,11 @@ from transformer import console
 from transformer import faults
 from transformer import metrics
 from transformer import optimizers
-from transformer import ranges
 from transformer import sharding
 from transformer import tasks
 from transformer import workdir as workdir_lib
+from transformer.core import losses
+from transformer.core import ranges
 from transformer.insight import attention_figures
 from transformer.tasks import base as tasks_base
 from transformer.tasks import vocabularies
@@ -47,7 +48,7 @@ class TrainState:
 
 def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
                loss_fn: Callable[..., Any], microbatches: int
-               ) -> tuple[Any, metrics.Sums]:
+               ) -> tuple[Any, losses.Sums]:
   """Gradients of the batch loss and its metric sums, over `microbatches`
   micro-batches in turn.
 
@@ -91,7 +92,7 @@ def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                loss_fn: Callable[..., Any], tx: optax.GradientTransformation,
                seed: int, microbatches: int = 1, skip_nonfinite: bool = True
-               ) -> tuple[TrainState, metrics.Sums, dict[str, Any]]:
+               ) -> tuple[TrainState, losses.Sums, dict[str, Any]]:
   """One optimizer step. Dropout keys are fold_in(seed, step), so a resumed
   run draws the same numbers as an uninterrupted one. A step is finite when
   its loss, gradient norm and new parameters are; one that is not adds
@@ -142,7 +143,7 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
 
 
 def eval_step(params: Any, batch: dict[str, jax.Array], *,
-              loss_fn: Callable[..., Any]) -> metrics.Sums:
+              loss_fn: Callable[..., Any]) -> losses.Sums:
   return loss_fn(params, batch, None, deterministic=True)[1]
 
 
@@ -313,7 +314,7 @@ class _TrainLog:
             f'save): training time and token counts start again from here.',
             flush=True)
 
-  def add(self, sums: metrics.Sums, batch: dict[str, np.ndarray]) -> None:
+  def add(self, sums: losses.Sums, batch: dict[str, np.ndarray]) -> None:
     """Adds on device: nothing waits for the step to finish."""
     # One compiled call, not an eager add per metric: a dozen dispatches a
     # step were a host cost of small models' training (docs/benchmarks.md).
@@ -329,7 +330,7 @@ class _TrainLog:
     """Keeps time spent outside training (evaluation) out of throughput."""
     self.window_start += seconds
 
-  def first_step(self, step: int, sums: metrics.Sums) -> None:
+  def first_step(self, step: int, sums: losses.Sums) -> None:
     """Waits for the first step (the only wait outside logging and
     evaluation) and reports how long tracing and compiling took."""
     compile_seconds = time.time() - self.window_start

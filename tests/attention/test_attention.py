@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from transformer import attention
-from transformer import masks
-from transformer import positional
+from transformer.core import masks
+from transformer.core import positional
 
 IMPLS = ('einsum', 'xla', 'auto')
 

@@ -16,7 +16,7 @@ import pytest
 
 from transformer import attention
 from transformer import layers
-from transformer import masks
+from transformer.core import masks
 from transformer.models import captioning
 from transformer.models import decoder
 from transformer.models import encoder

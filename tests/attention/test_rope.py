@@ -12,7 +12,7 @@ import pytest
 from transformer import attention
 from transformer import configs
 from transformer import layers
-from transformer import positional
+from transformer.core import positional
 from transformer.tasks import language_modeling
 
 HEAD_DIM = 16

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer.data import captions
-from transformer.data import tfds_source
+from transformer.data import tfds_reader
 
 _OBJECT = (f"a ({'|'.join(captions.COLOURS)}) "
            f"({'|'.join(captions.SHAPES)})")
@@ -145,12 +145,12 @@ def test_caption_folder_without_the_split(tmp_path):
 def test_load_captions_under_mock_data():
   tfds = pytest.importorskip('tensorflow_datasets')
   with tfds.testing.mock_data(num_examples=4):
-    x, references = tfds_source.load_captions('coco_captions', 'val', None,
+    x, references = tfds_reader.load_captions('coco_captions', 'val', None,
                                                image_size=16)
-    two, _ = tfds_source.load_captions('coco_captions', 'train', None,
+    two, _ = tfds_reader.load_captions('coco_captions', 'train', None,
                                        image_size=16, max_examples=2)
     with pytest.raises(ValueError, match='needs "image" and "captions"'):
-      tfds_source.load_captions('mnist', 'train', None, image_size=16)
+      tfds_reader.load_captions('mnist', 'train', None, image_size=16)
   assert x.shape == (4, 16, 16, 3) and x.dtype == np.uint8
   assert len(two) == 2 and len(references) == 4
   assert all(refs and all(isinstance(r, str) for r in refs)
@@ -187,12 +187,12 @@ def test_load_captions_reads_a_split_called_val(tmp_path):
                     'captions': [{'text': t} for t in captions_]}
 
   ToyCaptions(data_dir=str(tmp_path)).download_and_prepare()
-  x, references = tfds_source.load_captions('toy_captions', 'val',
+  x, references = tfds_reader.load_captions('toy_captions', 'val',
                                             str(tmp_path), image_size=4)
   assert x.shape == (1, 4, 4, 3) and references == texts['val']
-  _, train = tfds_source.load_captions('toy_captions', 'train',
+  _, train = tfds_reader.load_captions('toy_captions', 'train',
                                        str(tmp_path), image_size=4)
   assert sorted(train) == sorted(texts['train'])
-  with pytest.raises(tfds_source.DatasetNotFoundError, match='tfds build'):
-    tfds_source.load_captions('coco_captions', 'val', str(tmp_path / 'none'),
+  with pytest.raises(tfds_reader.DatasetNotFoundError, match='tfds build'):
+    tfds_reader.load_captions('coco_captions', 'val', str(tmp_path / 'none'),
                               image_size=4)

@@ -17,7 +17,7 @@ import zipfile
 import pytest
 
 from conftest import REPO
-from transformer.data import datasets
+from transformer.data import downloads
 
 TEXT = b'one line\nanother line\n'
 TSV = b'index\tsentence1\tsentence2\tlabel\n0\ta\tb\tentailment\n'
@@ -54,20 +54,20 @@ def table(server, monkeypatch):
     archive.writestr('Task/train.tsv', TSV)
     archive.writestr('Task/test.tsv', b'not wanted')
   fake = {
-      'corpus': datasets.Dataset('corpus', 'a corpus', (
-          datasets.File('input.txt', f'{base}/corpus.txt', sha(TEXT)),
-          datasets.File('words.gz', f'{base}/words.gz', sha(TEXT)))),
-      'task': datasets.Dataset('glue/Task', 'a task', (
-          datasets.File('train.tsv', f'{base}/Task.zip', sha(TSV),
+      'corpus': downloads.Dataset('corpus', 'a corpus', (
+          downloads.File('input.txt', f'{base}/corpus.txt', sha(TEXT)),
+          downloads.File('words.gz', f'{base}/words.gz', sha(TEXT)))),
+      'task': downloads.Dataset('glue/Task', 'a task', (
+          downloads.File('train.tsv', f'{base}/Task.zip', sha(TSV),
                         member='Task/train.tsv'),)),
   }
-  monkeypatch.setattr(datasets, 'DATASETS', fake)
+  monkeypatch.setattr(downloads, 'DATASETS', fake)
   return folder
 
 
 def test_fetch_checks_and_places_every_file(table, tmp_path):
   said = []
-  written = datasets.fetch(['all'], str(tmp_path / 'data'), say=said.append)
+  written = downloads.fetch(['all'], str(tmp_path / 'data'), say=said.append)
   data = tmp_path / 'data'
   assert sorted(written) == sorted(str(data / p) for p in (
       'corpus/input.txt', 'corpus/words.gz', 'glue/Task/train.tsv'))
@@ -77,14 +77,14 @@ def test_fetch_checks_and_places_every_file(table, tmp_path):
   assert not (data / 'glue' / 'Task' / 'test.tsv').exists()
   assert not [p for p in data.rglob('.fetching-*')]  # no temporary left
   # Again: everything is there and right, nothing is fetched.
-  assert datasets.fetch(['corpus'], str(data), say=said.append) == []
+  assert downloads.fetch(['corpus'], str(data), say=said.append) == []
   assert f'Already there: {data}/corpus/input.txt' in said
 
 
 def test_a_recompressed_gz_of_the_same_data_is_accepted(table, tmp_path):
   (table / 'words.gz').write_bytes(gzip.compress(TEXT, compresslevel=1,
                                                  mtime=123))
-  datasets.fetch(['corpus'], str(tmp_path))
+  downloads.fetch(['corpus'], str(tmp_path))
   assert gzip.decompress((tmp_path / 'corpus' / 'words.gz').read_bytes()) \
       == TEXT
 
@@ -93,7 +93,7 @@ def test_a_source_giving_other_bytes_writes_nothing(table, tmp_path):
   (table / 'corpus.txt').write_bytes(b'<html>moved</html>')
   with pytest.raises(ValueError, match=r'corpus.txt did not give the '
                      r'expected input.txt .*nothing was written'):
-    datasets.fetch(['corpus'], str(tmp_path))
+    downloads.fetch(['corpus'], str(tmp_path))
   assert not (tmp_path / 'corpus' / 'input.txt').exists()
 
 
@@ -102,7 +102,7 @@ def test_a_wrong_file_already_there_is_refused_not_replaced(table, tmp_path):
   (tmp_path / 'corpus' / 'input.txt').write_bytes(b'my own notes')
   with pytest.raises(ValueError, match='is there but is not the expected '
                      'file.*move it away'):
-    datasets.fetch(['corpus'], str(tmp_path))
+    downloads.fetch(['corpus'], str(tmp_path))
   assert (tmp_path / 'corpus' / 'input.txt').read_bytes() == b'my own notes'
 
 
@@ -111,7 +111,7 @@ def test_offline_lists_each_file_and_where_it_goes(table, tmp_path,
   def unreachable(url):
     raise OSError(101, 'Network is unreachable')
   with pytest.raises(OSError) as error:
-    datasets.fetch(['all'], str(tmp_path), opener=unreachable)
+    downloads.fetch(['all'], str(tmp_path), opener=unreachable)
   message = str(error.value)
   assert 'Could not download 3 file(s) (Network is unreachable)' in message
   assert f'{tmp_path}/corpus/input.txt  <-  http://' in message
@@ -122,16 +122,16 @@ def test_offline_lists_each_file_and_where_it_goes(table, tmp_path,
 def test_unknown_names_are_refused_with_the_choices(table):
   with pytest.raises(ValueError, match='Unknown dataset nope; choose from '
                      'corpus, task or all'):
-    datasets.fetch(['nope'])
+    downloads.fetch(['nope'])
 
 
 def test_the_data_folder_follows_the_environment(monkeypatch, tmp_path):
   monkeypatch.setenv('TRANSFORMER_DATA', str(tmp_path))
-  assert datasets.data_dir() == str(tmp_path)
-  assert datasets.local('mnist') == str(tmp_path / 'mnist')
-  hint = datasets.fetch_hint(f'No file {tmp_path}/ptb/ptb.train.txt')
+  assert downloads.data_dir() == str(tmp_path)
+  assert downloads.local('mnist') == str(tmp_path / 'mnist')
+  hint = downloads.fetch_hint(f'No file {tmp_path}/ptb/ptb.train.txt')
   assert 'python -m transformer.tools.data fetch ptb' in hint
-  assert datasets.fetch_hint('No file /elsewhere/ptb.train.txt') == ''
+  assert downloads.fetch_hint('No file /elsewhere/ptb.train.txt') == ''
 
 
 SHARED = os.path.join(REPO, '..', 'shared', 'data')
@@ -139,11 +139,11 @@ SHARED = os.path.join(REPO, '..', 'shared', 'data')
 
 @pytest.mark.skipif(not os.path.isdir(SHARED), reason='no ../shared/data')
 def test_the_table_holds_the_checksums_of_the_real_files():
-  for dataset in datasets.DATASETS.values():
+  for dataset in downloads.DATASETS.values():
     for file in dataset.files:
       path = os.path.join(SHARED, dataset.folder, file.name)
       with open(path, 'rb') as f:
-        assert datasets.content_sha256(f.read(), file.name) == file.sha256, \
+        assert downloads.content_sha256(f.read(), file.name) == file.sha256, \
             path
 
 

@@ -11,9 +11,9 @@ import pytest
 
 from conftest import prepare_translation_dataset
 from conftest import REPO
-from transformer.data import offline_mt
 from transformer.data import parallel_text
-from transformer.data import tfds_source
+from transformer.data import tfds_reader
+from transformer.data.generated import offline_mt
 
 MULTI30K = os.path.join(REPO, '..', 'shared', 'data', 'multi30k')
 
@@ -290,7 +290,7 @@ def test_multi30k():
 
 
 # ---------------------------------------------------------------------------
-# tfds_source
+# tfds_reader
 
 
 @pytest.fixture(name='tfds', scope='module')
@@ -300,11 +300,11 @@ def fixture_tfds():
 
 def test_load_translation_under_mock_data_in_both_directions(tfds):
   with tfds.testing.mock_data(num_examples=5):
-    en_de = tfds_source.load_translation('wmt14_translate/de-en', 'validation',
+    en_de = tfds_reader.load_translation('wmt14_translate/de-en', 'validation',
                                          'en', 'de', data_dir=None)
-    de_en = tfds_source.load_translation('wmt14_translate/de-en', 'val', 'de',
+    de_en = tfds_reader.load_translation('wmt14_translate/de-en', 'val', 'de',
                                          'en', data_dir=None)
-    first_two = tfds_source.load_translation(
+    first_two = tfds_reader.load_translation(
         'wmt14_translate/de-en', 'train', 'en', 'de', data_dir=None,
         max_examples=2)
   assert len(en_de) == 5
@@ -326,7 +326,7 @@ def test_load_translation_reads_a_prepared_dataset(tfds, tmp_path):
   data_dir = str(tmp_path)
   prepare_translation_dataset('ToyTranslate', data_dir,
                               {'train': pairs, 'validation': pairs[:1]})
-  load = functools.partial(tfds_source.load_translation, 'toy_translate/de-en',
+  load = functools.partial(tfds_reader.load_translation, 'toy_translate/de-en',
                            data_dir=data_dir)
   # TFDS orders examples by a hash of their keys, not as generated.
   assert sorted(load('train', 'en', 'de')) == sorted(
@@ -339,15 +339,15 @@ def test_load_translation_reads_a_prepared_dataset(tfds, tmp_path):
 def test_unknown_language_is_named(tfds):
   with tfds.testing.mock_data(num_examples=1):
     with pytest.raises(ValueError, match=r"no language 'fr'.*\['de', 'en'\]"):
-      tfds_source.load_translation('wmt14_translate/de-en', 'train', 'fr',
+      tfds_reader.load_translation('wmt14_translate/de-en', 'train', 'fr',
                                    'en', data_dir=None)
 
 
 def test_unprepared_dataset_raises_one_clear_error(tfds, tmp_path):
   del tfds  # Imported for the skip only; no mock here.
   data_dir = str(tmp_path / 'empty')
-  with pytest.raises(tfds_source.DatasetNotFoundError) as info:
-    tfds_source.load_translation('wmt14_translate/de-en', 'train', 'en', 'de',
+  with pytest.raises(tfds_reader.DatasetNotFoundError) as info:
+    tfds_reader.load_translation('wmt14_translate/de-en', 'train', 'en', 'de',
                                  data_dir=data_dir)
   message = str(info.value)
   assert "'wmt14_translate/de-en'" in message
@@ -355,8 +355,8 @@ def test_unprepared_dataset_raises_one_clear_error(tfds, tmp_path):
   assert 'download_and_prepare()' in message
   # One error, not a chain leading into TFDS internals.
   assert info.value.__cause__ is None and info.value.__suppress_context__
-  with pytest.raises(tfds_source.DatasetNotFoundError, match='no dataset'):
-    tfds_source.load_translation('no_such_dataset/de-en', 'train', 'en', 'de',
+  with pytest.raises(tfds_reader.DatasetNotFoundError, match='no dataset'):
+    tfds_reader.load_translation('no_such_dataset/de-en', 'train', 'en', 'de',
                                  data_dir=data_dir)
 
 
@@ -364,16 +364,16 @@ def test_unprepared_dataset_names_the_default_data_dir(tfds, tmp_path,
                                                        monkeypatch):
   # Stands in for ~/tensorflow_datasets, which may hold real data.
   monkeypatch.setattr(tfds.core.constants, 'DATA_DIR', str(tmp_path))
-  with pytest.raises(tfds_source.DatasetNotFoundError) as info:
-    tfds_source.load_translation('wmt17_translate/de-en', 'test', 'de', 'en',
+  with pytest.raises(tfds_reader.DatasetNotFoundError) as info:
+    tfds_reader.load_translation('wmt17_translate/de-en', 'test', 'de', 'en',
                                  data_dir=None)
   assert str(tmp_path) in str(info.value)
   assert 'TFDS_DATA_DIR' in str(info.value)
 
 
 def test_importing_the_data_sources_does_not_import_tensorflow():
-  code = ('import sys, transformer.data.tfds_source, '
-          'transformer.data.offline_mt, transformer.data.parallel_text; '
+  code = ('import sys, transformer.data.tfds_reader, '
+          'transformer.data.generated.offline_mt, transformer.data.parallel_text; '
           'print(sorted(m for m in sys.modules if m.startswith("tensorflow")))')
   out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                        text=True, check=True, cwd=REPO).stdout

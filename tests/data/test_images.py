@@ -9,10 +9,10 @@ import pytest
 
 from conftest import write_idx
 from transformer.data import augment
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.data import images
 
-MNIST = datasets.local('mnist')  # the data folder's, when there
+MNIST = downloads.local('mnist')  # the data folder's, when there
 
 
 def test_offline_shapes_are_deterministic_balanced_and_varied():

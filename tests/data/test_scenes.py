@@ -6,7 +6,7 @@ import collections
 import numpy as np
 import pytest
 
-from transformer.data import scenes
+from transformer.data.generated import scenes
 
 
 def true_answer(kind, question, objects):

@@ -13,7 +13,7 @@ from conftest import REPO
 from transformer.data import batching
 from transformer.data import packing
 from transformer.data import text
-from transformer.data import tfds_source
+from transformer.data import tfds_reader
 from transformer.data import tokenizers
 
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare',
@@ -371,11 +371,11 @@ def fixture_tfds():
 
 def test_load_text_under_mock_data(tfds):
   with tfds.testing.mock_data(num_examples=5):
-    texts = tfds_source.load_text('lm1b', 'train', data_dir=None)
-    validation = tfds_source.load_text('lm1b', 'val', data_dir=None,
+    texts = tfds_reader.load_text('lm1b', 'train', data_dir=None)
+    validation = tfds_reader.load_text('lm1b', 'val', data_dir=None,
                                        max_examples=2)
     with pytest.raises(ValueError, match=r"no feature 'sentence'.*\['text'\]"):
-      tfds_source.load_text('lm1b', 'test', None, feature='sentence')
+      tfds_reader.load_text('lm1b', 'test', None, feature='sentence')
   assert len(texts) == 5 and all(isinstance(t, str) and t for t in texts)
   # mock_data serves the same examples for every split.
   assert validation == texts[:2]
@@ -384,14 +384,14 @@ def test_load_text_under_mock_data(tfds):
 def test_missing_lm1b_raises_one_clear_error(tfds, tmp_path):
   del tfds  # Imported for the skip only; no mock here.
   data_dir = str(tmp_path / 'empty')
-  with pytest.raises(tfds_source.DatasetNotFoundError) as info:
-    tfds_source.load_text('lm1b', 'train', data_dir=data_dir)
+  with pytest.raises(tfds_reader.DatasetNotFoundError) as info:
+    tfds_reader.load_text('lm1b', 'train', data_dir=data_dir)
   assert "'lm1b'" in str(info.value)
   assert f'tfds build lm1b --data_dir={data_dir}' in str(info.value)
   assert info.value.__cause__ is None and info.value.__suppress_context__
-  with pytest.raises(tfds_source.DatasetNotFoundError,
+  with pytest.raises(tfds_reader.DatasetNotFoundError,
                      match='no dataset.*e.g. lm1b'):
-    tfds_source.load_text('no_such_text', 'train', data_dir=data_dir)
+    tfds_reader.load_text('no_such_text', 'train', data_dir=data_dir)
 
 
 def test_importing_text_does_not_import_tensorflow():

@@ -10,9 +10,9 @@ import pytest
 from conftest import load_experiment
 from transformer import tasks
 from transformer.data import batching
-from transformer.data import offline_mt
 from transformer.data import packing
 from transformer.data import token_cache
+from transformer.data.generated import offline_mt
 
 
 def examples(count, seed=0, longest=9):

@@ -38,8 +38,8 @@ def test_plot_attention_writes_png_and_checks_labels(tmp_path):
 @pytest.mark.parametrize('modules', [
     'transformer.attention, transformer.layers, transformer.insight.plots, '
     'transformer.tools.demo, transformer.train, transformer.tasks.translation, '
-    'transformer.data.offline_mt, transformer.data.parallel_text, '
-    'transformer.data.tfds_source, transformer.main, '
+    'transformer.data.generated.offline_mt, transformer.data.parallel_text, '
+    'transformer.data.tfds_reader, transformer.main, '
     'transformer.tasks.language_modeling, transformer.models.rnn',
     # Entry points of their own: their flags would clash.
     'transformer.tools.translate', 'transformer.tools.generate',

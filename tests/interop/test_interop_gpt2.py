@@ -14,7 +14,7 @@ import pytest
 
 from conftest import convert_and_restore
 from conftest import randomised
-from transformer import losses
+from transformer.core import losses
 from transformer.data import text
 from transformer.interop import files
 from transformer.interop import gpt2

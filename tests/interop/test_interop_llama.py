@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from conftest import randomised
-from transformer import positional
+from transformer.core import positional
 from transformer.interop import llama
 from transformer.models import decoder
 from transformer.tasks import language_modeling

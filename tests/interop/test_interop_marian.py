@@ -14,7 +14,7 @@ import sentencepiece as spm
 
 from conftest import convert_and_restore
 from conftest import randomised
-from transformer.data import offline_mt
+from transformer.data.generated import offline_mt
 from transformer.interop import marian
 
 torch = pytest.importorskip('torch')

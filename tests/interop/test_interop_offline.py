@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from transformer import layers
-from transformer import positional
-from transformer.data import offline_mt
+from transformer.core import masks
+from transformer.core import positional
 from transformer.data import published_tokenizers
+from transformer.data.generated import offline_mt
 from transformer.interop import bert
 from transformer.interop import gpt2
 from transformer.interop import marian
@@ -148,7 +148,7 @@ def test_gpt2_reorder_masks_padding_and_round_trips():
       {'params': ours}, jnp.asarray([[1, 4, 5, 2]]), deterministic=True)
   np.testing.assert_allclose(reordered[..., [3, 4, 5, 6, 7, 2, 1]],
                              logits[..., [1, 2, 3, 4, 5, 0, 6]], atol=1e-5)
-  assert (reordered[..., 0] == layers.MASKED_LOGIT).all()
+  assert (reordered[..., 0] == masks.MASKED_LOGIT).all()
   _, back = gpt2.with_gpt2_ids(ours_config, ours, eos_id=6)
   jax.tree.map(np.testing.assert_array_equal, back, params)
 

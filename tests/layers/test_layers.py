@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from transformer import layers
-from transformer import positional
+from transformer.core import positional
 
 CONFIG = layers.TransformerConfig(num_layers=2, d_model=16, num_heads=4,
                                   d_ff=24, dropout_rate=0.0)

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from transformer import layers
-from transformer import losses
+from transformer.core import losses
+from transformer.core import masks
 
 V = 11
 
@@ -30,7 +30,7 @@ def test_smoothed_cross_entropy_matches_its_definition(smoothing, masked):
   possible = np.ones(V, bool)
   if masked:  # id 0 masked out, as a converted GPT-2's padding
     possible[0] = False
-    logits = logits.at[..., 0].set(layers.MASKED_LOGIT)
+    logits = logits.at[..., 0].set(masks.MASKED_LOGIT)
   loss, nll = losses.smoothed_cross_entropy(logits, targets, smoothing)
   np.testing.assert_allclose(loss, definition(logits, targets, smoothing,
                                               possible), rtol=1e-5)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from transformer import layers
+from transformer.core import masks
 from transformer.models import encoder
 from transformer.models import vilbert
 
@@ -185,7 +186,7 @@ def test_heads_shapes_and_padding(tiny):
                             method='region_scores')['params']
   scores = model.apply({'params': score_params}, *args, deterministic=True,
                        method='region_scores')
-  assert np.all(np.asarray(scores[0, 3:]) == layers.MASKED_LOGIT)
+  assert np.all(np.asarray(scores[0, 3:]) == masks.MASKED_LOGIT)
 
 
 def test_config_errors():

@@ -9,8 +9,8 @@ import pytest
 from conftest import load_experiment
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import offline_sentiment
 from transformer.data import sources
+from transformer.data.generated import offline_sentiment
 from transformer.insight import attention_views
 
 

@@ -13,23 +13,23 @@ from transformer import checkpoints
 from transformer import optimizers
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import datasets
-from transformer.data import image_sources
+from transformer.data import downloads
+from transformer.data import image_batches
 from transformer.tasks import image_classification as ic
 
-MNIST = datasets.local('mnist')  # the data folder's, when there
+MNIST = downloads.local('mnist')  # the data folder's, when there
 
 
 def test_batches_cover_every_image_once_per_epoch_and_resume_anywhere():
   labels = np.arange(10, dtype=np.int32)
   pictures = labels[:, None, None, None].astype(np.uint8)
-  batches = iter(image_sources.ImageBatches(pictures, labels, batch_size=4,
+  batches = iter(image_batches.ImageBatches(pictures, labels, batch_size=4,
                                             seed=1))
   seen = np.concatenate([next(batches)['labels'] for _ in range(5)])
   # 20 images = two epochs; each epoch is a permutation, across batch ends.
   assert sorted(seen[:10]) == list(range(10)) == sorted(seen[10:])
   assert list(seen[:10]) != list(seen[10:])
-  later = iter(image_sources.ImageBatches(pictures, labels, batch_size=4,
+  later = iter(image_batches.ImageBatches(pictures, labels, batch_size=4,
                                           seed=1, start_step=3))
   np.testing.assert_array_equal(next(later)['labels'], seen[12:16])
   batch = next(later)
@@ -39,7 +39,7 @@ def test_batches_cover_every_image_once_per_epoch_and_resume_anywhere():
 def test_eval_batches_count_every_image_once_and_fill_with_minus_one():
   labels = np.arange(7, dtype=np.int32)
   pictures = np.zeros((7, 2, 2, 1), np.uint8)
-  batches = list(image_sources.eval_batches(pictures, labels, batch_size=4,
+  batches = list(image_batches.eval_batches(pictures, labels, batch_size=4,
                                  row_multiple=3))
   assert [len(b['labels']) for b in batches] == [6, 3]
   got = np.concatenate([b['labels'] for b in batches])
@@ -115,7 +115,7 @@ def test_tfds_sources_under_mock_data(name, shape, classes):
   config.data.update(dict(source='tfds', tfds_name=name,
                           image_size=shape[0]))
   with tfds.testing.mock_data(num_examples=6):
-    pictures, labels, names = image_sources.read_split(config.data, 'train')
+    pictures, labels, names = image_batches.read_split(config.data, 'train')
   assert pictures.shape == (6, *shape) and pictures.dtype == np.uint8
   assert len(names) == classes and 0 <= labels.min() <= labels.max() < classes
 
@@ -130,7 +130,7 @@ def test_folder_source_resizes_to_load_size(tmp_path):
             tmp_path / split / name / f'{i}.jpg')
   config = load_experiment('vit_offline', 'runlocal')
   config.data.update(dict(source='folder', path=str(tmp_path), load_size=20))
-  pictures, labels, names = image_sources.read_split(config.data, 'train')
+  pictures, labels, names = image_batches.read_split(config.data, 'train')
   assert pictures.shape == (6, 20, 20, 3) and names == ('cat', 'dog')
   result = train.train_and_evaluate(config, str(tmp_path / 'work'))
   assert np.isfinite(result['loss'])

@@ -15,9 +15,9 @@ from conftest import load_experiment
 from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import scenes
 from transformer.data import sources
 from transformer.data import tokenizers
+from transformer.data.generated import scenes
 from transformer.insight import attention_views
 from transformer.tasks import vision_language
 from transformer.tools import ask

@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from transformer.data import scenes
+from transformer.data.generated import scenes
 from transformer.tools import compare_vision_language as compare
 
 

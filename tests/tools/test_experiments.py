@@ -11,7 +11,7 @@ from conftest import load_experiment
 from conftest import REPO
 from transformer import configs
 from transformer import train
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.models import encoder_decoder
 
 # transformer.main's default; not imported, since its flags would clash with
@@ -45,7 +45,7 @@ def test_default_experiment_and_command_line_overrides():
     load_experiment('mt_local', 'src=de')
   # Without path=, the data folder's Multi30k.
   assert load_experiment('mt_local', 'src=de,tgt=en').data.path == (
-      datasets.local('multi30k'))
+      downloads.local('multi30k'))
 
 
 @pytest.mark.parametrize('variant,size,vocab,dropout,average', [

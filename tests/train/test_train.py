@@ -155,7 +155,7 @@ def test_wmt_experiment_with_mock_tfds(tmp_path, monkeypatch):
 
 
 def test_local_corpus_experiment_with_averaging(tmp_path):
-  from transformer.data import offline_mt  # pylint: disable=g-import-not-at-top
+  from transformer.data.generated import offline_mt  # pylint: disable=g-import-not-at-top
   import gzip  # pylint: disable=g-import-not-at-top
   corpus = tmp_path / 'corpus'
   corpus.mkdir()

@@ -444,13 +444,13 @@ def damage_file(path, damage):
 ])
 def test_damaged_tfds_dataset_names_it_and_how_to_prepare_it(
     toy_tfds, tmp_path, name, damage, error, message):
-  from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+  from transformer.data import tfds_reader  # pylint: disable=g-import-not-at-top
   data_dir = tmp_path / 'tfds'
   shutil.copytree(toy_tfds, data_dir)
   damage_file(data_dir / 'toy_pairs' / 'de-en' / '1.0.0' / name, damage)
   with pytest.raises(error, match=f'{message}.*; prepare it again: tfds '
                      f'build toy_pairs/de-en --data_dir={data_dir}$'):
-    tfds_source.load_translation('toy_pairs/de-en', 'train', 'en', 'de',
+    tfds_reader.load_translation('toy_pairs/de-en', 'train', 'en', 'de',
                                  str(data_dir))
 
 

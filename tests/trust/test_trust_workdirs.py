@@ -22,8 +22,8 @@ from transformer import checkpoints
 from transformer import configs
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import offline_mt
 from transformer.data import tokenizers
+from transformer.data.generated import offline_mt
 
 ENV = {**os.environ, 'JAX_PLATFORMS': 'cpu'}
 EXPERIMENT = os.path.join(REPO, 'experiments', 'mt_offline.py:runlocal')

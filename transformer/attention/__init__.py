@@ -21,7 +21,7 @@ Letters used in shapes and einsum strings across the codebase:
 
 Layouts are those of flax and `jax.nn.dot_product_attention`, so the fused
 kernels take them without transposes: queries [..., T, N, H], keys and values
-[..., S, K, H], attention weights [..., N, T, S]. Masks (`transformer.masks`)
+[..., S, K, H], attention weights [..., N, T, S]. Masks (`transformer.core.masks`)
 are boolean, True where a query may attend to a key, and must broadcast
 against [..., N, T, S]: a [T, S] mask applies to every batch element and
 head, a padding mask from `masks.padding_mask` is [B, 1, 1, S].
@@ -59,7 +59,7 @@ from transformer.attention.caches import tracked_beams
 from transformer.attention.classic import AdditiveAttention
 from transformer.attention.classic import KernelRegression
 from transformer.attention.classic import nadaraya_watson
-from transformer.attention.kernels import IMPLEMENTATIONS
 from transformer.attention.kernels import dot_product_attention
+from transformer.attention.kernels import IMPLEMENTATIONS
 from transformer.attention.multi_head import HeadProjection
 from transformer.attention.multi_head import MultiHeadAttention

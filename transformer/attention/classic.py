@@ -12,8 +12,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer import masks
 from transformer.attention.kernels import masked_softmax
+from transformer.core import masks
 
 Array = jax.Array
 Dtype = Any

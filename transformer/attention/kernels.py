@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 
 from transformer import errors
-from transformer import masks
+from transformer.core import masks
 
 Array = jax.Array
 Dtype = Any

@@ -12,11 +12,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from transformer.decoding import beam_slots
-from transformer import masks
-from transformer import positional
 from transformer.attention import caches
 from transformer.attention import kernels
+from transformer.core import masks
+from transformer.core import positional
+from transformer.decoding import beam_slots
 
 Array = jax.Array
 Dtype = Any

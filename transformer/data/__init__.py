@@ -1,3 +1,6 @@
-"""Data: generated sources (offline_mt, offline_sentiment, images,
-captions), local files and TFDS, tokenizers, batching and packing, image
-sources and on-device augmentation."""
+"""Data, by role: the registry of sources (`sources`), the real datasets
+and their downloads (`downloads`), TFDS (`tfds_reader`), data generated
+in-process (`generated/`), each kind's readers of local files (`text`,
+`parallel_text`, `glue`, `images`, `captions`), the token cache
+(`token_cache`), tokenizers, batching and packing, image batches and
+on-device augmentation."""

@@ -17,8 +17,8 @@ import random
 
 from absl import logging
 
-from transformer.data import offline_mt
 from transformer.data import text
+from transformer.data.generated import offline_mt
 
 Row = tuple[str, 'str | None', float]
 
@@ -171,9 +171,9 @@ def tsv_path(folder: str, name: str, split: str) -> str:
 def read_tfds(name: str, split: str, data_dir: str | None,
               max_examples: int | None = None) -> list[Row]:
   """The rows of TFDS `glue/NAME` (prepared with `tfds build`)."""
-  from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+  from transformer.data import tfds_reader  # pylint: disable=g-import-not-at-top
   task = spec(name)
-  examples = tfds_source.load_features(f'glue/{name}', split, data_dir,
+  examples = tfds_reader.load_features(f'glue/{name}', split, data_dir,
                                        task.tfds_features,
                                        max_examples=max_examples)
   return [(row[0], row[1] if task.pair else None, float(row[-1]))

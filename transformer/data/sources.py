@@ -13,7 +13,7 @@ every task of that kind can read it. The kinds, and what a split reads as:
   captions       (images uint8 [N, S, S, 3], [[caption, ...]] lower case):
                  captioning, vision-and-language pretraining on files
   images         (images uint8 [N, S', S', C], labels [N], class names),
-                 before resizing to the model's size (`image_sources`)
+                 before resizing to the model's size (`image_batches`)
   scenes         generated scenes of shapes (`scenes`), with the generator
                  of what a task asks about them (captions, questions,
                  referring expressions)
@@ -28,14 +28,14 @@ from typing import Any, Callable
 
 import ml_collections
 
-from transformer import ranges
+from transformer.core import ranges
 from transformer.data import captions as caption_data
 from transformer.data import glue
 from transformer.data import images as image_data
-from transformer.data import offline_mt
-from transformer.data import offline_sentiment
 from transformer.data import parallel_text
 from transformer.data import text
+from transformer.data.generated import offline_mt
+from transformer.data.generated import offline_sentiment
 
 Reader = Callable[..., Any]
 KINDS = ('pairs', 'documents', 'labelled_text', 'captions', 'images',
@@ -104,8 +104,8 @@ def _max_examples(data: ml_collections.ConfigDict) -> int | None:
 
 
 def _tfds():
-  from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-  return tfds_source
+  from transformer.data import tfds_reader  # pylint: disable=g-import-not-at-top
+  return tfds_reader
 
 
 # -- pairs ----------------------------------------------------------------------

@@ -26,8 +26,8 @@ import numpy as np
 
 from transformer import storage
 from transformer.data import batching
-from transformer.data import offline_mt
 from transformer.data import tokenizers
+from transformer.data.generated import offline_mt
 
 _PER = ('file', 'line')
 

@@ -37,7 +37,7 @@ import os
 
 from transformer import configs
 from transformer import workdir
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.data import glue
 from transformer.data import sources
 from transformer.tasks import text_classification
@@ -112,7 +112,7 @@ def _path(task: str, args: dict[str, str]) -> str:
   data folder's glue/ (`python -m transformer.tools.data fetch rte`)."""
   if 'path' in args or task not in glue.FOLDERS:
     return args.get('path', '')
-  root = args.get('glue_dir', os.path.join(datasets.data_dir(), 'glue'))
+  root = args.get('glue_dir', os.path.join(downloads.data_dir(), 'glue'))
   return os.path.join(root, glue.FOLDERS[task])
 
 

@@ -28,7 +28,7 @@ code (86a2163, 2026-11-21; docs/earlier_results.md) with
 """
 
 from transformer import configs
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.models import encoder_decoder
 from transformer.tasks import translation
 
@@ -39,7 +39,7 @@ def get_config(arg: str = ''):
                             required=('src', 'tgt'))
   config = translation.default_config()
   config.data.update(dict(
-      source='local', path=args.get('path', datasets.local('multi30k')),
+      source='local', path=args.get('path', downloads.local('multi30k')),
       source_lang=args['src'],
       target_lang=args['tgt'], train_split=args.get('train', 'train'),
       eval_split=args.get('eval', 'val'), vocab_size=8_000, max_length=128,

@@ -26,14 +26,14 @@ docs/earlier_results.md): validation perplexity 125.8, test
 import os
 
 from transformer import configs
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.tasks import language_modeling
 
 
 def get_config(arg: str = ''):
   args = configs.parse_args(arg, name='experiments/ptb.py',
                             known=('path', 'runlocal'))
-  folder = args.get('path', datasets.local('ptb'))
+  folder = args.get('path', downloads.local('ptb'))
   config = language_modeling.default_config()
   config.data.update(dict(
       source='local', per='file', path=os.path.join(folder, 'ptb.train.txt'),

@@ -30,7 +30,7 @@ runlocal (seconds, for tests).
 """
 
 from transformer import configs
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.tasks import language_modeling
 
 
@@ -40,7 +40,7 @@ def get_config(arg: str = ''):
   config = language_modeling.default_config()
   config.data.update(dict(
       source='local', per='file', train_fraction=0.9,
-      path=args.get('path', datasets.local('shakespeare', 'input.txt')),
+      path=args.get('path', downloads.local('shakespeare', 'input.txt')),
       tokenizer='char', max_length=256, tokens_per_batch=64 * 256,
       eval_rows=64,
       # The text is one document: read it in other windows every epoch

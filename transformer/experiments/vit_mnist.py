@@ -18,7 +18,7 @@ runlocal.
 """
 
 from transformer import configs
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.tasks import image_classification
 
 
@@ -27,7 +27,7 @@ def get_config(arg: str = ''):
                             known=('path', 'runlocal'))
   config = image_classification.default_config()
   config.data.update(dict(source='mnist',
-                          path=args.get('path', datasets.local('mnist')),
+                          path=args.get('path', downloads.local('mnist')),
                           train_split='train', eval_split='test',
                           image_size=28, batch_size=128, crop='pad',
                           crop_padding=2, flip=False))

@@ -18,10 +18,10 @@ import jax
 from jax.experimental import multihost_utils
 import numpy as np
 
-from transformer.insight import plots
 from transformer import storage
-from transformer.data import scenes
 from transformer.data import tokenizers
+from transformer.data.generated import scenes
+from transformer.insight import plots
 from transformer.models import vit
 
 

@@ -49,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from transformer import positional
+from transformer.core import positional
 from transformer.interop import files
 from transformer.models import encoder_decoder
 

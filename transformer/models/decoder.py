@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer import layers
-from transformer import masks
-from transformer import positional
+from transformer.core import masks
+from transformer.core import positional
 from transformer.models import family
 
 Array = jax.Array
@@ -155,7 +155,7 @@ class Decoder(nn.Module):
     logits = (self.embed.attend(x) if self.config.tie_embeddings
               else self.lm_head(x)).astype(jnp.float32)
     if self.config.mask_padding:
-      logits = logits.at[..., 0].set(layers.MASKED_LOGIT)
+      logits = logits.at[..., 0].set(masks.MASKED_LOGIT)
     return logits
 
 

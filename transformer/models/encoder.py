@@ -16,8 +16,8 @@ import jax
 import jax.numpy as jnp
 
 from transformer import layers
-from transformer import masks
-from transformer import positional
+from transformer.core import masks
+from transformer.core import positional
 from transformer.models import family
 
 Array = jax.Array

@@ -23,8 +23,8 @@ import jax.numpy as jnp
 from transformer import attention
 from transformer import decoding
 from transformer import layers
-from transformer import masks
-from transformer import positional
+from transformer.core import masks
+from transformer.core import positional
 from transformer.models import family
 
 Array = jax.Array

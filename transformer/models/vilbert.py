@@ -39,6 +39,7 @@ import jax.numpy as jnp
 
 from transformer import attention
 from transformer import layers
+from transformer.core import masks
 from transformer.models import encoder
 from transformer.models import family
 
@@ -338,7 +339,7 @@ class ViLBERT(nn.Module):
                     region_mask: Array, *, token_types: Array | None = None,
                     deterministic: bool) -> Array:
     """[B, R] float32: how well each region fits the text (referring
-    expressions); padding regions score `layers.MASKED_LOGIT`."""
+    expressions); padding regions score `masks.MASKED_LOGIT`."""
     c = self.config
     _, visual, _ = self.encode(tokens, features, boxes, region_mask,
                                token_types=token_types,
@@ -346,7 +347,7 @@ class ViLBERT(nn.Module):
     h = self.dropout(visual[:, 1:], deterministic=deterministic)
     scores = nn.Dense(1, dtype=c.dtype, param_dtype=c.param_dtype,
                       name='region_score')(h)[..., 0].astype(jnp.float32)
-    return jnp.where(region_mask, scores, layers.MASKED_LOGIT)
+    return jnp.where(region_mask, scores, masks.MASKED_LOGIT)
 
 
 class SingleStream(ViLBERT):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from transformer import layers
-from transformer import masks
+from transformer.core import masks
 
 Array = jax.Array
 

@@ -11,8 +11,8 @@ from typing import Any, Callable, Iterable, Iterator, Protocol
 import jax
 import ml_collections
 
-from transformer import ranges
 from transformer import storage
+from transformer.core import ranges
 from transformer.data import batching
 from transformer.data import token_cache
 from transformer.tasks import vocabularies

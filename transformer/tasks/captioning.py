@@ -25,8 +25,8 @@ import numpy as np
 from transformer import configs
 from transformer import decoding
 from transformer import layers
-from transformer import losses
 from transformer import metrics
+from transformer.core import losses
 from transformer.data import batching
 from transformer.data import sources
 from transformer.data import tokenizers

@@ -1,6 +1,6 @@
 """Image classification with the Vision Transformer.
 
-Sources (`config.data.source`, `data.image_sources`): 'offline' (generated
+Sources (`config.data.source`, `data.image_batches`): 'offline' (generated
 shapes, no files), 'mnist' (the original idx files in `path`), 'folder'
 (`path/split/class/*.png|jpg`) and 'tfds' (cifar10, cifar100, mnist, ...
 prepared with `tfds build`; `stream=True` decodes imagenet2012 on the fly).
@@ -29,7 +29,7 @@ from transformer import configs
 from transformer import layers
 from transformer import storage
 from transformer.data import augment
-from transformer.data import image_sources
+from transformer.data import image_batches
 from transformer.data import images as image_data
 from transformer.models import vit
 from transformer.tasks import base
@@ -145,8 +145,8 @@ class ImageClassificationTask(base.Task):
                        f'image_size={data.image_size}; images are cropped, '
                        f'never padded, to the model size.')
     base.check_batch_sizes(data, batch_divisor)
-    source = (image_sources.StreamedImages if data.stream
-              else image_sources.InMemoryImages)
+    source = (image_batches.StreamedImages if data.stream
+              else image_batches.InMemoryImages)
     self.images = source(data, seed=config.seed, row_multiple=batch_divisor)
     self.class_names, self.num_channels = (
         _configured_classes(data) if shapes_only else self._dataset_info())

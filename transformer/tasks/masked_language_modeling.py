@@ -26,8 +26,8 @@ import ml_collections
 import numpy as np
 
 from transformer import configs
-from transformer import losses
-from transformer import ranges
+from transformer.core import losses
+from transformer.core import ranges
 from transformer.data import batching
 from transformer.data import tokenizers
 from transformer.models import encoder

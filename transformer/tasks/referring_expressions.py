@@ -25,9 +25,9 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import losses
-from transformer.data import scenes
+from transformer.core import losses
 from transformer.data import sources
+from transformer.data.generated import scenes
 from transformer.tasks import base
 from transformer.tasks import vision_language
 

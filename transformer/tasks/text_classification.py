@@ -32,10 +32,10 @@ import ml_collections
 import numpy as np
 
 from transformer import configs
-from transformer import losses
 from transformer import metrics
-from transformer import ranges
 from transformer import storage
+from transformer.core import losses
+from transformer.core import ranges
 from transformer.data import batching
 from transformer.data import glue
 from transformer.data import sources

@@ -21,9 +21,9 @@ import numpy as np
 from transformer import configs
 from transformer import decoding
 from transformer import layers
-from transformer import losses
 from transformer import metrics
 from transformer import storage
+from transformer.core import losses
 from transformer.data import batching
 from transformer.data import packing
 from transformer.data import sources

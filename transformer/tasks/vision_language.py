@@ -46,12 +46,12 @@ import ml_collections
 import numpy as np
 
 from transformer import configs
-from transformer import losses
-from transformer import ranges
+from transformer.core import losses
+from transformer.core import ranges
 from transformer.data import batching
-from transformer.data import scenes
 from transformer.data import sources
 from transformer.data import tokenizers
+from transformer.data.generated import scenes
 from transformer.models import encoder
 from transformer.models import vilbert
 from transformer.tasks import base

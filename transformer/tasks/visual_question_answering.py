@@ -27,9 +27,9 @@ import ml_collections
 import numpy as np
 
 from transformer import layers
-from transformer import losses
-from transformer.data import scenes
+from transformer.core import losses
 from transformer.data import sources
+from transformer.data.generated import scenes
 from transformer.models import vilbert
 from transformer.tasks import base
 from transformer.tasks import vision_language

@@ -25,7 +25,7 @@ import numpy as np
 
 from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
-from transformer.data import scenes
+from transformer.data.generated import scenes
 from transformer.insight import attention_figures
 from transformer.tools import cli
 

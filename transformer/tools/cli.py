@@ -65,10 +65,10 @@ import ml_collections
 from transformer import checkpoints
 from transformer import configs
 from transformer import faults
-from transformer import ranges
 from transformer import storage
 from transformer import workdir as workdir_lib
-from transformer.data import datasets
+from transformer.core import ranges
+from transformer.data import downloads
 from transformer.data import text
 
 RUN_FAILED = 1
@@ -742,7 +742,7 @@ def handle_errors(main: Callable[[list[str]], None]
         _exit(USER_ERROR, failure)
       if isinstance(e, FileNotFoundError):  # also a TFDS dataset not prepared
         # A dataset missing from the data folder: how to fetch it.
-        _exit(MISSING_INPUT, f'{e}{datasets.fetch_hint(str(e))}')
+        _exit(MISSING_INPUT, f'{e}{downloads.fetch_hint(str(e))}')
       if isinstance(e, (FloatingPointError, checkpoints.WriteFailed)):
         _exit(RUN_FAILED, e)
       if isinstance(e, (OSError, ValueError, app.UsageError)):

@@ -36,7 +36,7 @@ import numpy as np
 from transformer import configs
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import scenes
+from transformer.data.generated import scenes
 from transformer.models import vilbert
 from transformer.tools import cli
 

@@ -8,7 +8,7 @@
 cola), checks every file's SHA-256 and puts it where the experiments look
 by default: the data folder, `$TRANSFORMER_DATA`, else `../shared/data`
 beside the repository where it exists, else `~/.cache/transformer/data`
-(`transformer.data.datasets`). Files already there and right are kept.
+(`transformer.data.downloads`). Files already there and right are kept.
 Without network access it says which file to put where; `--mirror=URL`
 reads a copy of a data folder served elsewhere (a lab's server) instead of
 the original sources. `list` shows each dataset, its folder and whether it
@@ -19,7 +19,7 @@ import os
 
 from absl import flags
 
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.tools import cli
 
 ACTIONS = ('list', 'fetch')
@@ -28,7 +28,7 @@ ACTIONS = ('list', 'fetch')
 def define_flags() -> None:
   """The command's flags, defined when it runs (`run`)."""
   flags.DEFINE_string('data_dir', None, 'The data folder; default '
-                      f'${datasets.ENVIRONMENT}, ../shared/data beside the '
+                      f'${downloads.ENVIRONMENT}, ../shared/data beside the '
                       'repository, or ~/.cache/transformer/data.')
   flags.DEFINE_string('mirror', None, 'Fetch from this URL instead of the '
                       'original sources: a copy of a data folder '
@@ -38,7 +38,7 @@ def define_flags() -> None:
 def listing(folder: str) -> str:
   """One line per dataset: name, completeness in `folder`, description."""
   lines = [f'Data folder: {folder}']
-  for name, dataset in datasets.DATASETS.items():
+  for name, dataset in downloads.DATASETS.items():
     there = sum(os.path.exists(os.path.join(folder, dataset.folder, f.name))
                 for f in dataset.files)
     state = ('complete' if there == len(dataset.files)
@@ -52,14 +52,14 @@ def main(argv):
   words = argv[1:]
   if not words or words[0] not in ACTIONS:
     raise ValueError(f'Say what to do: {" or ".join(ACTIONS)}, e.g. '
-                     f'{datasets.FETCH_COMMAND} multi30k (datasets: '
-                     f'{", ".join(datasets.DATASETS)}, or all).')
-  folder = flags.FLAGS.data_dir or datasets.data_dir()
+                     f'{downloads.FETCH_COMMAND} multi30k (datasets: '
+                     f'{", ".join(downloads.DATASETS)}, or all).')
+  folder = flags.FLAGS.data_dir or downloads.data_dir()
   if words[0] == 'list':
     cli.no_arguments(words)
     print(listing(folder))
     return
-  written = datasets.fetch(words[1:], folder, mirror=flags.FLAGS.mirror)
+  written = downloads.fetch(words[1:], folder, mirror=flags.FLAGS.mirror)
   print(f'{len(written)} file(s) fetched into {folder}.')
 
 

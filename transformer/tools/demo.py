@@ -24,8 +24,8 @@ import numpy as np
 import optax
 
 from transformer import layers
+from transformer.core import positional
 from transformer.insight import plots
-from transformer import positional
 
 LENGTH = 12
 VOCAB = 32

@@ -27,13 +27,13 @@ of 300K), averaging the last 5 and 20. Multi30k here has no French, so the
 EN-FR rows have no reduced equivalent.
 """
 
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.reproduce.specs import Column, Row, Scale
 
 TITLE = ('Vaswani et al. 2017, Table 2: BLEU on newstest2014 with checkpoint '
          'averaging')
 
-_MULTI30K = ('experiments/mt_local.py:path=' + datasets.local('multi30k') +
+_MULTI30K = ('experiments/mt_local.py:path=' + downloads.local('multi30k') +
              ',src=en,tgt=de')
 _REDUCED_BIG = {'model.d_model': 512, 'optimizer.learning_rate': 512**-0.5,
                 'model.num_heads': 16, 'model.d_ff': 1024,

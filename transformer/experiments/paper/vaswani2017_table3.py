@@ -65,7 +65,7 @@ from d_k (`head_dim`). Should a row set a field the config lacks, the
 command reports it as not expressible instead of training something else.
 """
 
-from transformer.data import datasets
+from transformer.data import downloads
 from transformer.reproduce.specs import Column, Row, Scale
 
 TITLE = ('Vaswani et al. 2017, Table 3: variations on the Transformer '
@@ -78,7 +78,7 @@ SCALES = {
               'newstest2013, beam 4, alpha 0.6, no checkpoint averaging.',
         overrides={'eval.average_checkpoints': 1}),
     'reduced': Scale(
-        config=('experiments/mt_local.py:path=' + datasets.local('multi30k')
+        config=('experiments/mt_local.py:path=' + downloads.local('multi30k')
                 + ',src=en,tgt=de,eval=val'),
         about='Multi30k EN-DE on one machine (experiments/mt_local.py, '
               'N=3, d_model=256, d_ff=512, h=8 base; rows change it as the '

@@ -14,6 +14,9 @@ import jax.numpy as jnp
 import numpy as np
 
 Array = jax.Array
+# The logit of an id a model never predicts (`mask_padding`): finite, so
+# that a zero loss weight on it stays zero, and far below any real logit.
+MASKED_LOGIT = -1e9
 
 
 def padding_mask(lengths: Array, max_length: int) -> Array:

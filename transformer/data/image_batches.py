@@ -140,15 +140,15 @@ class StreamedImages:
     self.data, self.seed, self.row_multiple = data, seed, row_multiple
 
   def classes(self) -> tuple[tuple[str, ...], int]:
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
-    return tfds_source.image_classes(self.data.tfds_name,
+    from transformer.data import tfds_reader  # pylint: disable=g-import-not-at-top
+    return tfds_reader.image_classes(self.data.tfds_name,
                                      self.data.tfds_data_dir or None), 3
 
   def _stream(self, split: str, *, training: bool, start: int = 0,
               shard: tuple[int, int] = (0, 1)):
-    from transformer.data import tfds_source  # pylint: disable=g-import-not-at-top
+    from transformer.data import tfds_reader  # pylint: disable=g-import-not-at-top
     data = self.data
-    return tfds_source.stream_images(
+    return tfds_reader.stream_images(
         data.tfds_name, split, data.tfds_data_dir or None,
         image_size=data.image_size, training=training, seed=self.seed,
         start=start, min_scale=data.crop_min_scale,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from transformer.data import offline_mt
+from transformer.data.generated import offline_mt
 
 # Adjectives of the offline grammar with a polarity; the rest are neutral.
 PLEASANT = frozenset('beautiful happy rich famous clean sweet bright brave '

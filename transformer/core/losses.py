@@ -7,13 +7,15 @@ loss of a batch is `mean(sums)`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
-from transformer import layers
-from transformer import metrics
+from transformer.core import masks
+
+# Metric sums: name -> (sum, count), added across steps and devices.
+Sums = Mapping[str, tuple[Any, Any]]
 
 
 def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
@@ -26,7 +28,7 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
   gradient is then softmax minus a one-hot, one fused pass over [B, T, V],
   where `take_along_axis`'s is a scatter into a zero [B, T, V] array (the
   LM train step spent a third of its time there on CPU). Ids a model masks
-  out (`layers.MASKED_LOGIT`, e.g. a converted GPT-2's padding) are not
+  out (`masks.MASKED_LOGIT`, e.g. a converted GPT-2's padding) are not
   among the V.
   """
   logits = logits.astype(jnp.float32)
@@ -35,7 +37,7 @@ def smoothed_cross_entropy(logits: jax.Array, targets: jax.Array,
   nll = normalizer - label_logit
   if not smoothing:  # the same value, without another pass over [B, T, V]
     return nll, nll
-  possible = logits > layers.MASKED_LOGIT / 2
+  possible = logits > masks.MASKED_LOGIT / 2
   mean_logit = (jnp.where(possible, logits, 0.0).sum(-1)
                 / possible.sum(-1))
   return (1.0 - smoothing) * nll + smoothing * (normalizer - mean_logit), nll
@@ -80,7 +82,7 @@ def token_sums(logits: jax.Array, targets: jax.Array,
           'accuracy': (correct.sum(), count)}
 
 
-def mean(sums: metrics.Sums, name: str = 'loss') -> jax.Array:
+def mean(sums: Sums, name: str = 'loss') -> jax.Array:
   """sum / count of one metric, for a batch with no counted item 0."""
   total, count = sums[name]
   return total / jnp.maximum(count, 1.0)
