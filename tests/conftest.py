@@ -1,5 +1,6 @@
 """Shared test helpers."""
 
+import contextlib
 import glob
 import gzip
 import importlib.util
@@ -79,6 +80,18 @@ def jit_apply():
   return jax.jit(lambda model, *args, **kwargs: model.apply(*args, **kwargs),
                  static_argnums=0,
                  static_argnames=('deterministic', 'mutable', 'method'))
+
+
+@contextlib.contextmanager
+def raises_naming(error, *names: str):
+  """`pytest.raises(error)` whose message names each of `names` (the field,
+  its value, the fix), literally: the words around them are not the
+  contract and are free to change."""
+  with pytest.raises(error) as caught:
+    yield caught
+  message = str(caught.value)
+  missing = [name for name in names if name not in message]
+  assert not missing, f'{missing} not named in: {message}'
 
 
 @pytest.fixture
@@ -161,78 +174,86 @@ def prepare_translation_dataset(class_name: str, data_dir: str,
 
 
 # -- The tiers: e2e, integration, unit ----------------------------------------
-# A test is end to end (`e2e`) when it, a fixture it uses or a helper of
-# the test modules it calls (however deep) trains a model or starts a
-# process; else `integration` in the folders whose tests put the pieces
-# together (a task over data and a model, the trainer and its
-# checkpoints, published checkpoints against their reference
-# implementations, the commands); else, unless slow, `unit`: `pytest -m
-# unit` runs the properties of the library's parts alone.
+# A test's tier is the folder it lives in: tests/<room>/e2e/ holds the
+# tests that train a model or start a process (`e2e`); the other tests of
+# the rooms whose tests put the pieces together (a task over data and a
+# model, the trainer and its checkpoints, published checkpoints against
+# their reference implementations, the commands, the planner) are
+# `integration`; the rest, unless slow, are `unit`: `pytest -m unit` runs
+# the properties of the library's parts alone. A test outside an e2e
+# folder that starts a process or a training loop fails, naming the folder
+# it belongs in.
 _INTEGRATION = ('tasks', 'train', 'interop', 'tools', 'trust', 'plan')
-_TRAINS = ('train_and_evaluate', 'subprocess.', 'Popen(', 'transformer.main',
-           'reproduce(', 'compare.compare(', 'run_benchmark(', 'command(')
 
 
-def _source(function) -> str:
-  import inspect  # pylint: disable=g-import-not-at-top
-  try:
-    return inspect.getsource(function)
-  except (OSError, TypeError):
-    return ''
-
-
-def _called(function, source: str) -> list:
-  """The functions of the test modules that `function` calls by name."""
-  import ast  # pylint: disable=g-import-not-at-top
-  import textwrap  # pylint: disable=g-import-not-at-top
-  try:
-    tree = ast.parse(textwrap.dedent(source))
-  except SyntaxError:
-    return []
-  names = {node.func.id for node in ast.walk(tree)
-           if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)}
-  found = [getattr(function, '__globals__', {}).get(n) for n in names]
-  return [f for f in found if callable(f) and getattr(
-      f, '__module__', '').startswith(('test_', 'conftest'))]
-
-
-def _trains(item) -> bool:
-  seen, pending = set(), [item.function]
-  for defs in getattr(item, '_fixtureinfo').name2fixturedefs.values():
-    pending += [d.func for d in defs]
-  while pending:
-    function = pending.pop()
-    if function in seen:
-      continue
-    seen.add(function)
-    source = _source(function)
-    if any(word in source for word in _TRAINS):
-      return True
-    pending += _called(function, source)
-  return False
+def _place(path) -> tuple[str, bool]:
+  """(the room of a test file, whether it is in the room's e2e folder)."""
+  parts = os.path.relpath(str(path), os.path.join(REPO, 'tests')).split(
+      os.sep)
+  return parts[0], 'e2e' in parts[1:-1]
 
 
 def pytest_ignore_collect(collection_path, config):
-  """`-m unit` leaves the integration folders uncollected: importing their
-  modules (torch, transformers, TFDS builders) only to deselect every test
-  took 5 of the unit tier's seconds in each worker."""
+  """`-m unit` leaves the integration and e2e folders uncollected:
+  importing their modules (torch, transformers, TFDS builders) only to
+  deselect every test took 5 of the unit tier's seconds in each worker."""
   if config.getoption('markexpr', '').strip() != 'unit':
     return None
-  folder = os.path.relpath(str(collection_path), os.path.join(REPO, 'tests')
-                           ).split(os.sep)[0]
-  return True if folder in _INTEGRATION else None
+  room, e2e = _place(collection_path)
+  if e2e or room in _INTEGRATION or collection_path.name == 'e2e':
+    return True
+  return None
 
 
 def pytest_collection_modifyitems(config, items):
   del config
   for item in items:
-    folder = os.path.relpath(str(item.path), os.path.join(REPO, 'tests')
-                             ).split(os.sep)[0]
-    if hasattr(item, 'function') and _trains(item):
+    room, e2e = _place(item.path)
+    if e2e:
       item.add_marker(pytest.mark.e2e)
     elif item.get_closest_marker('slow'):
       continue
-    elif folder in _INTEGRATION:
+    elif room in _INTEGRATION:
       item.add_marker(pytest.mark.integration)
     else:
       item.add_marker(pytest.mark.unit)
+
+
+# The test running now when it is outside an e2e folder (its node id).
+_OUTSIDE_E2E = []
+
+
+def _refuse(what: str):
+  if _OUTSIDE_E2E:
+    node = _OUTSIDE_E2E[0]
+    room = node.split('/')[1] if node.startswith('tests/') else node
+    raise AssertionError(
+        f'{node} {what} outside an e2e folder: move it to tests/{room}/e2e/')
+
+
+def pytest_configure(config):
+  """Outside e2e folders, starting a process or a training loop fails."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  execute_child = subprocess.Popen._execute_child  # pylint: disable=protected-access
+
+  def guarded_execute_child(self, *args, **kwargs):
+    _refuse('starts a process')
+    return execute_child(self, *args, **kwargs)
+  subprocess.Popen._execute_child = guarded_execute_child  # pylint: disable=protected-access
+  if config.getoption('markexpr', '').strip() == 'unit':
+    return  # no training loop is imported; keep the unit tier's start quick
+  from transformer import train  # pylint: disable=g-import-not-at-top
+  loop = train._train  # pylint: disable=protected-access
+
+  def guarded_loop(*args, **kwargs):
+    _refuse('runs a training loop')
+    return loop(*args, **kwargs)
+  train._train = guarded_loop  # pylint: disable=protected-access
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+  del nextitem
+  _OUTSIDE_E2E[:] = [] if _place(item.path)[1] else [item.nodeid]
+  yield
+  _OUTSIDE_E2E[:] = []
