@@ -173,6 +173,35 @@ def prepare_translation_dataset(class_name: str, data_dir: str,
   builder(config='de-en', data_dir=data_dir).download_and_prepare()
 
 
+@pytest.fixture(scope='module')
+def gcs_emulator_url():
+  """The URL of a GCS emulator holding an empty 'bucket', in a thread of
+  this process (skipped, saying why, where it is missing or cannot
+  start)."""
+  emulator = pytest.importorskip(
+      'gcs_emulator', reason='needs gcp-storage-emulator (the test extra)')
+  try:
+    server, url = emulator.start('bucket')
+  except OSError as e:
+    pytest.skip(f'the GCS emulator cannot start: {e}')
+  yield url
+  server.stop()
+
+
+@pytest.fixture
+def gcs_in_process(gcs_emulator_url, monkeypatch):
+  """This process talking to the emulator (epath's choice of backend is
+  cached per process: cleared so that gcsfs serves gs://)."""
+  pytest.importorskip('gcsfs')
+  import gcs_emulator  # pylint: disable=g-import-not-at-top
+  from etils.epath import gpath  # pylint: disable=g-import-not-at-top
+  for name, value in gcs_emulator.environment(gcs_emulator_url).items():
+    monkeypatch.setenv(name, value)
+  gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
+  yield gcs_emulator_url
+  gpath._is_tf_installed.cache_clear()  # pylint: disable=protected-access
+
+
 # -- The tiers: e2e, integration, unit ----------------------------------------
 # A test's tier is the folder it lives in: tests/<room>/e2e/ holds the
 # tests that train a model or start a process (`e2e`); the other tests of

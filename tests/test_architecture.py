@@ -201,3 +201,76 @@ def test_the_jax_stack_has_tested_ranges_and_ci_pins_inside_them():
     spec = requirements.Requirement(found.group(1)).specifier
     assert {s.operator for s in spec} >= {'>=', '<'}, f'{name}: {spec}'
     assert pinned[name] in spec, f'{name}=={pinned[name]} outside {spec}'
+
+
+# What reaches files with local-only semantics: a workdir path handed to
+# one of these (outside storage.py) would break on gs://.
+_LOCAL_FILES = {'os': {'makedirs', 'mkdir', 'listdir', 'remove', 'replace',
+                       'rename', 'scandir', 'walk', 'stat', 'unlink',
+                       'rmdir'},
+                'shutil': None}  # None: every function
+
+
+def _local_file_call(call: ast.Call) -> bool:
+  function = call.func
+  if isinstance(function, ast.Name):
+    return function.id == 'open'
+  if not isinstance(function, ast.Attribute):
+    return False
+  owner = function.value
+  if (isinstance(owner, ast.Attribute) and owner.attr == 'path'
+      and isinstance(owner.value, ast.Name) and owner.value.id == 'os'):
+    return True
+  if isinstance(owner, ast.Name) and owner.id in _LOCAL_FILES:
+    names = _LOCAL_FILES[owner.id]
+    return names is None or function.attr in names
+  return False
+
+
+def _workdir_names(node: ast.AST) -> list[str]:
+  """The workdir variables `node` uses, outside calls into storage (which
+  may hand back a local mirror) and constants (fixed local paths)."""
+  if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+      and isinstance(node.func.value, ast.Name)
+      and node.func.value.id == 'storage'):
+    return []
+  name = (node.id if isinstance(node, ast.Name) else
+          node.attr if isinstance(node, ast.Attribute) else '')
+  if 'workdir' in name.lower() and not name.isupper():
+    return [name]
+  return [found for child in ast.iter_child_nodes(node)
+          for found in _workdir_names(child)]
+
+
+def local_file_calls_on_workdirs(source: str) -> list[str]:
+  return [f'{call.lineno}: {ast.unparse(call)}'
+          for call in ast.walk(ast.parse(source))
+          if isinstance(call, ast.Call) and _local_file_call(call)
+          and any(_workdir_names(arg) for arg in call.args)]
+
+
+def test_workdir_paths_reach_files_only_through_storage():
+  """A workdir can be a bucket (gs://): `os.path`, `open()`, `os`'s file
+  functions and `shutil` see only local files, so a workdir path reaches
+  them only through storage (`storage.path`, an `etils.epath.Path`)."""
+  found = []
+  for folder, _, files in os.walk(PACKAGE):
+    for name in files:
+      path = os.path.join(folder, name)
+      if name.endswith('.py') and path != os.path.join(PACKAGE, 'storage.py'):
+        with open(path, encoding='utf-8') as f:
+          found += [f'{os.path.relpath(path, REPO)}:{call}'
+                    for call in local_file_calls_on_workdirs(f.read())]
+  assert not found, '\n'.join(found)
+
+
+def test_the_workdir_path_check_can_fail():
+  assert sorted(local_file_calls_on_workdirs(
+      'open(os.path.join(args.workdir, "a"))\nos.makedirs(workdir)\n'
+      'shutil.copy(x, self.workdir)')) == [
+          "1: open(os.path.join(args.workdir, 'a'))",
+          "1: os.path.join(args.workdir, 'a')", '2: os.makedirs(workdir)',
+          '3: shutil.copy(x, self.workdir)']
+  assert not local_file_calls_on_workdirs(
+      'storage.path(workdir) / "a"\nos.path.abspath(DEFAULT_WORKDIR)\n'
+      'os.path.abspath(storage.local_mirror(workdir))')

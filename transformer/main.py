@@ -78,7 +78,7 @@ def _workdir() -> str:
       raise ValueError('Give --workdir=DIR for a --config experiment.')
     workdir = DEFAULT_WORKDIR
     print(f'No flags: running the default experiment {DEFAULT_CONFIG} into '
-          f'{os.path.abspath(workdir)}', flush=True)
+          f'{os.path.abspath(DEFAULT_WORKDIR)}', flush=True)
   if storage.is_remote(workdir):
     storage.check_remote(workdir)
   return workdir

@@ -124,7 +124,7 @@ def lock(workdir: str) -> Iterator[None]:
     with _remote_lock(workdir):
       yield
     return
-  path = os.path.join(workdir, LOCK_FILE)
+  path = storage.join(workdir, LOCK_FILE)
   handle, previous, damaged = _take_lock(workdir, path)
   try:
     if damaged:

@@ -26,10 +26,11 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 
-from transformer import errors
 from transformer import checkpoints
 from transformer import configs
+from transformer import errors
 from transformer import sharding
+from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import published_tokenizers
@@ -147,11 +148,12 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   if checkpoints.exist(workdir):
     raise ValueError(f'{workdir} already has checkpoints; convert into a new '
                      f'--output.')
-  if os.path.exists(workdir) and (not os.path.isdir(workdir) or
-                                  os.listdir(workdir)):
+  output = storage.path(workdir)
+  if output.exists() and (not output.is_dir() or any(output.iterdir())):
     raise ValueError(f'{workdir} is not empty; convert into a new (or empty) '
                      f'--output.')
-  path = os.path.abspath(workdir)
+  # A bucket's workdir is staged in its local mirror, then uploaded.
+  path = os.path.abspath(storage.local_mirror(workdir))
   os.makedirs(os.path.dirname(path), exist_ok=True)
   # A hidden sibling, so that the final rename stays on one filesystem.
   staging = os.path.join(os.path.dirname(path), f'.{os.path.basename(path)}'
@@ -161,7 +163,11 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   os.mkdir(staging)
   try:
     _write_checked(staging, experiment, params, write_task_files)
-    os.replace(staging, workdir)  # onto nothing, or an empty folder
+    if storage.is_remote(workdir):
+      storage.upload(staging, workdir)
+      shutil.rmtree(staging)
+    else:
+      os.replace(staging, path)  # onto nothing, or an empty folder
   except BaseException:
     shutil.rmtree(staging, ignore_errors=True)
     raise
@@ -346,8 +352,8 @@ def _write_vit(workdir: str, config, params, labels: dict) -> str:
   class_names = [labels.get(str(i), f'class_{i}')
                  for i in range(config.num_classes)]
 
-  def dataset_file(workdir):
-    with open(os.path.join(workdir, image_classification.DATASET_FILE),
+  def dataset_file(staging):
+    with open(os.path.join(staging, image_classification.DATASET_FILE),
               'w') as f:
       json.dump({'classes': class_names, 'channels': config.num_channels}, f)
 
@@ -381,8 +387,8 @@ def _convert_marian(source: str, workdir: str, hf: dict) -> str:
   config, params, pieces = marian.load(source)
   write_workdir(
       workdir, marian_experiment(config, _tokenizer_config(source)), params,
-      lambda workdir: published_tokenizers.MarianTokenizer.save(
-          os.path.join(workdir, 'vocab'), source_spm, target_spm, pieces))
+      lambda staging: published_tokenizers.MarianTokenizer.save(
+          os.path.join(staging, 'vocab'), source_spm, target_spm, pieces))
   return (f'Marian, {config.num_layers}+{config.num_layers} layers, width '
           f'{config.d_model}, {config.vocab_size:,} shared pieces')
 
@@ -419,8 +425,8 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
   config, params = gpt2.with_our_ids(config, params, eos_id)
   write_workdir(
       workdir, gpt2_experiment(config), params,
-      lambda workdir: published_tokenizers.GPT2Tokenizer.save(
-          os.path.join(workdir, 'vocab'), tokenizer, eos_id,
+      lambda staging: published_tokenizers.GPT2Tokenizer.save(
+          os.path.join(staging, 'vocab'), tokenizer, eos_id,
           gpt2_vocab_size))
   return (f'GPT-2, {config.num_layers} layers, width {config.d_model}, '
           f'context {config.max_length}, {gpt2_vocab_size:,} tokens (+ '
@@ -437,8 +443,8 @@ def _convert_llama(source: str, workdir: str, hf: dict) -> str:
   config, params = llama.with_our_ids(config, params, order)
   write_workdir(
       workdir, llama_experiment(config), params,
-      lambda workdir: published_tokenizers.LlamaTokenizer.save(
-          os.path.join(workdir, 'vocab'), published, bos_id, eos_id))
+      lambda staging: published_tokenizers.LlamaTokenizer.save(
+          os.path.join(staging, 'vocab'), published, bos_id, eos_id))
   return (f'Llama, {config.num_layers} layers, width {config.d_model}, '
           f'context {config.max_length}, {llama_vocab_size:,} tokens (+ '
           f'padding at id 0)')
@@ -473,8 +479,8 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
     experiment, kind = bert_experiment(config), 'masked-LM'
   write_workdir(
       workdir, experiment, params,
-      lambda workdir: published_tokenizers.BertTokenizer.save(
-          os.path.join(workdir, 'vocab'), tokenizer))
+      lambda staging: published_tokenizers.BertTokenizer.save(
+          os.path.join(staging, 'vocab'), tokenizer))
   return (f'BERT ({layout}, {kind}), '
           f'{config.num_layers} layers, width {config.d_model}, '
           f'{config.vocab_size:,} WordPiece tokens')

@@ -7,7 +7,6 @@ here and runs a cluster made into a shared workdir.
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
 import traceback
 
@@ -15,6 +14,7 @@ import ml_collections
 
 from transformer import errors
 from transformer import metrics
+from transformer import storage
 from transformer import workdir as workdir_lib
 
 FAILURE_NOTE = 'reproduce_failure.txt'
@@ -52,16 +52,15 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
       return Outcome('changed', final, step, seconds,
                      'finished with another config: ' + ', '.join(changes))
     return Outcome('finished', final, step, seconds)
-  note = os.path.join(workdir, FAILURE_NOTE)
-  if os.path.exists(note):
-    with open(note) as f:
-      reason = f.readline().strip()
+  note = storage.path(workdir) / FAILURE_NOTE
+  if note.exists():
+    reason = note.read_text().split('\n', 1)[0].strip()
     return Outcome('failed', final, step, seconds, reason)
   # Running, or stopped (preempted, killed): the workdir cannot tell.
   if step:
     return Outcome('unfinished', final, step, seconds,
                    f'trained to step {step:,} of {steps:,}')
-  if os.path.exists(os.path.join(workdir, workdir_lib.CONFIG_FILE)):
+  if (storage.path(workdir) / workdir_lib.CONFIG_FILE).exists():
     return Outcome('unfinished', detail='started, no checkpoint yet')
   return Outcome('not run')
 
@@ -70,9 +69,9 @@ def record_failure(workdir: str, error: BaseException) -> str:
   """Leaves the error (first line: type and message; then the traceback)
   in the workdir; returns the first line."""
   reason = errors.first_line(f'{type(error).__name__}: {error}', None)
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, FAILURE_NOTE), 'w') as f:
-    f.write(reason + '\n\n' + ''.join(traceback.format_exception(error)))
+  storage.write_atomically(
+      storage.join(workdir, FAILURE_NOTE),
+      reason + '\n\n' + ''.join(traceback.format_exception(error)))
   return reason
 
 
@@ -99,13 +98,10 @@ def record_process_failure(workdir: str, log_path: str,
   else:
     reason = f'exit status {returncode} (log: {log_path})'
 
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, FAILURE_NOTE), 'w') as f:
-    f.write(reason + '\n\n' + '\n'.join(lines[-40:]) + '\n')
+  storage.write_atomically(storage.join(workdir, FAILURE_NOTE),
+                           reason + '\n\n' + '\n'.join(lines[-40:]) + '\n')
   return reason
 
 
 def clear_failure(workdir: str) -> None:
-  note = os.path.join(workdir, FAILURE_NOTE)
-  if os.path.exists(note):
-    os.remove(note)
+  (storage.path(workdir) / FAILURE_NOTE).unlink(missing_ok=True)

@@ -15,6 +15,7 @@ import time
 import jax
 
 from transformer import faults
+from transformer import storage
 from transformer import train
 from transformer.reproduce import outcomes
 from transformer.reproduce import specs
@@ -146,17 +147,14 @@ def train_rows_in_processes(runs: list[tuple[specs.RowSetup, str]],
 def _check_workdir(workdir: str, table: str, scale: str) -> None:
   """One table at one scale per workdir: rows of another would share names
   and be taken for finished."""
-  marker = os.path.join(workdir, 'reproduce_table.txt')
+  marker = storage.join(workdir, 'reproduce_table.txt')
   here = f'{os.path.basename(table)} scale={scale}'
-  if os.path.exists(marker):
-    with open(marker) as f:
-      there = f.read().strip()
+  if storage.exists(marker):
+    there = storage.read_text(marker).strip()
     if there != here:
       raise ValueError(f'--workdir={workdir} holds the rows of {there}, not '
                        f'{here}: choose another --workdir.')
-  os.makedirs(workdir, exist_ok=True)
-  with open(marker, 'w') as f:
-    f.write(here + '\n')
+  storage.write_atomically(marker, here + '\n')
 
 
 def _hardware() -> str:
@@ -235,7 +233,7 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
   in_processes = []  # launch='local' with parallel > 1: (run, rowdir)
   for setup in setups:
     for name, run in specs.seed_runs(setup, seeds):
-      rowdir = os.path.join(workdir, name)
+      rowdir = storage.join(workdir, name)
       if run.problem:
         lines.append(f'# {name}: {run.problem}')
       elif (not remote and outcomes.outcome(rowdir, run.config).status
@@ -256,7 +254,7 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
     train_rows_in_processes(in_processes, parallel)
   if launch == 'print':
     return '\n'.join(lines)
-  results = [[outcomes.outcome(os.path.join(workdir, name), run.config)
+  results = [[outcomes.outcome(storage.join(workdir, name), run.config)
               for name, run in specs.seed_runs(s, seeds)]
              if not s.problem else [_unrunnable(s.problem)] for s in setups]
   about = (f'Produced by `{command or "transformer.tools.reproduce"}` on '

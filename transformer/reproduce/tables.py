@@ -4,10 +4,11 @@ with the scale and the command that produced them stated above it."""
 from __future__ import annotations
 
 import csv
-import os
+import io
 import statistics
 from typing import Any, Sequence
 
+from transformer import storage
 from transformer.reproduce import outcomes
 from transformer.reproduce import specs
 
@@ -167,19 +168,20 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
   lines += ['| ' + ' | '.join(cells) + ' |' for cells in table_rows]
   lines += ['', spec.NOTES.strip()]
   text = '\n'.join(lines) + '\n'
-  os.makedirs(workdir, exist_ok=True)
-  with open(os.path.join(workdir, 'table.md'), 'w') as f:
-    f.write(text)
-  with open(os.path.join(workdir, 'table.csv'), 'w', newline='') as f:
-    fields = list(dict.fromkeys(k for r in csv_rows for k in r))
-    writer = csv.DictWriter(f, fieldnames=fields)
-    writer.writeheader()
-    writer.writerows(csv_rows)
+  storage.write_atomically(storage.join(workdir, 'table.md'), text)
+  table = io.StringIO(newline='')
+  writer = csv.DictWriter(table, fieldnames=list(dict.fromkeys(
+      k for r in csv_rows for k in r)))
+  writer.writeheader()
+  writer.writerows(csv_rows)
+  storage.write_atomically(storage.join(workdir, 'table.csv'),
+                           table.getvalue())
   return text
 
 
 def failed_rows(workdir: str) -> list[tuple[str, str]]:
   """(row, reason) of each row WORKDIR/table.csv records as failed."""
-  with open(os.path.join(workdir, 'table.csv'), newline='') as f:
-    return [(record['row'], record['detail']) for record in csv.DictReader(f)
-            if record.get('status') == 'failed']
+  table = storage.read_text(storage.join(workdir, 'table.csv'))
+  return [(record['row'], record['detail'])
+          for record in csv.DictReader(io.StringIO(table, newline=''))
+          if record.get('status') == 'failed']

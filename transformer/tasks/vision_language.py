@@ -46,6 +46,7 @@ import ml_collections
 import numpy as np
 
 from transformer import configs
+from transformer import storage
 from transformer.core import losses
 from transformer.core import ranges
 from transformer.data import batching
@@ -309,13 +310,13 @@ class VisionLanguageTask(SceneTask):
       return super()._tokenizer()
     source = self.config.train.init_from
     # Process 0 copies; `text_tokenizer` then waits for it on the others.
-    if (source and jax.process_index() == 0 and
-        os.path.isdir(os.path.join(source, 'vocab'))):
-      os.makedirs(os.path.join(self.workdir, 'vocab'), exist_ok=True)
-      for name in os.listdir(os.path.join(source, 'vocab')):
-        if not os.path.exists(os.path.join(self.workdir, 'vocab', name)):
-          shutil.copyfile(os.path.join(source, 'vocab', name),
-                          os.path.join(self.workdir, 'vocab', name))
+    vocab = storage.path(source) / 'vocab' if source else None
+    if vocab and jax.process_index() == 0 and vocab.is_dir():
+      ours = storage.path(self.workdir) / 'vocab'
+      ours.mkdir(parents=True, exist_ok=True)
+      for file in vocab.iterdir():
+        if not (ours / file.name).exists():
+          file.copy(ours / file.name)
     return vocabularies.text_tokenizer(
         self.config.data, self.workdir,
         lambda: [c for refs in self._read(self.config.data.train_split)[1]

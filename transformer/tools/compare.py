@@ -28,6 +28,7 @@ import numpy as np
 
 from transformer import configs
 from transformer import metrics
+from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.tools import cli
@@ -141,10 +142,10 @@ def compare(workdir: str, *, config: str = DEFAULT_CONFIG,
   results = {
       name: evaluate_model(
           f'{config}:' + ','.join(a for a in (f'model={name}', args) if a),
-          os.path.join(workdir, name), length_edges)
+          storage.join(workdir, name), length_edges)
       for name in models}
-  table = write_table(results, os.path.join(workdir, 'comparison.md'))
-  plot_by_length(results, os.path.join(workdir, 'bleu_by_length.png'))
+  table = write_table(results, storage.join(workdir, 'comparison.md'))
+  plot_by_length(results, storage.join(workdir, 'bleu_by_length.png'))
   return table
 
 

@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 import numpy as np
 
 from transformer import configs
+from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data.generated import scenes
@@ -204,8 +205,8 @@ def compare(workdir: str, *,
              for run in plan(architectures, pretrain_steps=pretrain_steps,
                              vqa_steps=vqa_steps, refer_steps=refer_steps)}
   table = rows(results, architectures)
-  text = write_table(table, results, os.path.join(workdir, 'comparison.md'))
-  plot(table, os.path.join(workdir, 'comparison.png'))
+  text = write_table(table, results, storage.join(workdir, 'comparison.md'))
+  plot(table, storage.join(workdir, 'comparison.png'))
   return text
 
 

@@ -48,6 +48,7 @@ from absl import flags
 import numpy as np
 import PIL.Image
 
+from transformer import storage
 from transformer import workdir as workdir_lib
 from transformer.data import images as image_data
 from transformer.insight import attention_views
@@ -164,7 +165,7 @@ class Explorer:
                                 *reads)
 
   def title(self) -> str:
-    name = os.path.basename(os.path.normpath(self.workdir))
+    name = storage.path(self.workdir).name
     return f'{self.config.task} · {name} · step {self.restored.step}'
 
   def page(self, text: str = '', image: str | bytes | None = None,
@@ -188,7 +189,7 @@ def explore(workdir: str, text: str = '', output: str | None = None, *,
   the `image` file (default WORKDIR/explorer.html; a page already there
   only with `overwrite`, checked before any work); the path and the views
   it shows."""
-  output = output or os.path.join(workdir, 'explorer.html')
+  output = output or storage.join(workdir, 'explorer.html')
   if os.path.isdir(output):
     raise ValueError(f'--output={output} is a folder; give the path of the '
                      f'page to write, e.g. --output={output}/page.html.')

@@ -31,6 +31,7 @@ from typing import Any
 from absl import flags
 import numpy as np
 
+from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.insight import heads
@@ -89,7 +90,7 @@ def main(argv):
   cli.check_flag('batches', args.batches, at_least=0)
   cli.check_flag('average', args.average, at_least=1)
   workdir_lib.load_config(args.workdir)  # a workdir, or a clear error
-  folder = args.output_dir or os.path.join(args.workdir, 'heads')
+  folder = args.output_dir or storage.join(args.workdir, 'heads')
   outputs = [cli.Output('--output_dir', os.path.join(folder, name))
              for name in heads.REPORT_FILES]
   cli.check_outputs(outputs, overwrite=args.overwrite)
