@@ -180,11 +180,22 @@ def write_atomically(path: str, data: bytes | str) -> None:
   """
   if isinstance(data, str):
     data = data.encode('utf-8')
-  if is_remote(path):
-    target = epath.Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(data)
-    return
+  try:
+    if is_remote(path):
+      target = epath.Path(path)
+      target.parent.mkdir(parents=True, exist_ok=True)
+      target.write_bytes(data)
+    else:
+      _write_locally(path, data)
+  except OSError as e:
+    # A full disk fails the write of an open file, naming no file: name it,
+    # so that whoever reports the error can say which.
+    if e.filename is None:
+      e.filename = path
+    raise
+
+
+def _write_locally(path: str, data: bytes) -> None:
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{os.path.basename(path)}.',

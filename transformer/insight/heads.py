@@ -33,6 +33,7 @@ import numpy as np
 
 from transformer import attention
 from transformer import sharding
+from transformer import storage
 from transformer.insight import plots
 
 _PROJECTIONS = ('query', 'key', 'value', 'out')
@@ -302,8 +303,7 @@ def write_report(names: Sequence[str], importance: np.ndarray,
                            os.path.join(folder, f'{key}.png'),
                            titles=[f'{key} per head (1 = {top:.2f})'])
   text = '\n'.join(lines) + '\n'
-  with open(os.path.join(folder, 'heads.md'), 'w', encoding='utf-8') as f:
-    f.write(text)
+  storage.write_atomically(os.path.join(folder, 'heads.md'), text)
   plots.plot_attention(importance / max(float(np.nanmax(importance)), 1e-12),
                        names, [str(h) for h in range(heads)],
                        os.path.join(folder, 'importance.png'),

@@ -18,11 +18,11 @@ import numpy as np
 from transformer import storage
 
 
-def _save(figure: Figure, path: str) -> None:
+def save(figure: Figure, path: str, dpi: int = 100) -> None:
   """Writes the figure (its format from the file name) locally or to cloud
   storage."""
   buffer = io.BytesIO()
-  figure.savefig(buffer, dpi=100,
+  figure.savefig(buffer, dpi=dpi,
                  format=os.path.splitext(path)[1].lstrip('.') or 'png')
   storage.write_atomically(path, buffer.getvalue())
 
@@ -67,7 +67,7 @@ def plot_attention(weights: np.ndarray, query_labels: Sequence[str],
     if titles is not None:
       axes.set_title(titles[p], fontsize=9)
   figure.colorbar(image, ax=figure.axes, shrink=0.8)
-  _save(figure, path)
+  save(figure, path)
   return path
 
 
@@ -114,7 +114,7 @@ def plot_image_attention(image: np.ndarray, maps: np.ndarray,
     axes.set_axis_off()
   if suptitle:
     figure.suptitle(suptitle, fontsize=10)
-  _save(figure, path)
+  save(figure, path)
   return path
 
 
@@ -165,7 +165,7 @@ def plot_runs(runs: dict[str, dict[str, dict[float, float]]],
     axes.grid(alpha=0.3)
     if labelled and (i == 0 or starred):
       axes.legend(fontsize=7)
-  _save(figure, path)
+  save(figure, path)
   return path
 
 
@@ -194,5 +194,5 @@ def plot_kernel_regression(x_train: np.ndarray, y_train: np.ndarray,
     axes.set_xlabel('training x (keys)', fontsize=8)
     axes.set_ylabel('test x (queries)', fontsize=8)
     figure.colorbar(image, ax=axes, shrink=0.8)
-  _save(figure, path)
+  save(figure, path)
   return path

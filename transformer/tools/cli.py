@@ -40,7 +40,6 @@ run brings them up to date.)
 from __future__ import annotations
 
 import collections
-import contextlib
 import errno
 import functools
 import glob
@@ -52,7 +51,6 @@ import shutil
 import sys
 import tempfile
 import threading
-import types
 import unicodedata
 from typing import Callable, Iterable, NamedTuple, Sequence
 
@@ -359,21 +357,6 @@ def _check_length(output: Output) -> None:
         f'in a folder of a shorter path.')
 
 
-class _FinalPaths:
-  """A stream that writes to `stream` with a `Writing`'s staging folders
-  replaced by the outputs' folders (`Writing.printing_final_paths`)."""
-
-  def __init__(self, writing: 'Writing', stream):
-    self._writing, self._stream = writing, stream
-
-  def write(self, text: str) -> int:
-    self._stream.write(self._writing.final_paths(text))
-    return len(text)
-
-  def __getattr__(self, name):  # flush, isatty, fileno, encoding, ...
-    return getattr(self._stream, name)
-
-
 class Writing:
   """Writes a command's outputs as `check_outputs` promised them, whatever
   happens while the command works.
@@ -416,6 +399,7 @@ class Writing:
     return self
 
   def __exit__(self, kind, error, traceback) -> bool:
+    del kind, traceback
     if error is None:
       try:
         self._publish()
@@ -427,7 +411,7 @@ class Writing:
         raise named from e
       self._discard(published=True)
       return False
-    named = self._named(error, traceback=traceback)
+    named = self._named(error)
     self._discard()
     if named is not error:
       raise named from error
@@ -442,19 +426,6 @@ class Writing:
   def folder(self, folder: str) -> str:
     """Where to write the files that go into `folder` meanwhile."""
     return self._stage(folder)
-
-  def final_paths(self, text: str) -> str:
-    """`text` with each staging folder replaced by the folder its files
-    go to: what the work printed names where the user will find them."""
-    for folder, stage in self._stages.items():
-      text = text.replace(stage, folder)
-    return text
-
-  def printing_final_paths(self) -> contextlib.redirect_stdout:
-    """While in this context, what is printed to stdout names the outputs'
-    final places (a task's evaluation prints where it wrote its reports,
-    which are staged here first)."""
-    return contextlib.redirect_stdout(_FinalPaths(self, sys.stdout))
 
   def write(self, path: str, data: str | bytes) -> None:
     """The output `path`'s content (text as UTF-8), put in place at the
@@ -593,32 +564,17 @@ class Writing:
         return storage.join(folder, *parts) if parts else folder
     return None
 
-  def _in_traceback(self, traceback: types.TracebackType | None
-                    ) -> str | None:
-    """The output a failed write was writing, from the paths in the frames
-    of its traceback: a full disk fails a write without naming the file,
-    inside whatever function (a plot's) it was handed a staged path."""
-    while traceback is not None:
-      for value in traceback.tb_frame.f_locals.values():
-        if isinstance(value, (str, os.PathLike)):
-          found = self._output_of(os.fspath(value))
-          if found:
-            return found
-      traceback = traceback.tb_next
-    return None
-
-  def _named(self, error: BaseException, path: str | None = None, *,
-             traceback: types.TracebackType | None = None) -> BaseException:
+  def _named(self, error: BaseException, path: str | None = None
+             ) -> BaseException:
     """`error` of writing an output as a message naming the output (`path`,
-    or the one its file name or traceback shows) and what to do; other
-    errors (another file's, the work's own) as they are."""
+    or the one the error's file name stands for: `storage.write_atomically`
+    names the file of a write that fails without one) and what to do;
+    other errors (another file's, the work's own) as they are."""
     if not isinstance(error, OSError) or isinstance(error, FileExistsError):
       return error
     filename = getattr(error, 'filename', None)
     if filename is not None:
       path = self._output_of(os.fspath(filename)) or path
-    elif path is None and error.errno in (errno.ENOSPC, errno.EDQUOT):
-      path = self._in_traceback(traceback or error.__traceback__)
     if path is None:
       return error
     flag = self._flag(path)

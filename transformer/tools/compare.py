@@ -31,6 +31,7 @@ from transformer import metrics
 from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.insight import plots
 from transformer.tools import cli
 
 DEFAULT_CONFIG = os.path.join(configs.EXPERIMENTS, 'rnn_vs_transformer.py')
@@ -111,8 +112,7 @@ def write_table(results: dict, path: str) -> str:
   counts = [str(n) for _, n, _ in next(iter(results.values()))['by_length']]
   lines.append('| sentences | ' + ' | '.join(counts) + ' |')
   text = '\n'.join(lines) + '\n'
-  with open(path, 'w') as f:
-    f.write(text)
+  storage.write_atomically(path, text)
   return text
 
 
@@ -129,7 +129,7 @@ def plot_by_length(results: dict, path: str) -> None:
   axes.set_ylabel('BLEU')
   axes.grid(alpha=0.3)
   axes.legend()
-  figure.savefig(path, dpi=120)
+  plots.save(figure, path, dpi=120)
 
 
 def compare(workdir: str, *, config: str = DEFAULT_CONFIG,

@@ -38,6 +38,7 @@ from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data.generated import scenes
+from transformer.insight import plots
 from transformer.models import vilbert
 from transformer.tools import cli
 
@@ -161,8 +162,7 @@ def write_table(table: list[dict], results: dict, path: str) -> str:
   lines += [f'| {name} | {r["steps"]:,} | {r["minutes"]:.1f} |'
             for name, r in results.items()]
   text = '\n'.join(lines) + '\n'
-  with open(path, 'w') as f:
-    f.write(text)
+  storage.write_atomically(path, text)
   return text
 
 
@@ -192,7 +192,7 @@ def plot(table: list[dict], path: str) -> None:
   refer.set_ylim(0, 100)
   for axes in (vqa, refer):
     axes.grid(axis='y', alpha=0.3)
-  figure.savefig(path, dpi=120)
+  plots.save(figure, path, dpi=120)
 
 
 def compare(workdir: str, *,

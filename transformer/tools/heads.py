@@ -96,7 +96,8 @@ def main(argv):
   cli.check_outputs(outputs, overwrite=args.overwrite)
   # Everything goes under `folder`, the pruned evaluations' reports and
   # plots too (folder/reports, folder/plots): a read-only workdir is read,
-  # never written, and a folder that cannot be written fails here.
+  # never written, and a folder that cannot be written fails on entering
+  # `Writing`, before any work.
   with cli.Writing(outputs, overwrite=args.overwrite) as writing:
     restored = workdir_lib.restore(args.workdir, average=args.average)
     names, importance = heads.head_importance(restored,
@@ -106,9 +107,10 @@ def main(argv):
     except ValueError as e:  # importance and pruning still stand
       print(f'No entropy or distance: {e}', file=sys.stderr)
       patterns = None
-    with writing.printing_final_paths():
-      rows = prune_heads(restored, importance, steps=args.steps,
-                         reports=writing.folder(folder))
+    # The pruned evaluations' reports go straight to their final place
+    # (each file whole): the paths they print are then where they are.
+    rows = prune_heads(restored, importance, steps=args.steps,
+                       reports=folder)
     report = heads.write_report(names, importance, rows,
                                 writing.folder(folder), patterns)
   sys.stdout.write(report)
