@@ -255,9 +255,11 @@ _OUTSIDE_E2E = []
 def _refuse(what: str):
   if _OUTSIDE_E2E:
     node = _OUTSIDE_E2E[0]
-    room = node.split('/')[1] if node.startswith('tests/') else node
+    parts = node.split('::')[0].split('/')
+    folder = (f'tests/{parts[1]}/e2e/' if len(parts) > 2 else
+              "the e2e/ folder of the room it tests")
     raise AssertionError(
-        f'{node} {what} outside an e2e folder: move it to tests/{room}/e2e/')
+        f'{node} {what} outside an e2e folder: move it to {folder}')
 
 
 def pytest_configure(config):

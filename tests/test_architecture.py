@@ -40,6 +40,17 @@ def modules() -> dict[str, str]:
   return found
 
 
+def sources(skip: str = '') -> dict[str, str]:
+  """{path relative to the repository: source} of every module of the
+  package but `skip` (a path relative to the package)."""
+  found = {}
+  for path in modules().values():
+    if path != os.path.join(PACKAGE, skip):
+      with open(path, encoding='utf-8') as f:
+        found[os.path.relpath(path, REPO)] = f.read()
+  return found
+
+
 def room(dotted: str) -> str | None:
   """The room of `transformer.X...`: X; None for the package itself."""
   parts = dotted.split('.')
@@ -154,14 +165,9 @@ def test_the_first_line_of_an_error_has_one_home():
   """Refusals quote an error's first line through `errors.first_line`;
   a module that cuts one out itself again is named here."""
   cut = re.compile(r'splitlines\(\)\[0\]')
-  found = []
-  for folder, _, files in os.walk(PACKAGE):
-    for name in files:
-      path = os.path.join(folder, name)
-      if name.endswith('.py') and path != os.path.join(PACKAGE, 'errors.py'):
-        with open(path, encoding='utf-8') as f:
-          found += [f'{os.path.relpath(path, REPO)}:{i}'
-                    for i, line in enumerate(f, 1) if cut.search(line)]
+  found = [f'{path}:{i}' for path, source in sources('errors.py').items()
+           for i, line in enumerate(source.splitlines(), 1)
+           if cut.search(line)]
   assert not found, f'use errors.first_line at {found}'
 
 
@@ -169,20 +175,14 @@ def test_no_private_module_of_a_dependency_is_imported():
   """A dependency's `_src` (or other underscore) modules change without
   notice between its releases; the package uses public APIs only."""
   private = []
-  for folder, _, files in os.walk(PACKAGE):
-    for name in files:
-      if not name.endswith('.py'):
-        continue
-      path = os.path.join(folder, name)
-      with open(path, encoding='utf-8') as f:
-        tree = ast.parse(f.read())
-      for node in ast.walk(tree):
-        modules = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                   else [node.module or ''] if isinstance(node, ast.ImportFrom)
-                   and not node.level else [])
-        private += [f'{os.path.relpath(path, REPO)}:{node.lineno} {m}'
-                    for m in modules if m.split('.')[0] != 'transformer'
-                    and any(p.startswith('_') for p in m.split('.')[1:])]
+  for path, source in sources().items():
+    for node in ast.walk(ast.parse(source)):
+      names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+               else [node.module or ''] if isinstance(node, ast.ImportFrom)
+               and not node.level else [])
+      private += [f'{path}:{node.lineno} {m}'
+                  for m in names if m.split('.')[0] != 'transformer'
+                  and any(p.startswith('_') for p in m.split('.')[1:])]
   assert not private, f'private modules imported: {private}'
 
 
@@ -253,14 +253,8 @@ def test_workdir_paths_reach_files_only_through_storage():
   """A workdir can be a bucket (gs://): `os.path`, `open()`, `os`'s file
   functions and `shutil` see only local files, so a workdir path reaches
   them only through storage (`storage.path`, an `etils.epath.Path`)."""
-  found = []
-  for folder, _, files in os.walk(PACKAGE):
-    for name in files:
-      path = os.path.join(folder, name)
-      if name.endswith('.py') and path != os.path.join(PACKAGE, 'storage.py'):
-        with open(path, encoding='utf-8') as f:
-          found += [f'{os.path.relpath(path, REPO)}:{call}'
-                    for call in local_file_calls_on_workdirs(f.read())]
+  found = [f'{path}:{call}' for path, source in sources('storage.py').items()
+           for call in local_file_calls_on_workdirs(source)]
   assert not found, '\n'.join(found)
 
 
