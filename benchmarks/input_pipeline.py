@@ -56,7 +56,7 @@ import numpy as np
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import token_cache
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.data.generated import offline_mt
 
 _PAIRS = flags.DEFINE_integer('pairs', 5_000_000, 'Sentence pairs.')
@@ -124,8 +124,8 @@ def batched(iterable, size: int):
 
 def tokenizer_for(folder: str, name: str, sources: list[str]):
   path = os.path.join(folder, f'{name}.spm.model')
-  tokenizers.load_or_train(path, lambda: iter(sources), _VOCAB.value)
-  return tokenizers.SentencePieceTokenizer(path)
+  tokenization.load_or_train(path, lambda: iter(sources), _VOCAB.value)
+  return tokenization.SentencePieceTokenizer(path)
 
 
 def build(folder: str, part: str) -> dict:

@@ -190,7 +190,7 @@ def write_atomically(path: str, data: bytes | str) -> None:
   except OSError as e:
     # A full disk fails the write of an open file, naming no file: name it,
     # so that whoever reports the error can say which.
-    if e.filename is None:
+    if e.errno is not None and e.filename is None:
       e.filename = path
     raise
 

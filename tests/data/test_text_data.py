@@ -14,11 +14,11 @@ from transformer.data import batching
 from transformer.data import packing
 from transformer.data import text
 from transformer.data import tfds_reader
-from transformer.data import tokenizers
+from transformer.data import tokenization
 
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare',
                            'input.txt')
-EOS = tokenizers.EOS_ID
+EOS = tokenization.EOS_ID
 
 # ---------------------------------------------------------------------------
 # Offline documents
@@ -256,7 +256,7 @@ def test_packed_lm_examples_keep_documents_in_separate_segments():
 
 
 def test_byte_tokenizer_round_trip_on_non_ascii():
-  tokenizer = tokenizers.ByteTokenizer()
+  tokenizer = tokenization.ByteTokenizer()
   assert tokenizer.vocab_size == 259
   sample = 'héllo wörld ✓'
   ids = tokenizer.encode(sample)
@@ -270,7 +270,7 @@ def test_byte_tokenizer_round_trip_on_non_ascii():
 
 
 def test_byte_tokenizer_decode_stops_at_eos_skips_padding_and_never_raises():
-  tokenizer = tokenizers.ByteTokenizer()
+  tokenizer = tokenization.ByteTokenizer()
   first, second = tokenizer.encode('ünï'), tokenizer.encode('b')
   padded = np.zeros((2, 10), np.int32)
   padded[0, :len(first)] = first
@@ -285,7 +285,7 @@ def test_byte_tokenizer_decode_stops_at_eos_skips_padding_and_never_raises():
 
 
 def test_byte_tokenizer_pieces_are_readable():
-  tokenizer = tokenizers.ByteTokenizer()
+  tokenizer = tokenization.ByteTokenizer()
   assert [tokenizer.id_to_piece(i) for i in (0, 1, 2)] == [
       '<pad>', '</s>', '<unk>']
   pieces = [tokenizer.id_to_piece(i) for i in tokenizer.encode('a\n é')[:-1]]
@@ -299,7 +299,7 @@ CHAR_TEXTS = ['hello wörld', 'Low\nhell!']
 
 
 def test_char_tokenizer_round_trip_and_unknown_characters():
-  tokenizer = tokenizers.CharTokenizer.build(iter(CHAR_TEXTS))
+  tokenizer = tokenization.CharTokenizer.build(iter(CHAR_TEXTS))
   assert tokenizer.characters == '\n !Ldehlorwö'
   assert tokenizer.vocab_size == 3 + 12
   for sample in CHAR_TEXTS:
@@ -320,23 +320,23 @@ def test_char_tokenizer_round_trip_and_unknown_characters():
   with pytest.raises(ValueError, match='outside'):
     tokenizer.decode([-1])
   with pytest.raises(ValueError, match='empty'):
-    tokenizers.CharTokenizer.build(['', ''])
+    tokenization.CharTokenizer.build(['', ''])
 
 
 def test_char_tokenizer_save_and_load(tmp_path):
-  built = tokenizers.CharTokenizer.build(CHAR_TEXTS)
+  built = tokenization.CharTokenizer.build(CHAR_TEXTS)
   path = str(tmp_path / 'vocab' / 'chars.json')
   built.save(path)
   # Written by a rename: nothing else is left in the folder.
   assert os.listdir(tmp_path / 'vocab') == ['chars.json']
-  loaded = tokenizers.CharTokenizer(path)
+  loaded = tokenization.CharTokenizer(path)
   assert loaded.characters == built.characters
   assert loaded.vocab_size == built.vocab_size
   assert loaded.encode(CHAR_TEXTS[0]) == built.encode(CHAR_TEXTS[0])
   with open(path, 'w', encoding='utf-8') as f:
     json.dump({'characters': 'ba'}, f)
   with pytest.raises(ValueError, match='Delete it'):
-    tokenizers.CharTokenizer(path)
+    tokenization.CharTokenizer(path)
 
 
 def test_load_or_build_builds_once_then_reuses(tmp_path, monkeypatch):
@@ -347,15 +347,15 @@ def test_load_or_build_builds_once_then_reuses(tmp_path, monkeypatch):
     calls.append(1)
     return iter(CHAR_TEXTS)
 
-  first = tokenizers.CharTokenizer.load_or_build(path, texts)
+  first = tokenization.CharTokenizer.load_or_build(path, texts)
   assert calls == [1] and first.vocab_size == 15
   mtime = os.path.getmtime(path)
 
   def no_build(texts):
     raise AssertionError('rebuilt although the characters are saved')
 
-  monkeypatch.setattr(tokenizers.CharTokenizer, 'build', no_build)
-  second = tokenizers.CharTokenizer.load_or_build(path, texts)
+  monkeypatch.setattr(tokenization.CharTokenizer, 'build', no_build)
+  second = tokenization.CharTokenizer.load_or_build(path, texts)
   assert calls == [1] and os.path.getmtime(path) == mtime
   assert second.characters == first.characters
 
@@ -395,7 +395,7 @@ def test_missing_lm1b_raises_one_clear_error(tfds, tmp_path):
 
 
 def test_importing_text_does_not_import_tensorflow():
-  code = ('import sys, transformer.data.text, transformer.data.tokenizers; '
+  code = ('import sys, transformer.data.text, transformer.data.tokenization; '
           'print(sorted(m for m in sys.modules if m.startswith("tensorflow")))')
   out = subprocess.run([sys.executable, '-c', code], capture_output=True,
                        text=True, check=True, cwd=REPO).stdout
@@ -413,7 +413,7 @@ def test_tiny_shakespeare():
   assert len(documents) == 1
   assert text.count_characters(documents) == 1_115_394
   assert text.count_bytes(documents) == 1_115_394  # ASCII only
-  tokenizer = tokenizers.CharTokenizer.build(documents)
+  tokenizer = tokenization.CharTokenizer.build(documents)
   assert len(tokenizer.characters) == 65 and tokenizer.vocab_size == 68
   train, validation = text.split_text(documents[0], 0.9)
   # nanoGPT's data/shakespeare_char/prepare.py: 1,003,854 and 111,540.

@@ -20,11 +20,11 @@ from conftest import load_experiment
 from conftest import REPO
 from transformer import decoding
 from transformer import train
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import decoder
 from transformer.tasks import language_modeling
 
-EOS = tokenizers.EOS_ID
+EOS = tokenization.EOS_ID
 VOCAB, NEW = 6, 3  # ids 1..5 (0 is padding): 1 + 4 + 80 continuations
 PROMPTS = [[3, 4, 2], [5]]  # left-padded to one width
 

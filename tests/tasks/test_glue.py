@@ -15,7 +15,7 @@ from conftest import load_experiment
 from transformer import metrics
 from transformer import train
 from transformer.data import glue
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import encoder
 from transformer.tasks import text_classification
 
@@ -48,7 +48,7 @@ def test_pairs_cut_the_longer_sentence_first_and_type_the_second():
   assert (a, b) == ([0, 1, 2, 3, 4], [1, 2, 3])
   a, b = text_classification.truncate_pair([1, 2, 3], [4, 5, 6], 4)
   assert (a, b) == ([1, 2], [4, 5])
-  eos = tokenizers.EOS_ID
+  eos = tokenization.EOS_ID
   tokens = np.array([[eos, 7, 8, eos, 9, eos, 0, 0]])
   np.testing.assert_array_equal(encoder.pair_token_types(tokens, eos, eos),
                                 [[0, 0, 0, 0, 1, 1, 0, 0]])
@@ -152,7 +152,7 @@ def test_pairs_are_encoded_as_bert_reads_them(tmp_path):
   task = text_classification.TextClassificationTask(config, str(tmp_path))
   tokens, target = task.examples('train')[0]
   a, b, label = task.rows('train')[0]
-  eos = tokenizers.EOS_ID
+  eos = tokenization.EOS_ID
   assert tokens[0] == eos and tokens[-1] == eos
   assert (tokens == eos).sum() == 3 and target[0] == label + 1
   first = task.tokenizer.encode(a, add_eos=False)

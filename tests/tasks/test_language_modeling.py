@@ -196,27 +196,27 @@ def test_ptb_word_level_counts_tokens_as_the_literature(tmp_path):
 
 
 def test_word_tokenizer_round_trip_and_unknowns(tmp_path):
-  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
-  tokenizer = tokenizers.WordTokenizer.build(['a b b c', 'c c c'])
+  from transformer.data import tokenization  # pylint: disable=g-import-not-at-top
+  tokenizer = tokenization.WordTokenizer.build(['a b b c', 'c c c'])
   assert tokenizer.words == ['c', 'b', 'a']  # by frequency
   assert tokenizer.decode(tokenizer.encode('a  c b')) == 'a c b'
-  lines = tokenizers.WordTokenizer.build([' a b\n c a\n'])
+  lines = tokenization.WordTokenizer.build([' a b\n c a\n'])
   assert lines.decode(lines.encode(' a b\n c a\n')) == 'a b\nc a\n'
   assert tokenizer.encode('a zebra', add_eos=False) == [5, 2]
   tokenizer.save(str(tmp_path / 'words.json'))
-  assert tokenizers.WordTokenizer(str(tmp_path / 'words.json')).words == [
+  assert tokenization.WordTokenizer(str(tmp_path / 'words.json')).words == [
       'c', 'b', 'a']
 
 
 def test_token_lengths_count_raw_text():
+  from transformer.data import tokenization  # pylint: disable=g-import-not-at-top
   from transformer.tasks import language_modeling  # pylint: disable=g-import-not-at-top
-  from transformer.data import tokenizers  # pylint: disable=g-import-not-at-top
-  chars = tokenizers.CharTokenizer.build(['a\né'])
+  chars = tokenization.CharTokenizer.build(['a\né'])
   lengths = language_modeling._token_lengths(chars)  # pylint: disable=protected-access
   for c, n_bytes in (('\n', 1), ('a', 1), ('é', 2)):
     i = chars.encode(c, add_eos=False)[0]
     assert tuple(lengths[:, i]) == (n_bytes, 1, n_bytes, 1)
-  byte = language_modeling._token_lengths(tokenizers.ByteTokenizer())  # pylint: disable=protected-access
+  byte = language_modeling._token_lengths(tokenization.ByteTokenizer())  # pylint: disable=protected-access
   first, continuation = 3 + 0xC3, 3 + 0xA9  # 'é' is C3 A9
   assert tuple(byte[:, first]) == (1, 1, 1, 1)
   assert tuple(byte[:, continuation]) == (1, 0, 1, 0)

@@ -16,7 +16,7 @@ from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import sources
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.data.generated import scenes
 from transformer.insight import attention_views
 from transformer.tasks import vision_language
@@ -32,7 +32,7 @@ def task(tmp_path_factory):
 
 def test_swapped_captions_are_labelled_by_the_scene(task):
   drawn, objects, tokens, index = task.split('train')
-  assert not (tokens == tokenizers.UNK_ID).any()
+  assert not (tokens == tokenization.UNK_ID).any()
   own = {i: {tuple(t) for t in tokens[index == i]}
          for i in range(len(drawn.images))}
   swapped = aligned = 0
@@ -175,7 +175,7 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
   vqa = trainer.task
   assert vqa.tokenizer.words == workdir_lib.restore(source).task.tokenizer.words
   for split in ('train', 'test'):
-    assert not (vqa.split(split)[1] == tokenizers.UNK_ID).any()
+    assert not (vqa.split(split)[1] == tokenization.UNK_ID).any()
     assert (vqa.split(split)[1] > 0).sum(1).min() >= 5
   result = train.train_and_evaluate(config, str(tmp_path))
   assert {f'accuracy_{kind}' for kind in scenes.QUESTION_TYPES} <= set(result)
@@ -265,7 +265,7 @@ def test_referring_expressions_from_pretraining(pretrained, tmp_path):
   assert result['accuracy'] >= result['exact_proposal']
   task = workdir_lib.restore(str(tmp_path)).task
   _, tokens, crops = task.split('test')
-  assert not (tokens == tokenizers.UNK_ID).any()
+  assert not (tokens == tokenization.UNK_ID).any()
   assert crops.shape[1:] == (10, 8, 8, 3)
 
 
@@ -293,7 +293,7 @@ def test_captions_from_files_regress_masked_region_features(tmp_path):
   assert task.model_config.num_region_classes == 3 * 8 * 8
   _, objects, tokens, index = task.split('train')
   assert objects is None and tokens.shape == (8, 5)
-  assert (tokens[0::2, -1] == tokenizers.EOS_ID).all()  # cut, EOS kept
+  assert (tokens[0::2, -1] == tokenization.EOS_ID).all()  # cut, EOS kept
   for batch in (b for _, b in zip(range(6), task.train_iter(0))):
     assert 'pixel_classes' not in batch
     for row in range(len(batch['tokens'])):

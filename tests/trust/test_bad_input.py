@@ -23,7 +23,7 @@ from transformer.data import images
 from transformer.data import parallel_text
 from transformer.data import sources
 from transformer.data import text
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.tools import cli
 from transformer.tools import generate
 from transformer.tools import predict
@@ -331,13 +331,13 @@ def test_captions_naming_a_file_outside_their_folder(tmp_path, where):
 @pytest.mark.parametrize('damage', ['cut short', 'garbled', 'empty'])
 def test_damaged_sentencepiece_model_is_named(tmp_path, damage):
   path = tmp_path / 'spm.model'
-  tokenizers.train_sentencepiece(['a b c d', 'e f g h'] * 20, str(path), 20)
+  tokenization.train_sentencepiece(['a b c d', 'e f g h'] * 20, str(path), 20)
   data = path.read_bytes()
   path.write_bytes({'cut short': data[:len(data) // 2],
                     'garbled': b'\x07junk' * 50, 'empty': b''}[damage])
   with pytest.raises(ValueError, match=r'spm.model is not a SentencePiece '
                      r'model: the file is damaged.*Restore it'):
-    tokenizers.SentencePieceTokenizer(str(path))
+    tokenization.SentencePieceTokenizer(str(path))
 
 
 @pytest.mark.parametrize('content,message', [
@@ -349,7 +349,7 @@ def test_damaged_sentencepiece_model_is_named(tmp_path, damage):
 def test_damaged_character_vocabulary_is_named(tmp_path, content, message):
   (tmp_path / 'chars.json').write_bytes(content)
   with pytest.raises(ValueError, match=f'chars.json {message}.*Restore it'):
-    tokenizers.CharTokenizer(str(tmp_path / 'chars.json'))
+    tokenization.CharTokenizer(str(tmp_path / 'chars.json'))
 
 
 @pytest.mark.parametrize('content', ['{"classes": ["a", "b"', '[]',

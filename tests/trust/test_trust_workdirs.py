@@ -22,7 +22,7 @@ from transformer import checkpoints
 from transformer import configs
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.data.generated import offline_mt
 
 ENV = {**os.environ, 'JAX_PLATFORMS': 'cpu'}
@@ -40,9 +40,9 @@ def other_vocabulary(workdir, pieces=200):
   """Replaces the workdir's spm.model with another valid one of `pieces`."""
   sentences = [s for pair in offline_mt.splits(300, 1, 1, seed=7)['train']
                for s in pair]
-  tokenizers.train_sentencepiece(sentences, str(workdir / 'vocab' /
+  tokenization.train_sentencepiece(sentences, str(workdir / 'vocab' /
                                                 'spm.model'), pieces)
-  return tokenizers.SentencePieceTokenizer(
+  return tokenization.SentencePieceTokenizer(
       str(workdir / 'vocab' / 'spm.model')).vocab_size
 
 

@@ -2,5 +2,5 @@
 and their downloads (`downloads`), TFDS (`tfds_reader`), data generated
 in-process (`generated/`), each kind's readers of local files (`text`,
 `parallel_text`, `glue`, `images`, `captions`), the token cache
-(`token_cache`), tokenizers, batching and packing, image batches and
+(`token_cache`), tokenizers (`tokenization`, `published_tokenizers`), batching and packing, image batches and
 on-device augmentation."""

@@ -2,8 +2,8 @@
 
 A converted workdir keeps its published vocabulary in `<workdir>/vocab/`,
 reordered so that padding is 0, EOS 1 and unknown 2, as every task and model
-here expects (`transformer.data.tokenizers`). The classes are
-`tokenizers.Tokenizer`s.
+here expects (`transformer.data.tokenization`). The classes are
+`tokenization.Tokenizer`s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import sentencepiece as spm
 
 from transformer import errors
-from transformer.data import tokenizers
+from transformer.data import tokenization
 
 MARIAN_PIECES = 'marian_pieces.json'
 
@@ -39,7 +39,7 @@ def _read_ids(path: str) -> dict:
     return json.load(f)
 
 
-class MarianTokenizer(tokenizers.Batches):
+class MarianTokenizer(tokenization.Batches):
   """Marian's tokenization: the source SentencePiece model segments the
   input, a shared vocabulary maps pieces to ids (unknown pieces to the
   unknown id), EOS ends every input; a leading language code such as
@@ -84,8 +84,8 @@ class MarianTokenizer(tokenizers.Batches):
     if text.startswith('>>') and (end := text.find('<<')) != -1:
       code, text = [text[:end + 2]], text[end + 2:]
     pieces = code + self._source.encode(text, out_type=str)
-    ids = [self._ids.get(p, tokenizers.UNK_ID) for p in pieces]
-    return ids + [tokenizers.EOS_ID] if add_eos else ids
+    ids = [self._ids.get(p, tokenization.UNK_ID) for p in pieces]
+    return ids + [tokenization.EOS_ID] if add_eos else ids
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, as Hugging Face's
@@ -93,8 +93,8 @@ class MarianTokenizer(tokenizers.Batches):
     padding and unknown ids skipped, pieces the target model lacks (from
     the source side of the shared vocabulary) with their '▁' as spaces."""
     pieces = [self.pieces[i]
-              for i in tokenizers.ids_before_eos(ids, self.vocab_size)
-              if i != tokenizers.UNK_ID]
+              for i in tokenization.ids_before_eos(ids, self.vocab_size)
+              if i != tokenization.UNK_ID]
     return self._target.decode_pieces(pieces).replace('\u2581', ' ').strip()
 
   def id_to_piece(self, token_id: int) -> str:
@@ -119,7 +119,7 @@ def _byte_level_alphabet() -> dict[str, int]:
   return characters
 
 
-class GPT2Tokenizer(tokenizers.Batches):
+class GPT2Tokenizer(tokenization.Batches):
   """GPT-2's byte-level BPE (the `tokenizers` library, from the published
   tokenizer.json, or vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
   converted model never predicts it), <|endoftext|> 1 as EOS, and GPT-2's
@@ -146,16 +146,16 @@ class GPT2Tokenizer(tokenizers.Batches):
   def gpt2_to_ours(self, ids):
     """GPT-2 ids -> ours: EOS -> 1, the others shifted past 0 and 1."""
     ids = np.asarray(ids)
-    return np.where(ids == self.gpt2_eos, tokenizers.EOS_ID,
+    return np.where(ids == self.gpt2_eos, tokenization.EOS_ID,
                     ids + 2 - (ids > self.gpt2_eos))
 
   def ours_to_gpt2(self, ids):
     """The inverse of `gpt2_to_ours` (padding has no GPT-2 id)."""
     ids = np.asarray(ids)
-    if (ids == tokenizers.PAD_ID).any():
+    if (ids == tokenization.PAD_ID).any():
       raise ValueError('Padding (0) has no GPT-2 id.')
     rest = ids - 2
-    return np.where(ids == tokenizers.EOS_ID, self.gpt2_eos,
+    return np.where(ids == tokenization.EOS_ID, self.gpt2_eos,
                     rest + (rest >= self.gpt2_eos))
 
   @property
@@ -164,17 +164,17 @@ class GPT2Tokenizer(tokenizers.Batches):
 
   def encode(self, text: str, add_eos: bool = True) -> list[int]:
     ids = self.gpt2_to_ours(self._bpe.encode(text).ids).tolist()
-    return ids + [tokenizers.EOS_ID] if add_eos else ids
+    return ids + [tokenization.EOS_ID] if add_eos else ids
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS, padding skipped."""
-    ids = tokenizers.ids_before_eos(ids, self.vocab_size)
+    ids = tokenization.ids_before_eos(ids, self.vocab_size)
     return self._bpe.decode(self.ours_to_gpt2(ids).tolist()) if ids else ''
 
   def token_bytes(self, token_id: int) -> bytes:
     """The UTF-8 bytes a token stands for (a token may hold part of a
     character); none for padding and EOS."""
-    if int(token_id) in (tokenizers.PAD_ID, tokenizers.EOS_ID):
+    if int(token_id) in (tokenization.PAD_ID, tokenization.EOS_ID):
       return b''
     if not hasattr(self, '_alphabet'):
       self._alphabet = _byte_level_alphabet()
@@ -185,7 +185,7 @@ class GPT2Tokenizer(tokenizers.Batches):
   def id_to_piece(self, token_id: int) -> str:
     """The BPE token ('Ġ' marks a leading space), '<pad>', '</s>'."""
     token_id = int(token_id)
-    if token_id == tokenizers.PAD_ID:
+    if token_id == tokenization.PAD_ID:
       return '<pad>'
     return self._bpe.id_to_token(int(self.ours_to_gpt2(token_id)))
 
@@ -278,7 +278,7 @@ BERT_FILES = ('bert_tokenizer.json', 'bert_ids.json')
 OLD_BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
 
 
-class BertTokenizer(tokenizers.Batches):
+class BertTokenizer(tokenization.Batches):
   """BERT's WordPiece (the `tokenizers` library, from the published
   tokenizer.json or vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks'
   start symbol, EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids
@@ -338,11 +338,11 @@ class BertTokenizer(tokenizers.Batches):
   def encode(self, text: str, add_eos: bool = True) -> list[int]:
     ids = self._wordpiece.encode(text, add_special_tokens=False).ids
     ids = self._ours[np.asarray(ids, np.int64)].tolist() if ids else []
-    return ids + [tokenizers.EOS_ID] if add_eos else ids
+    return ids + [tokenization.EOS_ID] if add_eos else ids
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS ([CLS]), padding skipped."""
-    ids = tokenizers.ids_before_eos(ids, self.vocab_size)
+    ids = tokenization.ids_before_eos(ids, self.vocab_size)
     return self._wordpiece.decode(self.order[ids].tolist()) if ids else ''
 
   def id_to_piece(self, token_id: int) -> str:
@@ -552,7 +552,7 @@ def llama_special_ids(hf: dict, source: str, published
   return ids['bos'], ids['eos']
 
 
-class LlamaTokenizer(tokenizers.Batches):
+class LlamaTokenizer(tokenization.Batches):
   """A Llama tokenizer (`published_llama`: tokenizer.json through the
   `tokenizers` library, or tokenizer.model through `sentencepiece`) with
   our ids: padding 0 (Llama has none; a converted model never predicts
@@ -571,7 +571,7 @@ class LlamaTokenizer(tokenizers.Batches):
     self._ours = np.empty(len(self.order), np.int64)
     self._ours[self.order] = np.arange(1, len(self.order) + 1)
     bos = meta.get('bos_id')
-    self.start_id = (tokenizers.EOS_ID if bos is None
+    self.start_id = (tokenization.EOS_ID if bos is None
                      else int(self._ours[bos]))
 
   @staticmethod
@@ -602,7 +602,7 @@ class LlamaTokenizer(tokenizers.Batches):
   def ours_to_llama(self, ids) -> np.ndarray:
     """The inverse of `llama_to_ours` (padding has no Llama id)."""
     ids = np.asarray(ids, np.int64)
-    if (ids == tokenizers.PAD_ID).any():
+    if (ids == tokenization.PAD_ID).any():
       raise ValueError('Padding (0) has no Llama id.')
     return self.order[ids - 1]
 
@@ -613,12 +613,12 @@ class LlamaTokenizer(tokenizers.Batches):
   def encode(self, text: str, add_eos: bool = True) -> list[int]:
     ids = self._published.encode(text)
     ids = self.llama_to_ours(ids).tolist() if ids else []
-    return ids + [tokenizers.EOS_ID] if add_eos else ids
+    return ids + [tokenization.EOS_ID] if add_eos else ids
 
   def decode(self, ids: Iterable[int]) -> str:
     """Text of the ids before the first EOS; padding and special tokens
     (BOS, unknown) skipped."""
-    ids = tokenizers.ids_before_eos(ids, self.vocab_size)
+    ids = tokenization.ids_before_eos(ids, self.vocab_size)
     return (self._published.decode(self.ours_to_llama(ids).tolist())
             if ids else '')
 
@@ -626,13 +626,13 @@ class LlamaTokenizer(tokenizers.Batches):
     """The UTF-8 bytes a token stands for ('▁' a space, '<0xNN>' that
     byte; a token may hold part of a character); none for padding and
     special tokens."""
-    if int(token_id) == tokenizers.PAD_ID:
+    if int(token_id) == tokenization.PAD_ID:
       return b''
     return self._published.piece_bytes(int(self.ours_to_llama(token_id)))
 
   def id_to_piece(self, token_id: int) -> str:
     """Llama's token ('▁' marks a space, 'Ġ' in byte-level BPE), '<pad>'
     for padding."""
-    if int(token_id) == tokenizers.PAD_ID:
+    if int(token_id) == tokenization.PAD_ID:
       return '<pad>'
     return self._published.piece(int(self.ours_to_llama(token_id)))

@@ -26,7 +26,7 @@ import numpy as np
 
 from transformer import storage
 from transformer.data import batching
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.data.generated import offline_mt
 
 _PER = ('file', 'line')
@@ -206,8 +206,8 @@ def lm_examples(documents_ids: Sequence[Sequence[int]],
   sizes = np.array([len(ids) for ids in documents_ids])  # [N]
   tokens = np.concatenate(
       [np.asarray(ids, np.int32).reshape(-1) for ids in documents_ids])
-  for token_id, what in ((tokenizers.EOS_ID, 'EOS'),
-                         (tokenizers.PAD_ID, 'padding')):
+  for token_id, what in ((tokenization.EOS_ID, 'EOS'),
+                         (tokenization.PAD_ID, 'padding')):
     if (tokens == token_id).any():
       where = np.flatnonzero(tokens == token_id)[0]
       document = np.searchsorted(np.cumsum(sizes), where, side='right')
@@ -217,8 +217,8 @@ def lm_examples(documents_ids: Sequence[Sequence[int]],
   # One stream EOS d_1 EOS d_2 ... EOS d_N EOS: consecutive documents share
   # an EOS, the target of one and the first input of the next.
   stream = np.append(
-      np.insert(tokens, np.cumsum(sizes) - sizes, tokenizers.EOS_ID),
-      np.int32(tokenizers.EOS_ID))
+      np.insert(tokens, np.cumsum(sizes) - sizes, tokenization.EOS_ID),
+      np.int32(tokenization.EOS_ID))
   inputs, targets = stream[:-1], stream[1:]
   # Document i owns inputs [starts[i], starts[i] + lengths[i]).
   lengths = sizes + 1
@@ -248,7 +248,7 @@ class ShiftedLMChunks:
 
   def __init__(self, source: batching.Side, max_length: int, seed: int):
     lengths = source.lengths.astype(np.int64)
-    first = np.asarray(source.tokens[source.starts]) == tokenizers.EOS_ID
+    first = np.asarray(source.tokens[source.starts]) == tokenization.EOS_ID
     if len(lengths) and not first[0]:
       raise ValueError('The chunks do not start with a document (EOS as its '
                        'first input): they are not lm_examples chunks.')

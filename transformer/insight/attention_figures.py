@@ -19,7 +19,7 @@ from jax.experimental import multihost_utils
 import numpy as np
 
 from transformer import storage
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.data.generated import scenes
 from transformer.insight import plots
 from transformer.models import vit
@@ -181,8 +181,8 @@ def caption_attention(task: Any, params: Any, images: np.ndarray,
     return []
   paths = []
   for i, (image, ids) in enumerate(zip(images, tokens)):
-    length = int(np.argmax(ids == tokenizers.EOS_ID)) + 1 \
-        if (ids == tokenizers.EOS_ID).any() else int((ids > 0).sum())
+    length = int(np.argmax(ids == tokenization.EOS_ID)) + 1 \
+        if (ids == tokenization.EOS_ID).any() else int((ids > 0).sum())
     words = [task.tokenizer.id_to_piece(int(t)) for t in ids[:length]]
     paths.append(plots.plot_image_attention(
         image / 255.0, weights[i, :length], words,

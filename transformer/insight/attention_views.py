@@ -17,7 +17,7 @@ import numpy as np
 
 from transformer import layers
 from transformer.data import augment
-from transformer.data import tokenizers
+from transformer.data import tokenization
 
 
 @dataclasses.dataclass
@@ -67,7 +67,7 @@ def encoder_views(task: Any, params: Any, text_: str) -> list[AttentionView]:
   """The self-attention of a task's BERT encoder (`task.model.encode`) as
   it reads `text_` after the start token (EOS in the place of [CLS]), cut
   to the model's max_length: every layer and head."""
-  ids = ([tokenizers.EOS_ID] + task.tokenizer.encode(
+  ids = ([tokenization.EOS_ID] + task.tokenizer.encode(
       text_, add_eos=False))[:task.model.config.max_length]
   tokens = np.repeat(np.asarray([ids], np.int32), task.batch_divisor, 0)
   # Rows may live on other hosts' devices, as in every task's views.
@@ -138,7 +138,7 @@ def caption_views(task: Any, params: Any, image: np.ndarray
   cfg = task.config.eval
   [ids] = task.caption(params, image[None], beam_size=cfg.beam_size,
                        length_penalty=cfg.length_penalty)
-  ends = np.flatnonzero(ids == tokenizers.EOS_ID)
+  ends = np.flatnonzero(ids == tokenization.EOS_ID)
   ids = ids[:ends[0] + 1] if len(ends) else ids[ids > 0]
   rows = lambda x: np.repeat(x[None], task.batch_divisor, 0)
   grouped = layers.group_layers(multihost_utils.process_allgather(

@@ -29,7 +29,7 @@ from transformer import metrics
 from transformer.core import losses
 from transformer.data import batching
 from transformer.data import sources
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import captioning
 from transformer.tasks import base
 from transformer.tasks import vocabularies
@@ -208,10 +208,10 @@ class CaptioningTask(base.Task):
     if beam_size == 1:
       return decoding.greedy_search(step_fn, state, batch_size=batch,
                                     max_length=length,
-                                    eos_id=tokenizers.EOS_ID)[0]
+                                    eos_id=tokenization.EOS_ID)[0]
     sequences, _ = decoding.beam_search(
         step_fn, state, batch_size=batch, beam_size=beam_size,
-        max_length=length, eos_id=tokenizers.EOS_ID, alpha=length_penalty)
+        max_length=length, eos_id=tokenization.EOS_ID, alpha=length_penalty)
     return sequences[:, 0]
 
   def search_program(self):

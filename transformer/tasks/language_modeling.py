@@ -30,7 +30,7 @@ from transformer.data import batching
 from transformer.data import packing
 from transformer.data import sources
 from transformer.data import text
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import decoder
 from transformer.tasks import base
 from transformer.tasks import vocabularies
@@ -100,14 +100,14 @@ def _token_lengths(tokenizer) -> np.ndarray:
       lengths[:, i] = len(data), characters, len(data), characters
     return lengths
   for i in range(3, tokenizer.vocab_size):
-    if isinstance(tokenizer, tokenizers.ByteTokenizer):
+    if isinstance(tokenizer, tokenization.ByteTokenizer):
       starts_char = float((i - 3) & 0xC0 != 0x80)  # not a continuation byte
       lengths[:, i] = 1.0, starts_char, 1.0, starts_char
     else:
-      if isinstance(tokenizer, tokenizers.SentencePieceTokenizer):
+      if isinstance(tokenizer, tokenization.SentencePieceTokenizer):
         piece = tokenizer.id_to_piece(i).replace('\u2581', ' ')
         first = piece[1:] if piece.startswith(' ') else piece
-      elif isinstance(tokenizer, tokenizers.CharTokenizer):
+      elif isinstance(tokenizer, tokenization.CharTokenizer):
         piece = first = tokenizer.characters[i - 3]
       else:  # words: a space before every word but the first (approximate
         # around line breaks, which carry no spaces)
@@ -126,7 +126,7 @@ def _scored_text(examples: Sequence[tuple[np.ndarray, np.ndarray]],
     return 0.0, 0.0
   inputs = np.concatenate([np.asarray(i) for i, _ in examples])
   targets = np.concatenate([np.asarray(t) for _, t in examples])
-  starts = (inputs == tokenizers.EOS_ID).astype(int)
+  starts = (inputs == tokenization.EOS_ID).astype(int)
   return (float(token_lengths[2 * starts, targets].sum()),
           float(token_lengths[2 * starts + 1, targets].sum()))
 
@@ -148,7 +148,7 @@ def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
     bits = sums['nll'][0] / math.log(2)
     # A target whose input is EOS starts a document (the model's start
     # symbol); inside documents EOS is only ever a target.
-    starts = (batch['inputs'] == tokenizers.EOS_ID).astype(jnp.int32)
+    starts = (batch['inputs'] == tokenization.EOS_ID).astype(jnp.int32)
     lengths = jnp.asarray(token_lengths)
     sums['bits_per_byte'] = (bits, lengths[2 * starts, targets].sum())
     sums['bits_per_character'] = (bits,
@@ -159,7 +159,7 @@ def lm_loss(model: decoder.Decoder, params: Any, batch: dict[str, jax.Array],
 def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
                     pad: jax.Array, rng: jax.Array, temperature: float,
                     top_p: float, *, max_new_tokens: int, top_k: int,
-                    greedy: bool, eos_id: int = tokenizers.EOS_ID
+                    greedy: bool, eos_id: int = tokenization.EOS_ID
                     ) -> tuple[jax.Array, jax.Array]:
   """Prefills the KV cache with left-padded prompts, then samples.
 
@@ -210,7 +210,7 @@ def generate_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
 
 def beam_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
                 pad: jax.Array, *, beam_size: int, max_new_tokens: int,
-                alpha: float, eos_id: int = tokenizers.EOS_ID) -> jax.Array:
+                alpha: float, eos_id: int = tokenization.EOS_ID) -> jax.Array:
   """The best continuation of each left-padded prompt by beam search
   (`decoding.beam_search`: the GNMT length penalty `alpha` over the new
   tokens, EOS ending a hypothesis, as translation's).
@@ -313,7 +313,7 @@ class LanguageModelingTask(CorpusTask):
         else _token_lengths(self.tokenizer))
     # What a prompt or a text read whole starts with: EOS (as training
     # documents do), or a converted Llama's BOS, as its tokenizer puts it.
-    self.start_id = getattr(self.tokenizer, 'start_id', tokenizers.EOS_ID)
+    self.start_id = getattr(self.tokenizer, 'start_id', tokenization.EOS_ID)
 
   # -- Task interface -------------------------------------------------------
 
@@ -447,8 +447,8 @@ class LanguageModelingTask(CorpusTask):
         if finished[row]:
           continue
         tokens = [int(t) for t in tokens]
-        if tokenizers.EOS_ID in tokens:
-          tokens = tokens[:tokens.index(tokenizers.EOS_ID)]
+        if tokenization.EOS_ID in tokens:
+          tokens = tokens[:tokens.index(tokenization.EOS_ID)]
           finished[row] = True
         new[row] += tokens
         sequences[row] += tokens
@@ -538,8 +538,8 @@ class LanguageModelingTask(CorpusTask):
     found = []
     for row in output:
       row = [int(t) for t in row]
-      found.append(row[:row.index(tokenizers.EOS_ID)]
-                   if tokenizers.EOS_ID in row else row)
+      found.append(row[:row.index(tokenization.EOS_ID)]
+                   if tokenization.EOS_ID in row else row)
     return found
 
   @functools.partial(jax.jit, static_argnums=(0,),
@@ -557,7 +557,7 @@ class LanguageModelingTask(CorpusTask):
     rows = len(windows) + (-len(windows) % self.batch_divisor)
     tokens = np.zeros((rows, longest), np.int32)
     pad = np.full(rows, longest - 1, np.int32)
-    for row, window in enumerate(windows + [[tokenizers.EOS_ID]] *
+    for row, window in enumerate(windows + [[tokenization.EOS_ID]] *
                                  (rows - len(windows))):
       tokens[row, longest - len(window):] = window  # left-padded
       pad[row] = longest - len(window)

@@ -29,7 +29,7 @@ from transformer import configs
 from transformer.core import losses
 from transformer.core import ranges
 from transformer.data import batching
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import encoder
 from transformer.tasks import base
 from transformer.tasks import language_modeling
@@ -136,7 +136,7 @@ class MaskedLanguageModelingTask(language_modeling.CorpusTask):
                         deterministic):
     """Masked LM and next-sentence prediction on the same rows."""
     pair_key, mask_key = jax.random.split(key)
-    sep = tokenizers.EOS_ID  # our [SEP], as [CLS]
+    sep = tokenization.EOS_ID  # our [SEP], as [CLS]
     pairs, labels, valid = encoder.next_sentence_pairs(tokens, pair_key,
                                                        sep_id=sep)
     inputs, targets = encoder.mask_tokens(

@@ -39,7 +39,7 @@ from transformer.core import ranges
 from transformer.data import batching
 from transformer.data import glue
 from transformer.data import sources
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import encoder
 from transformer.tasks import base
 from transformer.tasks import vocabularies
@@ -195,7 +195,7 @@ class TextClassificationTask(base.Task):
     self.tokenizer = (vocabularies.stand_in(config.data) if shapes_only
                       else self._tokenizer())
     # [SEP]: the vocabulary's own (a converted BERT's), else EOS.
-    self.sep_id = getattr(self.tokenizer, 'sep_id', tokenizers.EOS_ID)
+    self.sep_id = getattr(self.tokenizer, 'sep_id', tokenization.EOS_ID)
     self.model_config = encoder.config_for(
         config.model.size, vocab_size=self.tokenizer.vocab_size + 1,
         num_classes=self.num_classes, max_length=self.max_length,
@@ -226,7 +226,7 @@ class TextClassificationTask(base.Task):
         shutil.copytree(os.path.join(source, 'vocab'), os.path.dirname(path),
                         dirs_exist_ok=True)
       else:
-        tokenizers.load_or_train(
+        tokenization.load_or_train(
             path, lambda: [t for a, b, _ in self.rows(data.train_split)
                            for t in (a, b) if t is not None],
             data.vocab_size)
@@ -235,7 +235,7 @@ class TextClassificationTask(base.Task):
                                    VOCABULARY_FILES[data.tokenizer], build)
     if data.tokenizer == 'bert':
       return vocabularies.published_tokenizer('bert', self.workdir)
-    return tokenizers.SentencePieceTokenizer(path)
+    return tokenization.SentencePieceTokenizer(path)
 
   def adapt_pretrained(self, loaded: Any, params: Any,
                        source: base.Task) -> Any:
@@ -282,15 +282,15 @@ class TextClassificationTask(base.Task):
     second = self.tokenizer.encode_batch([b or '' for _, b, _ in rows],
                                          add_eos=False)
     sep = [self.sep_id]
-    end = sep if self.sep_id != tokenizers.EOS_ID else []
+    end = sep if self.sep_id != tokenization.EOS_ID else []
     tokens = []
     for a, b, (_, pair, _) in zip(first, second, rows):
       if pair is None:
-        tokens.append([tokenizers.EOS_ID] + a[:self.max_length - 1 - len(end)]
+        tokens.append([tokenization.EOS_ID] + a[:self.max_length - 1 - len(end)]
                       + end)
       else:
         a, b = truncate_pair(a, b, self.max_length - 3)
-        tokens.append([tokenizers.EOS_ID] + a + sep + b + sep)
+        tokens.append([tokenization.EOS_ID] + a + sep + b + sep)
     scale = REGRESSION_SCALE if self.num_classes == 1 else 1
     return [(np.asarray(t, np.int32),
              np.asarray([round(label * scale) + 1], np.int32))
@@ -298,7 +298,7 @@ class TextClassificationTask(base.Task):
 
   def _types(self, tokens: jax.Array) -> jax.Array:
     """Token types: 1 for a pair's second sentence, else 0."""
-    return encoder.pair_token_types(tokens, self.sep_id, tokenizers.EOS_ID)
+    return encoder.pair_token_types(tokens, self.sep_id, tokenization.EOS_ID)
 
   def init(self, rng: jax.Array) -> Any:
     return self.model.init({'params': rng}, jnp.ones((1, 8), jnp.int32),

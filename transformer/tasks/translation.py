@@ -27,7 +27,7 @@ from transformer.core import losses
 from transformer.data import batching
 from transformer.data import packing
 from transformer.data import sources
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.models import convs2s
 from transformer.models import encoder_decoder
 from transformer.models import rnn
@@ -164,8 +164,8 @@ class TranslationTask(base.Task):
     if data.tokenizer != 'sentencepiece':
       raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
                        f"'sentencepiece' or 'marian'.")
-    return tokenizers.SentencePieceTokenizer(vocabularies.in_workdir(
-        self.workdir, 'spm.model', lambda path: tokenizers.load_or_train(
+    return tokenization.SentencePieceTokenizer(vocabularies.in_workdir(
+        self.workdir, 'spm.model', lambda path: tokenization.load_or_train(
             path, lambda: [s for pair in self.pairs(data.train_split)
                            for s in pair], data.vocab_size,
             model_type=data.tokenizer_model_type,
@@ -302,11 +302,11 @@ class TranslationTask(base.Task):
     if beam_size == 1:
       tokens, _ = decoding.greedy_search(
           step_fn, state, batch_size=batch, max_length=max_length,
-          eos_id=tokenizers.EOS_ID, max_lengths=max_lengths)
+          eos_id=tokenization.EOS_ID, max_lengths=max_lengths)
       return tokens
     sequences, _ = decoding.beam_search(
         step_fn, state, batch_size=batch, beam_size=beam_size,
-        max_length=max_length, eos_id=tokenizers.EOS_ID,
+        max_length=max_length, eos_id=tokenization.EOS_ID,
         alpha=length_penalty, max_lengths=max_lengths)
     return sequences[:, 0]
 
@@ -439,8 +439,8 @@ class TranslationTask(base.Task):
 def _through_eos(ids: np.ndarray) -> np.ndarray:
   """A search's output row up to and including its first EOS (the whole
   row, padding dropped, when it reached its length limit first)."""
-  ends = np.flatnonzero(ids == tokenizers.EOS_ID)
-  return ids[:ends[0] + 1] if len(ends) else ids[ids != tokenizers.PAD_ID]
+  ends = np.flatnonzero(ids == tokenization.EOS_ID)
+  return ids[:ends[0] + 1] if len(ends) else ids[ids != tokenization.PAD_ID]
 
 
 TASK = TranslationTask

@@ -51,7 +51,7 @@ from transformer.core import losses
 from transformer.core import ranges
 from transformer.data import batching
 from transformer.data import sources
-from transformer.data import tokenizers
+from transformer.data import tokenization
 from transformer.data.generated import scenes
 from transformer.models import encoder
 from transformer.models import vilbert
@@ -156,7 +156,7 @@ def with_cls(ids: list[list[int]], max_length: int) -> np.ndarray:
       raise ValueError(f'A text of {len(sentence)} tokens does not fit '
                        f'config.data.max_length={max_length} with [CLS]; '
                        f'raise max_length.')
-    tokens[row, 0] = tokenizers.EOS_ID
+    tokens[row, 0] = tokenization.EOS_ID
     tokens[row, 1:len(sentence) + 1] = sentence
   return tokens
 
@@ -197,9 +197,9 @@ class SceneTask(base.Task):
   def _stand_in(self):
     """A `shapes_only` task's vocabulary: the words of the scenes' grammar,
     which need no data."""
-    return tokenizers.WordTokenizer.build(scenes.vocabulary_text())
+    return tokenization.WordTokenizer.build(scenes.vocabulary_text())
 
-  def _tokenizer(self) -> tokenizers.WordTokenizer:
+  def _tokenizer(self) -> tokenization.WordTokenizer:
     """Words of the scenes' grammar; with `train.init_from`, that workdir's
     vocabulary, copied, so that the ids are those it was trained with."""
     if self.config.data.tokenizer != 'word':
@@ -212,9 +212,9 @@ class SceneTask(base.Task):
       if source and not os.path.exists(path):
         os.makedirs(os.path.dirname(path), exist_ok=True)
         shutil.copyfile(os.path.join(source, 'vocab', 'words.json'), path)
-      tokenizers.WordTokenizer.load_or_build(path, scenes.vocabulary_text)
+      tokenization.WordTokenizer.load_or_build(path, scenes.vocabulary_text)
 
-    return tokenizers.WordTokenizer(vocabularies.in_workdir(
+    return tokenization.WordTokenizer(vocabularies.in_workdir(
         self.workdir, 'words.json', build))
 
   def regions(self, images: jax.Array, real: jax.Array

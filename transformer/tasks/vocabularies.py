@@ -22,7 +22,7 @@ import ml_collections
 from transformer import checkpoints
 from transformer import storage
 from transformer.data import published_tokenizers as published
-from transformer.data import tokenizers
+from transformer.data import tokenization
 
 
 def in_workdir(workdir: str, filename: str,
@@ -30,7 +30,7 @@ def in_workdir(workdir: str, filename: str,
   """The path of a task's vocabulary file, `workdir/vocab/filename`.
 
   Process 0 calls `build(path)` (which reuses a file already there, e.g.
-  `tokenizers.load_or_train`); the other processes wait for it. A workdir
+  `tokenization.load_or_train`); the other processes wait for it. A workdir
   that has checkpoints but lost its vocabulary is refused: a new one would
   not match the ids the checkpoints were trained with.
   """
@@ -95,7 +95,7 @@ def stand_in(data: ml_collections.ConfigDict):
   learn theirs from the text, an assumed size: set vocab_size to plan
   with theirs)."""
   if data.get('tokenizer') == 'byte':
-    return tokenizers.ByteTokenizer()
+    return tokenization.ByteTokenizer()
   return StandIn(data.vocab_size)
 
 
@@ -133,22 +133,22 @@ def text_tokenizer(data: ml_collections.ConfigDict, workdir: str,
   if data.tokenizer in PUBLISHED_TOKENIZERS:
     return published_tokenizer(data.tokenizer, workdir)
   if data.tokenizer == 'byte':
-    return tokenizers.ByteTokenizer()
+    return tokenization.ByteTokenizer()
   names = {'char': 'chars.json', 'word': 'words.json',
            'sentencepiece': 'spm.model'}
   if data.tokenizer not in names:
     raise ValueError(f"config.data.tokenizer={data.tokenizer!r}; choose "
                      f"'byte' or one of {sorted(names)} (or, for converted "
                      f"checkpoints, {tuple(PUBLISHED_TOKENIZERS)}).")
-  built = {'char': tokenizers.CharTokenizer, 'word': tokenizers.WordTokenizer}
+  built = {'char': tokenization.CharTokenizer, 'word': tokenization.WordTokenizer}
   if data.tokenizer in built:
     kind = built[data.tokenizer]
     return kind(in_workdir(
         workdir, names[data.tokenizer],
         lambda path: kind.load_or_build(path, texts)))
-  return tokenizers.SentencePieceTokenizer(in_workdir(
+  return tokenization.SentencePieceTokenizer(in_workdir(
       workdir, names[data.tokenizer],
-      lambda path: tokenizers.load_or_train(
+      lambda path: tokenization.load_or_train(
           path, texts, data.vocab_size,
           model_type=data.tokenizer_model_type)))
 

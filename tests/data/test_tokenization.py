@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
-from transformer.data import tokenizers
+from transformer.data import tokenization
 
 WORDS = ('house tree river stone blue green the a runs sees quick slow '
          'Haus Baum Fluss über grün läuft sieht schnell langsam').split()
@@ -28,17 +28,17 @@ CORPUS = sentences(3000)
 @pytest.fixture(scope='module')
 def model_path(tmp_path_factory):
   path = str(tmp_path_factory.mktemp('vocab') / 'spm.model')
-  tokenizers.train_sentencepiece(CORPUS, path, vocab_size=200)
+  tokenization.train_sentencepiece(CORPUS, path, vocab_size=200)
   return path
 
 
 @pytest.fixture(scope='module')
 def tokenizer(model_path):
-  return tokenizers.SentencePieceTokenizer(model_path)
+  return tokenization.SentencePieceTokenizer(model_path)
 
 
 def test_special_ids(tokenizer):
-  assert (tokenizers.PAD_ID, tokenizers.EOS_ID, tokenizers.UNK_ID) == (0, 1, 2)
+  assert (tokenization.PAD_ID, tokenization.EOS_ID, tokenization.UNK_ID) == (0, 1, 2)
   sp = spm.SentencePieceProcessor(model_file=tokenizer.model_path)
   assert sp.id_to_piece([0, 1, 2]) == ['<pad>', '</s>', '<unk>']
   assert sp.bos_id() == -1
@@ -86,7 +86,7 @@ def test_load_or_train_trains_once_then_reuses(tmp_path, monkeypatch):
     calls.append(1)
     return iter(CORPUS)
 
-  first = tokenizers.load_or_train(path, corpus, 100)
+  first = tokenization.load_or_train(path, corpus, 100)
   assert calls == [1]
   # Written by a rename: nothing else is left in the folder.
   assert os.listdir(tmp_path / 'vocab') == ['spm.model']
@@ -95,8 +95,8 @@ def test_load_or_train_trains_once_then_reuses(tmp_path, monkeypatch):
   def no_training(*args, **kwargs):
     raise AssertionError('retrained although a model exists')
 
-  monkeypatch.setattr(tokenizers, 'train_sentencepiece', no_training)
-  second = tokenizers.load_or_train(path, corpus, 100)
+  monkeypatch.setattr(tokenization, 'train_sentencepiece', no_training)
+  second = tokenization.load_or_train(path, corpus, 100)
   assert calls == [1] and os.path.getmtime(path) == mtime
   assert second.encode(CORPUS[7]) == first.encode(CORPUS[7])
 
@@ -105,27 +105,27 @@ def test_failed_write_leaves_no_model(tmp_path, monkeypatch):
   def crash(*args):
     raise OSError('disk full')
 
-  monkeypatch.setattr(tokenizers.os, 'replace', crash)
+  monkeypatch.setattr(tokenization.os, 'replace', crash)
   with pytest.raises(OSError, match='disk full'):
-    tokenizers.train_sentencepiece(CORPUS, str(tmp_path / 'spm.model'), 100)
+    tokenization.train_sentencepiece(CORPUS, str(tmp_path / 'spm.model'), 100)
   assert os.listdir(tmp_path) == []
 
 
 def test_sampling_is_deterministic_and_bounded(tmp_path):
   paths = [str(tmp_path / f'{i}.model') for i in range(2)]
   for path in paths:
-    tokenizers.train_sentencepiece(iter(CORPUS), path, 100,
+    tokenization.train_sentencepiece(iter(CORPUS), path, 100,
                                    max_sentences=500)
   with open(paths[0], 'rb') as a, open(paths[1], 'rb') as b:
     assert a.read() == b.read()
 
   lines = [str(i) for i in range(100_000)]
-  sample = tokenizers._sample(iter(lines), 1000, seed=0)
-  assert sample == tokenizers._sample(iter(lines), 1000, seed=0)
+  sample = tokenization._sample(iter(lines), 1000, seed=0)
+  assert sample == tokenization._sample(iter(lines), 1000, seed=0)
   assert len(set(sample)) == 1000
   # Uniform over the corpus, not its head: mean index near 50,000.
   assert abs(np.mean([int(s) for s in sample]) - 50_000) < 3_000
-  assert tokenizers._sample(iter(lines[:10]), 1000, seed=0) == lines[:10]
+  assert tokenization._sample(iter(lines[:10]), 1000, seed=0) == lines[:10]
 
 
 def test_rejects_model_with_other_ids(tmp_path):
@@ -135,12 +135,12 @@ def test_rejects_model_with_other_ids(tmp_path):
         sentence_iterator=iter(CORPUS), model_prefix=path[:-len('.model')],
         vocab_size=60, hard_vocab_limit=False, logstream=quiet)
   with pytest.raises(ValueError, match='Delete it'):
-    tokenizers.SentencePieceTokenizer(path)
+    tokenization.SentencePieceTokenizer(path)
 
 
 def test_the_batch_helpers_and_the_eos_cut_have_one_home():
   """Every tokenizer takes `encode_batch`/`decode_batch` from
-  `tokenizers.Batches` (SentencePiece alone encodes a batch in one call,
+  `tokenization.Batches` (SentencePiece alone encodes a batch in one call,
   on several threads), and cuts ids at EOS with `ids_before_eos`, which
   refuses an id outside the vocabulary."""
   import ast  # pylint: disable=g-import-not-at-top
@@ -148,7 +148,7 @@ def test_the_batch_helpers_and_the_eos_cut_have_one_home():
   # pylint: disable-next=g-import-not-at-top
   from transformer.data import published_tokenizers
   defined = []
-  for module in (tokenizers, published_tokenizers):
+  for module in (tokenization, published_tokenizers):
     for node in ast.walk(ast.parse(inspect.getsource(module))):
       if isinstance(node, ast.ClassDef):
         defined += [(node.name, f.name) for f in node.body
@@ -161,9 +161,9 @@ def test_the_batch_helpers_and_the_eos_cut_have_one_home():
       ('SentencePieceTokenizer', 'encode_batch'),
       ('Tokenizer', 'decode_batch'), ('Tokenizer', 'encode_batch')]
   # pylint: disable-next=protected-access
-  chars = tokenizers.CharTokenizer._from_units(['a', 'b'])
-  for tokenizer in (tokenizers.ByteTokenizer(), chars):
-    assert isinstance(tokenizer, tokenizers.Tokenizer)
+  chars = tokenization.CharTokenizer._from_units(['a', 'b'])
+  for tokenizer in (tokenization.ByteTokenizer(), chars):
+    assert isinstance(tokenizer, tokenization.Tokenizer)
     assert tokenizer.decode_batch([tokenizer.encode('ab')]) == ['ab']
     with pytest.raises(ValueError, match='outside the vocabulary'):
       tokenizer.decode([tokenizer.vocab_size])
