@@ -288,3 +288,113 @@ def pytest_runtest_protocol(item, nextitem):
   _OUTSIDE_E2E[:] = [] if _place(item.path)[1] else [item.nodeid]
   yield
   _OUTSIDE_E2E[:] = []
+
+
+# -- Shared by tests/data and tests/data/e2e ----------------------------------
+# The real datasets, where a machine keeps them next to the checkout.
+SHARED_DATA = os.path.join(REPO, '..', 'shared', 'data')
+
+
+@pytest.fixture()
+def server(tmp_path):
+  """(base URL, folder served): an HTTP server on loopback."""
+  import functools  # pylint: disable=g-import-not-at-top
+  import http.server  # pylint: disable=g-import-not-at-top
+  import threading  # pylint: disable=g-import-not-at-top
+  folder = tmp_path / 'served'
+  folder.mkdir()
+  handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+                              directory=str(folder))
+  handler.log_message = lambda *args: None
+  httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
+  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+  thread.start()
+  yield f'http://127.0.0.1:{httpd.server_address[1]}', folder
+  httpd.shutdown()
+  httpd.server_close()
+
+
+# -- Shared by tests/insight and tests/insight/e2e ----------------------------
+# Text that ends or re-opens the inlined script, comments, quotes, the
+# page's own placeholders, entities, emoji, right-to-left text (with an
+# override mark) and JavaScript's line terminators.
+HOSTILE = ['</script>', '<!--<script>', '</SCRIPT >', '<!--', '-->',
+           '"\'`', '&amp;', '<img src=x onerror=alert(1)>', '/*DATA*/',
+           '/*SCRIPT*/', '<!--FORM-->', '\\u003c', '😀👩‍🔬', 'שלום עולם',
+           '\u202eevil', 'a\u2028b\u2029c']
+
+
+@pytest.fixture(scope='module')
+def hostile(tmp_path_factory):
+  """A page whose title, input, view name and tokens are all hostile."""
+  from transformer.insight import attention_views  # pylint: disable=g-import-not-at-top
+  from transformer.tools import explore  # pylint: disable=g-import-not-at-top
+  n = len(HOSTILE)
+  weights = np.random.default_rng(0).random((1, 2, n, n))
+  weights /= weights.sum(-1, keepdims=True)
+  view = attention_views.AttentionView(name=' '.join(HOSTILE), queries=HOSTILE,
+                            keys=HOSTILE[::-1], weights=weights)
+  path = tmp_path_factory.mktemp('hostile') / 'page.html'
+  path.write_text(explore.page('<!--<script> ' + HOSTILE[-1], ''.join(HOSTILE),
+                               [view]), encoding='utf-8')
+  return path, view
+
+
+# `explore --serve` in a thread, and requests to it (tests import them under
+# their old names: serve, get, request, multipart).
+def explorer_serve(explorer, *args) -> tuple[str, int]:
+  import threading  # pylint: disable=g-import-not-at-top
+  from transformer.tools import explorer_server  # pylint: disable=g-import-not-at-top
+  server = explorer_server.make_server(explorer, 0, *args)
+  threading.Thread(target=server.serve_forever, daemon=True).start()
+  return server, server.server_address[1]
+
+
+def explorer_get(url: str) -> tuple[int, str]:
+  import urllib.error  # pylint: disable=g-import-not-at-top
+  import urllib.request  # pylint: disable=g-import-not-at-top
+  try:
+    with urllib.request.urlopen(url, timeout=60) as response:
+      return response.status, response.read().decode('utf-8')
+  except urllib.error.HTTPError as e:
+    return e.code, e.read().decode('utf-8')
+
+
+def explorer_request(url: str, method: str = 'GET', path: str = '/',
+                     host: str | None = None, body: bytes | None = None,
+                     headers: dict | None = None) -> tuple[int, str]:
+  """One request with the Host header `host` (None: no Host header)."""
+  import http.client  # pylint: disable=g-import-not-at-top
+  import urllib.parse  # pylint: disable=g-import-not-at-top
+  connection = http.client.HTTPConnection(urllib.parse.urlsplit(url).netloc,
+                                          timeout=60)
+  connection.putrequest(method, path, skip_host=True)
+  for name, value in ({} if host is None else {'Host': host}
+                      ).items() | (headers or {}).items():
+    connection.putheader(name, value)
+  if body is not None:
+    connection.putheader('Content-Length', str(len(body)))
+  connection.endheaders(body)
+  response = connection.getresponse()
+  answer = response.status, response.read().decode('utf-8')
+  connection.close()
+  return answer
+
+
+def explorer_multipart(fields: dict) -> tuple[bytes, dict]:
+  """A form's body as a browser sends it: {name: text or (file name,
+  bytes)}; and its Content-Type header."""
+  boundary = 'XyZzYboundary'
+  parts = []
+  for name, value in fields.items():
+    if isinstance(value, tuple):
+      head = (f'Content-Disposition: form-data; name="{name}"; filename='
+              f'"{value[0]}"\r\nContent-Type: application/octet-stream')
+      content = value[1]
+    else:
+      head = f'Content-Disposition: form-data; name="{name}"'
+      content = value.encode('utf-8')
+    parts.append(f'--{boundary}\r\n{head}\r\n\r\n'.encode() + content
+                 + b'\r\n')
+  body = b''.join(parts) + f'--{boundary}--\r\n'.encode()
+  return body, {'Content-Type': f'multipart/form-data; boundary={boundary}'}

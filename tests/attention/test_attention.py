@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer import attention
 from transformer.core import masks
 from transformer.core import positional
@@ -330,11 +331,13 @@ def test_auto_logs_its_choice_once(caplog):
 def test_fused_kernels_refuse_what_only_einsum_runs():
   q = normal(0, 1, 4, 2, 8)
   for name in ('xla', 'cudnn'):
-    with pytest.raises(ValueError, match=f"{name}.*attention dropout.*'auto'"):
+    with raises_naming(ValueError, f"implementation='{name}'",
+                       'attention dropout', "'auto'"):
       attention.dot_product_attention(
           q, q, q, implementation=name, dropout_rate=0.1,
           dropout_rng=jax.random.key(0))
-    with pytest.raises(ValueError, match='value heads'):
+    with raises_naming(ValueError, f"implementation='{name}'", 'value heads',
+                       "'auto'"):
       attention.dot_product_attention(q, q, normal(1, 1, 4, 2, 4),
                                       implementation=name)
   # 'auto' takes the einsum path for both; weights come from it whatever
@@ -352,7 +355,8 @@ def test_cudnn_without_gpu_says_so():
   if jax.default_backend() == 'gpu':
     pytest.skip('a GPU is present')
   q = normal(0, 1, 4, 2, 8)
-  with pytest.raises(ValueError, match='needs a GPU'):
+  with raises_naming(ValueError, "implementation='cudnn'", 'GPU', "'cpu'",
+                     "'auto'"):
     attention.dot_product_attention(q, q, q, implementation='cudnn')
 
 
@@ -418,7 +422,8 @@ def test_key_lengths_reach_the_kernel_and_attend_as_their_padding_mask(
   decoder = attention.MultiHeadAttention(num_heads=4, decode=True)
   cache = decoder.init(jax.random.key(0), jnp.zeros((3, 5, 16)),
                        deterministic=True)
-  with pytest.raises(ValueError, match='KeyLengths.*KV cache'):
+  with raises_naming(ValueError, 'masks.KeyLengths', 'KV cache',
+                     'cache coordinates'):
     decoder.apply(cache, x[:, :1], mask=padding, deterministic=True,
                   mutable=['cache'])
 
@@ -607,7 +612,8 @@ def test_kv_cache_overflow_is_an_error():
   mha = attention.MultiHeadAttention(num_heads=2, decode=True)
   params = init_mha(mha.clone(decode=False), x)
   _, cache = apply(mha, params, x, deterministic=True, mutable=('cache',))
-  with pytest.raises(ValueError, match='do not fit a KV cache'):
+  with raises_naming(ValueError, '4 new positions', 'cache of 3',
+                     'longer sequence'):
     mha.apply({**params, **cache}, normal(1, 1, 4, 8), deterministic=True,
               mutable=['cache'])
 
@@ -641,7 +647,8 @@ def test_beams_read_their_examples_cached_cross_attention_keys():
   _, cache = apply(mha, params, memory[:, :1], memory, deterministic=True,
                    mutable=('cache',))
   per_query = jnp.ones((2 * groups, 1, 1, 5), bool)
-  with pytest.raises(ValueError, match='the same for every query'):
+  with raises_naming(ValueError, '(6, 1, 1, 5)', 'groups of 3',
+                     '[2 or 1, ..., 1, S]'):
     mha.apply({**params, **cache}, queries, memory, mask=per_query,
               deterministic=True, mutable=['cache'])
 
@@ -676,14 +683,14 @@ def test_rotary_scores_depend_only_on_relative_position():
   assert score(3, 1) == pytest.approx(score(10, 8), rel=1e-4, abs=1e-5)
   assert score(3, 1) == pytest.approx(score(102, 100), rel=1e-4, abs=1e-5)
   assert abs(score(3, 1) - score(3, 2)) > 1e-3
-  with pytest.raises(ValueError, match='even'):
+  with raises_naming(ValueError, 'head dim', 'even', 'got 5'):
     positional.rotary_embedding(normal(0, 1, 1, 1, 5), jnp.asarray([0]))
 
 
 def test_rotary_positions_refused_in_cross_attention():
   x, z = normal(0, 1, 3, 8), normal(1, 1, 4, 8)
   mha = attention.MultiHeadAttention(num_heads=2, rotary=True)
-  with pytest.raises(ValueError, match='self-attention only'):
+  with raises_naming(ValueError, 'self-attention only', 'rotary=False'):
     mha.init(jax.random.key(0), x, z, deterministic=True)
 
 
@@ -738,28 +745,30 @@ def test_additive_attention_is_jit_and_grad_safe_with_empty_rows():
 
 def test_clear_errors_for_bad_input():
   x = normal(0, 2, 5, 10)
-  with pytest.raises(ValueError, match='not divisible by num_heads'):
+  with raises_naming(ValueError, 'D=10', 'num_heads=4', 'head_dim'):
     attention.MultiHeadAttention(num_heads=4).init(
         jax.random.key(0), x, deterministic=True)
-  with pytest.raises(ValueError, match='not a multiple of num_kv_heads'):
+  with raises_naming(ValueError, 'num_heads=5', 'num_kv_heads=2',
+                     'divisors of num_heads'):
     attention.MultiHeadAttention(num_heads=5, num_kv_heads=2).init(
         jax.random.key(0), x, deterministic=True)
   q, k = normal(0, 2, 5, 4, 8), normal(1, 2, 6, 4, 8)
-  with pytest.raises(ValueError, match='does not broadcast'):
+  with raises_naming(ValueError, '(2, 6)', '(2, 4, 5, 6)', '[B, 1, 1, S]'):
     attention.dot_product_attention(q, k, k, mask=jnp.ones((2, 6), bool))
-  with pytest.raises(ValueError, match='must be boolean'):
+  with raises_naming(ValueError, 'boolean', 'float32', 'mask.astype(bool)'):
     attention.dot_product_attention(q, k, k, mask=jnp.ones((5, 6)))
-  with pytest.raises(ValueError, match='Key and value lengths differ'):
+  with raises_naming(ValueError, 'key (2, 6, 4, 8)', 'value (2, 7, 4, 8)'):
     attention.dot_product_attention(q, k, normal(2, 2, 7, 4, 8))
-  with pytest.raises(ValueError, match='multiple'):
+  with raises_naming(ValueError, 'N=4', 'K=3', 'multiple'):
     attention.dot_product_attention(q, normal(1, 2, 6, 3, 8),
                                     normal(2, 2, 6, 3, 8))
-  with pytest.raises(ValueError, match='Unknown attention implementation'):
+  with raises_naming(ValueError, "'flash'", "'auto'", "'einsum'"):
     attention.dot_product_attention(q, k, k, implementation='flash')
-  with pytest.raises(ValueError, match='same length S'):
+  with raises_naming(ValueError, 'same length S', '(2, 6, 3)', '(2, 7, 8)'):
     module = attention.AdditiveAttention(features=3)
     module.init(jax.random.key(0), x, normal(1, 2, 6, 8), normal(2, 2, 7, 8))
-  with pytest.raises(ValueError, match='does not broadcast'):
+  with raises_naming(ValueError, '(3, 5, 5)', '(2, 2, 5, 5)',
+                     '[B, 1, 1, S]'):
     attention.MultiHeadAttention(num_heads=2).init(
         jax.random.key(0), x, mask=jnp.ones((3, 5, 5), bool),
         deterministic=True)

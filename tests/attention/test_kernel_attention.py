@@ -6,8 +6,8 @@ demo)."""
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
+from conftest import raises_naming
 from transformer import attention
 from transformer.tools import kernel_regression
 
@@ -45,9 +45,9 @@ def test_masked_keys_get_no_weight():
 
 
 def test_shapes_are_checked():
-  with pytest.raises(ValueError, match='feature axis'):
+  with raises_naming(ValueError, '(3,)', 'feature axis of 1'):
     attention.nadaraya_watson(np.zeros(3), np.zeros(3), np.zeros(3))
-  with pytest.raises(ValueError, match='same features'):
+  with raises_naming(ValueError, 'same features', '(3, 2)', '(4, 1)'):
     attention.nadaraya_watson(np.zeros((3, 2)), np.zeros((4, 1)),
                               np.zeros((4, 1)))
 
@@ -72,5 +72,5 @@ def test_demo_learning_the_bandwidth_beats_the_fixed_kernel_and_averaging():
   assert learned['test_mse'] < fixed['test_mse'] < average['test_mse']
   # A narrower kernel attends to fewer training points.
   assert learned['entropy'] < fixed['entropy'] < average['entropy']
-  with pytest.raises(ValueError, match='bandwidth'):
+  with raises_naming(ValueError, '--bandwidth=0.0', '1e-06'):
     kernel_regression.fit(bandwidth=0.0, steps=1)

@@ -6,6 +6,7 @@ import logging
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer.data import batching
 from transformer.data import packing
 from transformer.data import text
@@ -164,13 +165,14 @@ def test_pack_hand_example():
 
 
 def test_pack_rejects_bad_examples():
-  with pytest.raises(ValueError, match='filter_long'):
+  with raises_naming(ValueError, 'source of 10 tokens', 'max_length=8',
+                     'filter_long'):
     packing.pack([([3] * 9 + [EOS], [EOS])], 8)
-  with pytest.raises(ValueError, match='empty'):
+  with raises_naming(ValueError, 'Example 0', 'empty target', 'EOS'):
     packing.pack([([3, EOS], [])], 8)
-  with pytest.raises(ValueError, match='reserved for padding'):
+  with raises_naming(ValueError, 'example 1', 'id 0', 'padding'):
     packing.pack([([3, EOS], [4, EOS]), ([3, 0, EOS], [EOS])], 8)
-  with pytest.raises(ValueError, match='integer ids'):
+  with raises_naming(ValueError, 'integer ids', 'float64'):
     packing.pack([([3.5, EOS], [4, EOS])], 8)
 
 
@@ -540,7 +542,8 @@ def test_bucketed_token_slots_per_batch(tokens_per_batch, row_multiple):
 
 
 def test_bucketed_rejects_bad_examples():
-  with pytest.raises(ValueError, match='filter_long'):
+  with raises_naming(ValueError, 'source of 71 tokens', 'max_length=64',
+                     'filter_long'):
     bucketed([([3] * 70 + [EOS], [EOS])])
   with pytest.raises(ValueError, match='No training examples'):
     bucketed([])
@@ -610,5 +613,6 @@ def test_filter_long_can_truncate_keeping_eos(caplog):
   assert len(kept[0][0]) == 25 and kept[0][0][-1] == 30
   np.testing.assert_array_equal(kept[0][0][:24], np.arange(1, 25))
   assert 'Truncated 1 of 2 examples' in caplog.text
-  with pytest.raises(ValueError, match="'drop', 'truncate'"):
+  with raises_naming(ValueError, "config.data.too_long='cut'", "'drop'",
+                     "'truncate'"):
     batching.filter_long(examples, 25, too_long='cut')

@@ -1,4 +1,5 @@
-"""Captioning data: the offline two-object scenes, caption folders, TFDS."""
+"""Captioning data: the offline two-object scenes and caption folders
+(TFDS: e2e/test_captions_data_e2e.py)."""
 
 import itertools
 import logging
@@ -8,8 +9,8 @@ import re
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer.data import captions
-from transformer.data import tfds_reader
 
 _OBJECT = (f"a ({'|'.join(captions.COLOURS)}) "
            f"({'|'.join(captions.SHAPES)})")
@@ -119,12 +120,16 @@ def test_caption_folder_round_trip(tmp_path, caplog):
 
 
 @pytest.mark.parametrize('lines, error, message', [
-    (None, FileNotFoundError, r'No .*captions\.tsv: caption folders'),
-    ('red.png\tred\nred.png red\n', ValueError, 'line 2 has no tab'),
-    ('red.png\t  \n', ValueError, "line 1: the caption of 'red.png' is empty"),
+    (None, FileNotFoundError, ('train/captions.tsv',
+                               'ROOT/SPLIT/captions.tsv')),
+    ('red.png\tred\nred.png red\n', ValueError, ('captions.tsv line 2',
+                                                 'no tab', 'a tab')),
+    ('red.png\t  \n', ValueError, ('captions.tsv line 1', "'red.png'",
+                                   'empty', 'remove the line')),
     ('red.png\tred\n\nnone.png\tno\n', FileNotFoundError,
-     "line 3 captions 'none.png', which is not a file"),
-    ('\n', ValueError, 'has no captions'),
+     ('captions.tsv line 3', "'none.png'", 'add the image')),
+    ('\n', ValueError, ('captions.tsv', 'no captions',
+                        'ROOT/SPLIT/captions.tsv')),
 ])
 def test_caption_folder_errors_name_the_line_and_the_fix(
     tmp_path, lines, error, message):
@@ -133,66 +138,11 @@ def test_caption_folder_errors_name_the_line_and_the_fix(
     os.remove(folder / 'captions.tsv')
   else:
     (folder / 'captions.tsv').write_text(lines, encoding='utf-8')
-  with pytest.raises(error, match=message):
+  with raises_naming(error, *message):
     captions.read_caption_folder(str(tmp_path), 'train', image_size=6)
 
 
 def test_caption_folder_without_the_split(tmp_path):
-  with pytest.raises(FileNotFoundError, match='ROOT/SPLIT/captions.tsv'):
+  with raises_naming(FileNotFoundError, str(tmp_path / 'val'),
+                     'ROOT/SPLIT/captions.tsv'):
     captions.read_caption_folder(str(tmp_path), 'val', image_size=6)
-
-
-def test_load_captions_under_mock_data():
-  tfds = pytest.importorskip('tensorflow_datasets')
-  with tfds.testing.mock_data(num_examples=4):
-    x, references = tfds_reader.load_captions('coco_captions', 'val', None,
-                                               image_size=16)
-    two, _ = tfds_reader.load_captions('coco_captions', 'train', None,
-                                       image_size=16, max_examples=2)
-    with pytest.raises(ValueError, match='needs "image" and "captions"'):
-      tfds_reader.load_captions('mnist', 'train', None, image_size=16)
-  assert x.shape == (4, 16, 16, 3) and x.dtype == np.uint8
-  assert len(two) == 2 and len(references) == 4
-  assert all(refs and all(isinstance(r, str) for r in refs)
-             for refs in references)
-
-
-def test_load_captions_reads_a_split_called_val(tmp_path):
-  """The unmocked path on a tiny prepared dataset whose validation split is
-  called 'val', as coco_captions' is (not the alias of 'validation')."""
-  tfds = pytest.importorskip('tensorflow_datasets')
-  pixels = np.zeros((6, 4, 3), np.uint8)
-  texts = {'train': [['one', 'two'], ['three']], 'val': [['Caf\u00e9 noir']]}
-
-  with tfds.core.registered.skip_registration():
-
-    class ToyCaptions(tfds.core.GeneratorBasedBuilder):
-      VERSION = tfds.core.Version('1.0.0')
-
-      def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=(
-            tfds.features.FeaturesDict({
-                'image': tfds.features.Image(shape=(None, None, 3)),
-                'captions': tfds.features.Sequence({'text': np.str_}),
-            })))
-
-      def _split_generators(self, dl_manager):
-        del dl_manager
-        return {split: self._generate_examples(refs)
-                for split, refs in texts.items()}
-
-      def _generate_examples(self, refs):
-        for i, captions_ in enumerate(refs):
-          yield i, {'image': pixels,
-                    'captions': [{'text': t} for t in captions_]}
-
-  ToyCaptions(data_dir=str(tmp_path)).download_and_prepare()
-  x, references = tfds_reader.load_captions('toy_captions', 'val',
-                                            str(tmp_path), image_size=4)
-  assert x.shape == (1, 4, 4, 3) and references == texts['val']
-  _, train = tfds_reader.load_captions('toy_captions', 'train',
-                                       str(tmp_path), image_size=4)
-  assert sorted(train) == sorted(texts['train'])
-  with pytest.raises(tfds_reader.DatasetNotFoundError, match='tfds build'):
-    tfds_reader.load_captions('coco_captions', 'val', str(tmp_path / 'none'),
-                              image_size=4)

@@ -1,18 +1,15 @@
-"""Data sources: the generated translation task, local files and TFDS."""
+"""Data sources: the generated translation task and local files (TFDS:
+e2e/test_data_sources_e2e.py)."""
 
-import functools
 import gzip
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 
-from conftest import prepare_translation_dataset
+from conftest import raises_naming
 from conftest import REPO
 from transformer.data import parallel_text
-from transformer.data import tfds_reader
 from transformer.data.generated import offline_mt
 
 MULTI30K = os.path.join(REPO, '..', 'shared', 'data', 'multi30k')
@@ -259,7 +256,8 @@ def test_pairs_with_an_empty_side_are_dropped_and_counted(tmp_path,
 
 
 def test_read_parallel_errors_say_what_and_how(tmp_path):
-  with pytest.raises(FileNotFoundError, match='does not exist'):
+  with raises_naming(FileNotFoundError, str(tmp_path / 'nope'),
+                     'does not exist', '{split}.{lang}'):
     parallel_text.read_parallel(str(tmp_path / 'nope'), 'train', 'de', 'en')
   write(tmp_path / 'train.de', ['a', 'b'])
   with pytest.raises(FileNotFoundError) as info:
@@ -272,7 +270,7 @@ def test_read_parallel_errors_say_what_and_how(tmp_path):
   for part in ('2 in', 'train.de', '1 in', 'train.en.gz'):
     assert part in str(info.value)
   write(tmp_path / 'train.en', ['A', 'B'])
-  with pytest.raises(ValueError, match='remove one'):
+  with raises_naming(ValueError, 'train.en.gz', 'remove one'):
     parallel_text.read_parallel(str(tmp_path), 'train', 'de', 'en')
 
 
@@ -287,94 +285,3 @@ def test_multi30k():
   first = parallel_text.read_parallel(MULTI30K, 'train', 'en', 'de')[0]
   assert first[0] == 'Two young, White males are outside near many bushes.'
   assert first[1].startswith('Zwei junge weiße Männer')
-
-
-# ---------------------------------------------------------------------------
-# tfds_reader
-
-
-@pytest.fixture(name='tfds', scope='module')
-def fixture_tfds():
-  return pytest.importorskip('tensorflow_datasets')
-
-
-def test_load_translation_under_mock_data_in_both_directions(tfds):
-  with tfds.testing.mock_data(num_examples=5):
-    en_de = tfds_reader.load_translation('wmt14_translate/de-en', 'validation',
-                                         'en', 'de', data_dir=None)
-    de_en = tfds_reader.load_translation('wmt14_translate/de-en', 'val', 'de',
-                                         'en', data_dir=None)
-    first_two = tfds_reader.load_translation(
-        'wmt14_translate/de-en', 'train', 'en', 'de', data_dir=None,
-        max_examples=2)
-  assert len(en_de) == 5
-  assert all(isinstance(s, str) and isinstance(t, str) and s and t
-             for s, t in en_de)
-  # mock_data yields the same examples on each call, so the directions are
-  # swaps of each other.
-  assert de_en == [(t, s) for s, t in en_de]
-  assert first_two == en_de[:2]
-
-
-def test_load_translation_reads_a_prepared_dataset(tfds, tmp_path):
-  """The unmocked path, on a tiny dataset prepared in tmp_path."""
-  pairs = [('ein Hund', 'a dog'), ('zwei Katzen', 'two cats'),
-           ('Mädchen', 'girl')]
-
-  # Left unregistered, so that load_translation finds it from its files, as
-  # it finds a WMT dataset prepared by `tfds build`.
-  data_dir = str(tmp_path)
-  prepare_translation_dataset('ToyTranslate', data_dir,
-                              {'train': pairs, 'validation': pairs[:1]})
-  load = functools.partial(tfds_reader.load_translation, 'toy_translate/de-en',
-                           data_dir=data_dir)
-  # TFDS orders examples by a hash of their keys, not as generated.
-  assert sorted(load('train', 'en', 'de')) == sorted(
-      (en, de) for de, en in pairs)
-  assert load('val', 'de', 'en') == pairs[:1]
-  first_two = load('train', 'de', 'en', max_examples=2)
-  assert len(first_two) == 2 and set(first_two) < set(pairs)
-
-
-def test_unknown_language_is_named(tfds):
-  with tfds.testing.mock_data(num_examples=1):
-    with pytest.raises(ValueError, match=r"no language 'fr'.*\['de', 'en'\]"):
-      tfds_reader.load_translation('wmt14_translate/de-en', 'train', 'fr',
-                                   'en', data_dir=None)
-
-
-def test_unprepared_dataset_raises_one_clear_error(tfds, tmp_path):
-  del tfds  # Imported for the skip only; no mock here.
-  data_dir = str(tmp_path / 'empty')
-  with pytest.raises(tfds_reader.DatasetNotFoundError) as info:
-    tfds_reader.load_translation('wmt14_translate/de-en', 'train', 'en', 'de',
-                                 data_dir=data_dir)
-  message = str(info.value)
-  assert "'wmt14_translate/de-en'" in message
-  assert f'tfds build wmt14_translate/de-en --data_dir={data_dir}' in message
-  assert 'download_and_prepare()' in message
-  # One error, not a chain leading into TFDS internals.
-  assert info.value.__cause__ is None and info.value.__suppress_context__
-  with pytest.raises(tfds_reader.DatasetNotFoundError, match='no dataset'):
-    tfds_reader.load_translation('no_such_dataset/de-en', 'train', 'en', 'de',
-                                 data_dir=data_dir)
-
-
-def test_unprepared_dataset_names_the_default_data_dir(tfds, tmp_path,
-                                                       monkeypatch):
-  # Stands in for ~/tensorflow_datasets, which may hold real data.
-  monkeypatch.setattr(tfds.core.constants, 'DATA_DIR', str(tmp_path))
-  with pytest.raises(tfds_reader.DatasetNotFoundError) as info:
-    tfds_reader.load_translation('wmt17_translate/de-en', 'test', 'de', 'en',
-                                 data_dir=None)
-  assert str(tmp_path) in str(info.value)
-  assert 'TFDS_DATA_DIR' in str(info.value)
-
-
-def test_importing_the_data_sources_does_not_import_tensorflow():
-  code = ('import sys, transformer.data.tfds_reader, '
-          'transformer.data.generated.offline_mt, transformer.data.parallel_text; '
-          'print(sorted(m for m in sys.modules if m.startswith("tensorflow")))')
-  out = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                       text=True, check=True, cwd=REPO).stdout
-  assert out.strip() == '[]'

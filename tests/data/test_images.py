@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from conftest import write_idx
 from transformer.data import augment
 from transformer.data import downloads
@@ -47,11 +48,12 @@ def test_read_mnist_idx_files(tmp_path):
   np.testing.assert_array_equal(x[..., 0], pixels)
   np.testing.assert_array_equal(y, np.arange(5))
   assert names[3] == '3'
-  with pytest.raises(FileNotFoundError, match='four MNIST idx files'):
+  with raises_naming(FileNotFoundError, 'train-images-idx3-ubyte',
+                     'config.data.path'):
     images.read_mnist(str(tmp_path), 'train')
   write_idx(tmp_path / 'train-images-idx3-ubyte.gz', pixels)
   write_idx(tmp_path / 'train-labels-idx1-ubyte.gz', np.arange(4))
-  with pytest.raises(ValueError, match='5 images but 4 labels'):
+  with raises_naming(ValueError, '5 images', '4 labels', 'fetch both again'):
     images.read_mnist(str(tmp_path), 'train')
 
 
@@ -78,7 +80,8 @@ def test_read_folder(tmp_path):
   _, yt, _ = images.read_folder(str(tmp_path), 'test', image_size=8,
                                 class_names=names)
   assert sorted(yt.tolist()) == [0, 1]
-  with pytest.raises(FileNotFoundError, match='CLASS_NAME'):
+  with raises_naming(FileNotFoundError, str(tmp_path / 'validation'),
+                     'ROOT/SPLIT/CLASS_NAME/'):
     images.read_folder(str(tmp_path), 'validation', image_size=8)
 
 
@@ -152,7 +155,7 @@ def test_shape_colours_always_contrast():
 def test_center_crop():
   x = batch(size=10)
   np.testing.assert_array_equal(augment.center_crop(x, 6), x[:, 2:8, 2:8])
-  with pytest.raises(ValueError, match='load_size'):
+  with raises_naming(ValueError, '12x12', '10x10', 'config.data.load_size'):
     augment.center_crop(x, 12)
 
 

@@ -6,6 +6,7 @@ import collections
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer.data.generated import scenes
 
 
@@ -89,9 +90,9 @@ def test_a_question_only_model_stays_at_the_prior():
 
 
 def test_bad_settings_are_refused():
-  with pytest.raises(ValueError, match='max_objects'):
+  with raises_naming(ValueError, 'max_objects=2', 'at least 3'):
     scenes.questions(5, seed=0, max_objects=2)
-  with pytest.raises(ValueError, match='question type'):
+  with raises_naming(ValueError, "question type 'size'", "'relation'"):
     scenes.questions(5, seed=0, kinds=('colour', 'size'))
 
 

@@ -1,19 +1,17 @@
-"""Language-modelling data: documents, byte and character tokenizers, TFDS
-text and next-token examples."""
+"""Language-modelling data: documents, byte and character tokenizers and
+next-token examples (TFDS text: e2e/test_text_data_e2e.py)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from conftest import REPO
 from transformer.data import batching
 from transformer.data import packing
 from transformer.data import text
-from transformer.data import tfds_reader
 from transformer.data import tokenization
 
 SHAKESPEARE = os.path.join(REPO, '..', 'shared', 'data', 'tinyshakespeare',
@@ -111,14 +109,15 @@ def test_read_documents_per_line(folder, logged):
 
 
 def test_read_documents_errors_say_how_to_fix(folder):
-  with pytest.raises(FileNotFoundError, match='does not exist.*a folder'):
+  with raises_naming(FileNotFoundError, str(folder / 'nope'),
+                     'does not exist', 'folder of .txt files'):
     text.read_documents(str(folder / 'nope'))
   (folder / 'md').mkdir()
   (folder / 'md' / 'x.md').write_text('x', encoding='utf-8')
-  with pytest.raises(FileNotFoundError,
-                     match=r"No \.txt files.*\['x\.md'\].*\*\.txt"):
+  with raises_naming(FileNotFoundError, 'No .txt files', "['x.md']",
+                     '*.txt'):
     text.read_documents(str(folder / 'md'))
-  with pytest.raises(ValueError, match="'file'.*'line'.*'word'"):
+  with raises_naming(ValueError, 'per', "'file'", "'line'", "got 'word'"):
     text.read_documents(str(folder), per='word')
 
 
@@ -126,7 +125,7 @@ def test_split_text_is_a_prefix_and_the_rest():
   assert text.split_text('abcdefghij', 0.9) == ('abcdefghi', 'j')
   assert text.split_text('abcdefghij', 0.25) == ('ab', 'cdefghij')
   assert text.split_text('abc', 1.0) == ('abc', '')
-  with pytest.raises(ValueError, match='train_fraction'):
+  with raises_naming(ValueError, 'train_fraction', '[0, 1]', '1.5'):
     text.split_text('abc', 1.5)
 
 
@@ -217,17 +216,17 @@ def test_shifted_chunks_refuse_chunks_that_do_not_start_a_document():
   source, target = batching.sides(text.lm_examples([[5] * 20], 8), 8)
   rest = [batching.Side.from_arrays(side.tokens[8:], side.lengths[1:])
           for side in (source, target)]
-  with pytest.raises(ValueError, match='not lm_examples chunks'):
+  with raises_naming(ValueError, 'EOS', 'lm_examples'):
     text.ShiftedLMChunks(rest[0], 8, seed=0)
 
 
 def test_lm_examples_reject_documents_with_eos_or_padding():
   assert not text.lm_examples([], max_length=8)
-  with pytest.raises(ValueError, match='Document 2 contains id 1.*add_eos'):
+  with raises_naming(ValueError, 'Document 2', 'id 1', 'add_eos=False'):
     text.lm_examples([[4], [], [5, 6, 1]], max_length=8)
-  with pytest.raises(ValueError, match='Document 1 contains id 0'):
+  with raises_naming(ValueError, 'Document 1', 'id 0', 'add_eos=False'):
     text.lm_examples([[4], [0]], max_length=8)
-  with pytest.raises(ValueError, match='max_length'):
+  with raises_naming(ValueError, 'max_length', '>= 1', 'got 0'):
     text.lm_examples([[4]], max_length=0)
 
 
@@ -280,7 +279,7 @@ def test_byte_tokenizer_decode_stops_at_eos_skips_padding_and_never_raises():
   # A lone continuation byte, a lead byte cut short, the unknown id.
   assert tokenizer.decode([0x80 + 3, 0xe2 + 3, ord('a') + 3, 2]) == (
       '\ufffd\ufffda\ufffd')
-  with pytest.raises(ValueError, match='259'):
+  with raises_naming(ValueError, 'Id 259', '[0, 259)'):
     tokenizer.decode([259])
 
 
@@ -317,9 +316,9 @@ def test_char_tokenizer_round_trip_and_unknown_characters():
       'h', 'e']
   assert [tokenizer.id_to_piece(i) for i in (1, 3, 4, 14)] == [
       '</s>', '\\n', ' ', 'ö']
-  with pytest.raises(ValueError, match='outside'):
+  with raises_naming(ValueError, 'Id -1', 'outside the vocabulary'):
     tokenizer.decode([-1])
-  with pytest.raises(ValueError, match='empty'):
+  with raises_naming(ValueError, 'training texts', 'empty'):
     tokenization.CharTokenizer.build(['', ''])
 
 
@@ -335,7 +334,7 @@ def test_char_tokenizer_save_and_load(tmp_path):
   assert loaded.encode(CHAR_TEXTS[0]) == built.encode(CHAR_TEXTS[0])
   with open(path, 'w', encoding='utf-8') as f:
     json.dump({'characters': 'ba'}, f)
-  with pytest.raises(ValueError, match='Delete it'):
+  with raises_naming(ValueError, path, 'Delete it'):
     tokenization.CharTokenizer(path)
 
 
@@ -358,48 +357,6 @@ def test_load_or_build_builds_once_then_reuses(tmp_path, monkeypatch):
   second = tokenization.CharTokenizer.load_or_build(path, texts)
   assert calls == [1] and os.path.getmtime(path) == mtime
   assert second.characters == first.characters
-
-
-# ---------------------------------------------------------------------------
-# TFDS text
-
-
-@pytest.fixture(name='tfds', scope='module')
-def fixture_tfds():
-  return pytest.importorskip('tensorflow_datasets')
-
-
-def test_load_text_under_mock_data(tfds):
-  with tfds.testing.mock_data(num_examples=5):
-    texts = tfds_reader.load_text('lm1b', 'train', data_dir=None)
-    validation = tfds_reader.load_text('lm1b', 'val', data_dir=None,
-                                       max_examples=2)
-    with pytest.raises(ValueError, match=r"no feature 'sentence'.*\['text'\]"):
-      tfds_reader.load_text('lm1b', 'test', None, feature='sentence')
-  assert len(texts) == 5 and all(isinstance(t, str) and t for t in texts)
-  # mock_data serves the same examples for every split.
-  assert validation == texts[:2]
-
-
-def test_missing_lm1b_raises_one_clear_error(tfds, tmp_path):
-  del tfds  # Imported for the skip only; no mock here.
-  data_dir = str(tmp_path / 'empty')
-  with pytest.raises(tfds_reader.DatasetNotFoundError) as info:
-    tfds_reader.load_text('lm1b', 'train', data_dir=data_dir)
-  assert "'lm1b'" in str(info.value)
-  assert f'tfds build lm1b --data_dir={data_dir}' in str(info.value)
-  assert info.value.__cause__ is None and info.value.__suppress_context__
-  with pytest.raises(tfds_reader.DatasetNotFoundError,
-                     match='no dataset.*e.g. lm1b'):
-    tfds_reader.load_text('no_such_text', 'train', data_dir=data_dir)
-
-
-def test_importing_text_does_not_import_tensorflow():
-  code = ('import sys, transformer.data.text, transformer.data.tokenization; '
-          'print(sorted(m for m in sys.modules if m.startswith("tensorflow")))')
-  out = subprocess.run([sys.executable, '-c', code], capture_output=True,
-                       text=True, check=True, cwd=REPO).stdout
-  assert out.strip() == '[]'
 
 
 # ---------------------------------------------------------------------------

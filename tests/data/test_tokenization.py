@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
+from conftest import raises_naming
 from transformer.data import tokenization
 
 WORDS = ('house tree river stone blue green the a runs sees quick slow '
@@ -134,7 +135,8 @@ def test_rejects_model_with_other_ids(tmp_path):
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(CORPUS), model_prefix=path[:-len('.model')],
         vocab_size=60, hard_vocab_limit=False, logstream=quiet)
-  with pytest.raises(ValueError, match='Delete it'):
+  with raises_naming(ValueError, path, '(-1, 2, 0, 1)', '(0, 1, 2, -1)',
+                     'Delete it'):
     tokenization.SentencePieceTokenizer(path)
 
 
@@ -165,5 +167,6 @@ def test_the_batch_helpers_and_the_eos_cut_have_one_home():
   for tokenizer in (tokenization.ByteTokenizer(), chars):
     assert isinstance(tokenizer, tokenization.Tokenizer)
     assert tokenizer.decode_batch([tokenizer.encode('ab')]) == ['ab']
-    with pytest.raises(ValueError, match='outside the vocabulary'):
+    with raises_naming(ValueError, f'Id {tokenizer.vocab_size}',
+                       'outside the vocabulary'):
       tokenizer.decode([tokenizer.vocab_size])

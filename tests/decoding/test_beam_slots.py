@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer import attention
 from transformer.decoding import beam_slots
 
@@ -122,5 +123,6 @@ def test_reordered_map_reads_what_reordering_the_cache_reads():
 def test_rows_that_are_not_whole_examples_are_refused():
   slots = beam_slots.initial(4, 3, LENGTH)
   x = jnp.zeros((4, LENGTH, 2, 8))
-  with pytest.raises(ValueError, match='not a multiple of 3'):
+  with raises_naming(ValueError, 'beams of 3', '4 rows', 'beam_size=3',
+                     'beam_size=1'):
     beam_slots.attention(jnp.zeros((4, 1, 2, 8)), x, x, slots, None, 1.0)

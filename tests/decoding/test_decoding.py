@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer import decoding
 from transformer.models import decoder
 from transformer.models import encoder_decoder
@@ -448,12 +449,14 @@ def test_state_kept_in_slots_for_another_beam_size_is_refused(transformer):
   search = functools.partial(decoding.beam_search, step_fn, state,
                              batch_size=len(inputs), max_length=MAX_LEN,
                              eos_id=transformer['eos_id'])
-  with pytest.raises(ValueError, match='for a beam search of 3, not 2'):
+  with raises_naming(ValueError, 'beam search of 3', 'not 2',
+                     'beam_size=2'):
     search(beam_size=2)
-  with pytest.raises(ValueError, match='for a beam search of 3, not 1'):
+  with raises_naming(ValueError, 'beam search of 3', 'not 1',
+                     'beam_size=1'):
     decoding.greedy_search(step_fn, state, batch_size=len(inputs),
                            max_length=MAX_LEN, eos_id=transformer['eos_id'])
-  with pytest.raises(ValueError, match='beam_size=1'):
+  with raises_naming(ValueError, 'beam search of 3', 'beam_size=1'):
     decoding.sample(step_fn, state, rng=jax.random.key(0),
                     batch_size=len(inputs), max_new_tokens=3, eos_id=1,
                     prompt_last=jnp.zeros((len(inputs),), jnp.int32))

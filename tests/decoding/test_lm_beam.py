@@ -1,14 +1,11 @@
 """Beam search for language models: translation's search (GNMT penalty,
 EOS ends a hypothesis) continuing left-padded prompts from a prefilled KV
 cache finds exactly the best of all continuations, scored without a cache;
-beam 1 is greedy; the command takes --beam_size and refuses what it
-cannot mean."""
+beam 1 is greedy (the command, which takes --beam_size and refuses what it
+cannot mean: e2e/test_lm_beam_e2e.py)."""
 
 import functools
 import itertools
-import os
-import subprocess
-import sys
 
 import flax.linen as nn
 import jax
@@ -16,10 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import load_experiment
-from conftest import REPO
 from transformer import decoding
-from transformer import train
 from transformer.data import tokenization
 from transformer.models import decoder
 from transformer.tasks import language_modeling
@@ -146,44 +140,3 @@ def test_beam_one_without_penalty_is_greedy():
       language_modeling.generate_tokens, decode, max_new_tokens=6, top_k=0,
       greedy=True))(params, tokens, pad, jax.random.key(0), 1.0, 1.0)
   np.testing.assert_array_equal(beam_one, greedy)
-
-
-@pytest.fixture(scope='module')
-def lm_workdir(tmp_path_factory):
-  workdir = str(tmp_path_factory.mktemp('lm'))
-  train.train_and_evaluate(load_experiment('lm_offline', 'runlocal'),
-                           workdir)
-  return workdir
-
-
-def generate(*args):
-  return subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.generate', *args],
-      cwd=REPO, capture_output=True, text=True, check=False,
-      env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
-
-
-def test_the_command_searches_with_a_beam(lm_workdir):
-  run = generate(f'--workdir={lm_workdir}', '--prompt=the', '--prompt=a red',
-                 '--beam_size=4', '--length_penalty=0.6',
-                 '--max_new_tokens=8')
-  assert run.returncode == 0, run.stderr[-2000:]
-  assert run.stdout.startswith('the') and '\na red' in run.stdout
-
-
-@pytest.mark.parametrize('flag,message', [
-    ('--temperature=0.7', '--beam_size searches'),
-    ('--top_k=5', '--beam_size searches'),
-    ('--greedy', '--beam_size searches'),
-    ('--beam_size=0', '--beam_size=0 must be >= 1'),
-    ('--length_penalty=-1', '--length_penalty=-1.0 must be >= 0'),
-    ('--max_new_tokens=500', 'Beam search stays within the context'),
-])
-def test_the_command_refuses_what_a_beam_cannot_mean(lm_workdir, flag,
-                                                     message):
-  args = [f'--workdir={lm_workdir}', '--prompt=the', '--max_new_tokens=4']
-  if not flag.startswith('--beam_size'):
-    args.append('--beam_size=2')
-  run = generate(*args, flag)
-  assert run.returncode == 2, run.stderr[-2000:]
-  assert message in run.stderr and 'Traceback' not in run.stderr

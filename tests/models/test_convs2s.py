@@ -2,7 +2,8 @@
 through gradients (output t does not depend on input t - k beyond L (k - 1)
 positions, in the encoder both ways and in the decoder only backwards),
 padding that changes nothing, step-by-step decoding equal to teacher
-forcing, the one attention hook, and a translation run with beam search."""
+forcing and the one attention hook (a translation run with beam search:
+e2e/test_convs2s_e2e.py)."""
 
 import functools
 
@@ -12,13 +13,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import load_experiment
 import conftest
 from transformer import layers
-from transformer import train
-from transformer import workdir as workdir_lib
 from transformer.models import convs2s
-from transformer.insight import heads
 
 
 def tiny_config(**overrides):
@@ -116,17 +113,6 @@ def test_padding_changes_nothing_and_step_decoding_is_teacher_forcing():
     previous = targets[:, t:t + 1]
   np.testing.assert_allclose(jnp.stack(outputs, 1), full, rtol=1e-4,
                              atol=1e-5)
-
-
-def test_translation_runs_with_the_convolution_family(tmp_path):
-  config = load_experiment('rnn_vs_transformer', 'model=convs2s,runlocal')
-  assert config.model.family == 'convs2s'
-  result = train.train_and_evaluate(config, str(tmp_path))
-  assert {'bleu', 'loss', 'perplexity'} <= set(result)
-  # Its single-head attention has no heads to prune: said as ConvS2S's.
-  with pytest.raises(ValueError, match=r'no multi-head attention \(ConvS2S '
-                     r'attends with one dot-product head per decoder layer'):
-    heads.head_importance(workdir_lib.restore(str(tmp_path)))
 
 
 def test_param_count_is_the_built_models_count():

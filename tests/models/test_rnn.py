@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 import conftest
 from transformer import decoding
 from transformer import layers
@@ -164,15 +165,16 @@ def test_beams_share_the_encoder_memory_without_changing_results(variant):
   np.testing.assert_allclose(scores, expected_scores, rtol=1e-5, atol=1e-6)
   four_rows = jax.tree.map(lambda x: jnp.concatenate([x, x[:1]]),
                            state['carry'])
-  with pytest.raises(ValueError, match='beams of each example'):
+  with raises_naming(ValueError, '4 decoder rows', '3 encoded examples',
+                     'beams of each example'):
     rnn.decoding_step(model, params, jnp.zeros((4, 1), jnp.int32),
                       {**state, 'carry': four_rows})
 
 
 def test_config_errors():
-  with pytest.raises(ValueError, match='attention'):
+  with raises_naming(ValueError, "attention='multiplicative'", "'additive'"):
     rnn.config_for('tiny', attention='multiplicative')
-  with pytest.raises(ValueError, match='Unknown RNN size'):
+  with raises_naming(ValueError, "RNN size 'huge'", "'rnnsearch'"):
     rnn.config_for('huge')
 
 

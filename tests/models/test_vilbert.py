@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer import layers
 from transformer.core import masks
 from transformer.models import encoder
@@ -160,12 +161,12 @@ def test_a_bert_text_stream_is_bert_without_regions(tiny):
   # Mismatched BERTs, from their shapes alone (`from_bert` reads no values;
   # an eager `init` would compile every initialiser).
   deeper = encoder.Bert(config.text().replace(num_layers=3))
-  with pytest.raises(ValueError, match='layers'):
+  with raises_naming(ValueError, '3 layers', 'text_layers_2', 'num_layers'):
     jax.eval_shape(lambda: vilbert.from_bert(deeper.init(
         jax.random.key(0), tokens, deterministic=True,
         method='encode')['params'], params))
   wider = encoder.Bert(config.text().replace(d_model=64))
-  with pytest.raises(ValueError, match='sizes'):
+  with raises_naming(ValueError, 'embed', '(50, 64)', '(50, 32)', 'd_model'):
     jax.eval_shape(lambda: vilbert.from_bert(wider.init(
         jax.random.key(0), tokens, deterministic=True,
         method='encode')['params'], params))
@@ -190,15 +191,17 @@ def test_heads_shapes_and_padding(tiny):
 
 
 def test_config_errors():
-  with pytest.raises(ValueError, match='same number'):
+  with raises_naming(ValueError, 'text_co_layers=(1,)',
+                     'visual_co_layers=(0, 1)', 'same number'):
     vilbert.config_for('tiny', text_co_layers=(1,))
-  with pytest.raises(ValueError, match='non-decreasing'):
+  with raises_naming(ValueError, 'text_co_layers=(2, 1)', 'non-decreasing'):
     vilbert.config_for('tiny', text_co_layers=(2, 1))
-  with pytest.raises(ValueError, match='stream depth'):
+  with raises_naming(ValueError, 'visual_co_layers=(0, 3)',
+                     'stream depth 2'):
     vilbert.config_for('tiny', visual_co_layers=(0, 3))
-  with pytest.raises(ValueError, match='co_d_model'):
+  with raises_naming(ValueError, 'co_d_model=50', 'co_num_heads=4'):
     vilbert.config_for('tiny', co_d_model=50)
-  with pytest.raises(ValueError, match='v_num_layers'):
+  with raises_naming(ValueError, 'v_num_layers=0', '>= 1'):
     vilbert.config_for('tiny', v_num_layers=0)
-  with pytest.raises(ValueError, match='Unknown ViLBERT size'):
+  with raises_naming(ValueError, "ViLBERT size 'huge'", "'vilbert'"):
     vilbert.config_for('huge')

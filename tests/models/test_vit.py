@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer import layers
 from transformer.models import vit
 
@@ -121,7 +122,7 @@ def test_padded_token_sequence_changes_no_state(pooling):
                          mutable=['intermediates'])
   for weights in layers.attention_weights(kept['intermediates']).values():
     assert weights.shape[-2:] == (config.num_tokens, config.num_tokens)
-  with pytest.raises(ValueError, match='pad_tokens_to'):
+  with raises_naming(ValueError, 'pad_tokens_to=0', '>= 1'):
     config.replace(pad_tokens_to=0)
 
 
@@ -165,14 +166,17 @@ def test_position_interpolation_keeps_the_grid_and_is_bilinear():
 
 
 def test_clear_errors():
-  with pytest.raises(ValueError, match='VARIANT/PATCH'):
+  with raises_naming(ValueError, "'B16'", 'VARIANT/PATCH', '"B/16"'):
     vit.config_for('B16')
-  with pytest.raises(ValueError, match='multiple of patch_size'):
+  with raises_naming(ValueError, 'image_size=100', 'patch_size=16',
+                     'resize'):
     vit.config_for('B/16', image_size=100)
-  with pytest.raises(ValueError, match='positional_encoding'):
+  with raises_naming(ValueError, "positional_encoding='sinusoidal'",
+                     "'sincos2d'"):
     vit.config_for('B/16', positional_encoding='sinusoidal')
   _, model, params, _ = tiny()
-  with pytest.raises(ValueError, match='resize the inputs'):
+  with raises_naming(ValueError, '(1, 32, 32, 3)', '[B, 16, 16, 3]',
+                     'image_size/num_channels'):
     model.apply(params, jnp.zeros((1, 32, 32, 3)), deterministic=True)
 
 
