@@ -398,3 +398,257 @@ def explorer_multipart(fields: dict) -> tuple[bytes, dict]:
                  + b'\r\n')
   body = b''.join(parts) + f'--{boundary}--\r\n'.encode()
   return body, {'Content-Type': f'multipart/form-data; boundary={boundary}'}
+
+
+# -- Shared by tests/tools and tests/tools/e2e
+TABLE3 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table3.py')
+
+# Two tiny rows that train, one whose config the trainer refuses (a failed
+# row), one that sets a field the config does not have.
+TINY_SPEC = """
+from transformer.reproduce.specs import Column, Row, Scale
+
+TITLE = 'Tiny table'
+SCALES = {'paper': Scale('experiments/mt_offline.py:runlocal', 'tiny offline',
+                         {'train.num_steps': 4, 'train.eval_every': 4,
+                          'train.checkpoint_every': 4, 'train.log_every': 2,
+                          'data.num_train': 300, 'data.num_test': 4,
+                          'data.vocab_size': 100})}
+COLUMNS = (Column('h', 'h', 'setting:h'),
+           Column('ppl', 'PPL', 'metric:eval/perplexity', paper=True),
+           Column('bleu', 'BLEU', 'metric:eval/bleu', paper=True),
+           Column('params', 'params', 'params', digits=4, paper=True))
+ROWS = (Row('base', 'base', 'base', {'paper': {}},
+            dict(ppl='9.99', bleu='1.0', params=1)),
+        Row('h2', 'A', 'h=2', {'paper': {'model.num_heads': 2}},
+            dict(ppl='8.88')),
+        Row('broken', 'A', 'no checkpoints',
+            {'paper': {'train.keep_checkpoints': 0}}),
+        Row('novel', 'B', 'a new field', {'paper': {'model.no_such': 1}}))
+NOTES = 'Tiny notes.'
+"""
+
+
+@pytest.fixture(scope='module')
+def spec_path(tmp_path_factory):
+  """TINY_SPEC as a table spec file (tests/tools' reproduce tests)."""
+  path = tmp_path_factory.mktemp('spec') / 'tiny_table.py'
+  path.write_text(TINY_SPEC)
+  return str(path)
+
+
+def _parsed(words):
+  """The config that transformer.main would build from these flags."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from ml_collections import config_flags  # pylint: disable=g-import-not-at-top
+  argv = [w for w in words if w.startswith('--config')]
+  values = flags.FlagValues()
+  # config_flags registers the override flags of the command line it is
+  # given at definition time.
+  config_flags.DEFINE_config_file('config', None, flag_values=values,
+                                  lock_config=True, sys_argv=['main', *argv])
+  values(['main', *argv])
+  return values.config
+
+
+# A PNG file's first bytes (the curves command's figures).
+PNG = b'\x89PNG'
+
+
+def write_run(workdir, scalars):
+  """One event file of {step: {tag: value}} in `workdir`, as training
+  writes them."""
+  from transformer import metrics  # pylint: disable=g-import-not-at-top
+  writer = metrics.MetricWriter(str(workdir))
+  for step, values in scalars.items():
+    writer.write_scalars(step, values)
+  writer.close()
+
+
+@pytest.fixture(name='two_runs')
+def fixture_two_runs(tmp_path):
+  """Two runs' workdirs (the curves command's tests), the first resumed."""
+  first, second = tmp_path / 'seed0', tmp_path / 'seed1'
+  write_run(first, {100: {'train/loss': 5.0},
+                    200: {'train/loss': 4.0, 'eval/bleu': 30.0}})
+  write_run(first, {300: {'train/loss': 3.0, 'eval/bleu': 33.0,
+                          'eval_averaged/bleu': 35.0}})
+  write_run(second, {100: {'train/loss': 6.0}, 300: {'train/loss': 2.0,
+                                                     'eval/bleu': 37.0}})
+  return [str(first), str(second)]
+
+
+# -- Shared by tests/tasks and tests/tasks/e2e
+GLUE_FILES = {
+    'cola': ('gj04\t1\t\tOur friends will not buy this round .\n'
+             'gj04\t0\t*\tThey drank the pub .\n', None),
+    'sst2': ('sentence\tlabel\na gripping tale \t1\ndull\t0\n', None),
+    'mrpc': ('Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n'
+             '1\t702876\t702977\tHe said so .\tSo he said .\n', 'So he said .'),
+    'qqp': ('id\tqid1\tqid2\tquestion1\tquestion2\tis_duplicate\n'
+            '5\t11\t12\tWhy?\tHow?\t0\n6\t13\tcut short\n', 'How?'),
+    'stsb': ('index\tgenre\tfilename\tyear\told_index\tsource1\tsource2\t'
+             'sentence1\tsentence2\tscore\n0\tmain-captions\tMSRvid\t2012test'
+             '\t0001\tnone\tnone\tA plane is taking off.\tAn air plane is '
+             'taking off.\t5.000\n', 'An air plane is taking off.'),
+    'mnli': ('index\tpromptID\tpairID\tgenre\tsentence1_binary_parse\t'
+             'sentence2_binary_parse\tsentence1_parse\tsentence2_parse\t'
+             'sentence1\tsentence2\tlabel1\tgold_label\n0\t1\t1n\tgov\t( x )'
+             '\t( y )\t(ROOT x)\t(ROOT y)\tIt rains.\tIt is wet.\tneutral\t'
+             'contradiction\n', 'It is wet.'),
+    'qnli': ('index\tquestion\tsentence\tlabel\n0\tWho?\tHe did.\t'
+             'not_entailment\n', 'He did.'),
+    'rte': ('index\tsentence1\tsentence2\tlabel\n0\tA cat.\tAn animal.\t'
+            'entailment\n', 'An animal.'),
+    'wnli': ('index\tsentence1\tsentence2\tlabel\n0\tI saw it.\tIt saw.\t1\n',
+             'It saw.'),
+}
+
+
+@pytest.fixture(scope='module')
+def converted_bert(tmp_path_factory):
+  """A tiny BERT of ours written in the Hugging Face layout with a
+  WordPiece tokenizer.json, converted as a published checkpoint is."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from flax import linen as nn  # pylint: disable=g-import-not-at-top
+  tokenizers_lib = pytest.importorskip('tokenizers')
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  from transformer.interop import bert  # pylint: disable=g-import-not-at-top
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  from transformer.models import encoder  # pylint: disable=g-import-not-at-top
+  root = tmp_path_factory.mktemp('published')
+  wordpiece = tokenizers_lib.BertWordPieceTokenizer(lowercase=True)
+  wordpiece.train_from_iterator(text.offline_splits(100, 10, seed=0)['train'],
+                                vocab_size=200, show_progress=False)
+  wordpiece.save(str(root / 'tokenizer.json'))
+  config = encoder.config_for('tiny', vocab_size=wordpiece.get_vocab_size(),
+                              max_length=512)
+  params = nn.unbox(encoder.Bert(config).init(
+      jax.random.key(0), jnp.ones((1, 4), jnp.int32), deterministic=True,
+      method='mlm_logits')['params'])
+  bert.save_hf(str(root), params, config)
+  workdir = str(tmp_path_factory.mktemp('workdirs') / 'minilm')
+  workdirs.convert('hf', str(root), workdir)
+  return workdir
+
+
+def _glue_data(root, rows: int):
+  """glue_data/RTE as GLUE's download lays it out, `rows` training pairs."""
+  folder = root / 'glue_data' / 'RTE'
+  folder.mkdir(parents=True)
+  lines = ''.join(f'{i}\tA cat sat.\tAn animal sat.\tentailment\n'
+                  for i in range(rows))
+  for split in ('train', 'dev'):
+    (folder / f'{split}.tsv').write_text(
+        'index\tsentence1\tsentence2\tlabel\n' + lines)
+
+
+# -- Shared by tests/interop and tests/interop/e2e
+# Prompts of the converted GPT-2 and Llama workdirs, texts of the Llama one,
+# sentences of the Marian one (imported under the modules' own names).
+PROMPTS = ['the dog', 'A cat sees the red house.']
+LLAMA_TEXTS = PROMPTS + ['naïve ✓ text\n', 'two  spaces\n\nend', '']
+MARIAN_SENTENCES = ['the red house is big', 'a small cat sees the dog',
+                    'the dogs walk to the green park', 'zebra quilts?']
+
+
+def publish_gpt2(tmp_path_factory):
+  """A GPT-2 directory: weights, config, vocab.json and merges.txt with
+  <|endoftext|> as the last id, as GPT-2 has it; (model, transformers'
+  tokenizer, the directory)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import tokenizers as tokenizers_lib  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  directory = tmp_path_factory.mktemp('gpt2')
+  documents = text.offline_splits(200, 10, seed=0)['train']
+  bpe = tokenizers_lib.ByteLevelBPETokenizer()
+  bpe.train_from_iterator(documents, vocab_size=400, min_frequency=2,
+                          show_progress=False)
+  bpe.save_model(str(directory))
+  with open(directory / 'vocab.json') as f:
+    vocab = json.load(f)
+  vocab['<|endoftext|>'] = len(vocab)
+  with open(directory / 'vocab.json', 'w') as f:
+    json.dump(vocab, f)
+  config = transformers.GPT2Config(
+      vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=4,
+      bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
+  torch.manual_seed(0)
+  model = randomised(transformers.GPT2LMHeadModel(config))
+  model.save_pretrained(directory)
+  tokenizer = transformers.GPT2Tokenizer(str(directory / 'vocab.json'),
+                                         str(directory / 'merges.txt'))
+  return model, tokenizer, str(directory)
+
+
+def _train_spm(path, sentences, vocab_size):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(sentences), model_prefix=str(path),
+      vocab_size=vocab_size, model_type='unigram', hard_vocab_limit=False,
+      character_coverage=1.0, minloglevel=2)
+  os.rename(f'{path}.model', path)
+
+
+def publish_marian(tmp_path_factory):
+  """An OPUS-MT-shaped directory: weights, config, spm models, vocab.json
+  (EOS 0, unknown 1, padding last, as Marian numbers them); (model, the
+  directory)."""
+  import json  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from transformer.data.generated import offline_mt  # pylint: disable=g-import-not-at-top
+  directory = tmp_path_factory.mktemp('opus_mt')
+  pairs = offline_mt.splits(300, 10, 10, seed=0)['train']
+  _train_spm(directory / 'source.spm', [s for s, _ in pairs], 120)
+  _train_spm(directory / 'target.spm', [t for _, t in pairs], 120)
+  pieces = []
+  for name in ('source.spm', 'target.spm'):
+    model = spm.SentencePieceProcessor(model_file=str(directory / name))
+    pieces += [model.id_to_piece(i) for i in range(model.vocab_size())
+               if not model.is_control(i) and not model.is_unknown(i)]
+  pieces = ['</s>', '<unk>'] + sorted(set(pieces)) + ['<pad>']
+  with open(directory / 'vocab.json', 'w') as f:
+    json.dump({p: i for i, p in enumerate(pieces)}, f)
+  with open(directory / 'tokenizer_config.json', 'w') as f:
+    json.dump({'source_lang': 'en', 'target_lang': 'es'}, f)
+  size = len(pieces)
+  config = transformers.MarianConfig(
+      vocab_size=size, decoder_vocab_size=size, d_model=32, encoder_layers=2,
+      decoder_layers=2, encoder_attention_heads=4,
+      decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+      max_position_embeddings=64, activation_function='swish',
+      scale_embedding=True, pad_token_id=size - 1, eos_token_id=0,
+      decoder_start_token_id=size - 1, forced_eos_token_id=None)
+  torch.manual_seed(0)
+  model = randomised(transformers.MarianMTModel(config))
+  model.save_pretrained(directory)
+  return model, str(directory)
+
+
+def publish_bert(tmp_path_factory):
+  """A BERT directory with a WordPiece vocab.txt; (model, transformers'
+  tokenizer, the directory)."""
+  import tokenizers as tokenizers_lib  # pylint: disable=g-import-not-at-top
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  directory = tmp_path_factory.mktemp('bert')
+  wordpiece = tokenizers_lib.BertWordPieceTokenizer(lowercase=True)
+  wordpiece.train_from_iterator(text.offline_splits(200, 10, seed=0)['train'],
+                                vocab_size=300, show_progress=False)
+  wordpiece.save_model(str(directory))  # vocab.txt, [PAD] [UNK] [CLS] ...
+  size = wordpiece.get_vocab_size()
+  config = transformers.BertConfig(
+      vocab_size=size, hidden_size=32, num_hidden_layers=2,
+      num_attention_heads=4, intermediate_size=64,
+      max_position_embeddings=32)
+  torch.manual_seed(0)
+  model = randomised(transformers.BertForPreTraining(config))
+  model.save_pretrained(directory)
+  tokenizer = transformers.BertTokenizer(str(directory / 'vocab.txt'))
+  return model, tokenizer, str(directory)

@@ -125,24 +125,6 @@ def test_the_layout_names_every_module_and_follows_a_new_one(tmp_path):
   assert 'More.' not in moved
 
 
-def test_the_layout_command_checks_and_writes(tmp_path):
-  import subprocess  # pylint: disable=g-import-not-at-top
-  import sys  # pylint: disable=g-import-not-at-top
-  with open(PAGE, encoding='utf-8') as f:
-    page = f.read()
-  stale = tmp_path / 'architecture.md'
-  stale.write_text(page.replace('Entry point: train and evaluate', 'Old'))
-  command = [sys.executable, '-m', 'transformer.tools.architecture',
-             f'--page={stale}']
-  checked = subprocess.run(command + ['--check'], capture_output=True,
-                           text=True, check=False)
-  assert checked.returncode == 1, checked.stderr
-  assert 'differs from the tree' in checked.stderr
-  assert stale.read_text() != page
-  subprocess.run(command, check=True, capture_output=True)
-  assert stale.read_text() == page
-
-
 # Test folders that are not a room: bad input to every command.
 CROSS_CUTTING = {'trust'}
 

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from conftest import randomised
 from transformer.interop import files
 from transformer.interop import gpt2
@@ -75,7 +76,8 @@ def test_mismatched_checkpoints_list_every_problem(hf_gpt2):
 
 def test_only_safetensors_are_read(tmp_path):
   (tmp_path / 'pytorch_model.bin').write_bytes(b'pickle')
-  with pytest.raises(FileNotFoundError, match='only safetensors'):
+  with raises_naming(FileNotFoundError, 'model.safetensors', str(tmp_path),
+                     'pytorch_model.bin', 'safetensors.torch'):
     files.read_safetensors(str(tmp_path))
 
 

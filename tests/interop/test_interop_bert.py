@@ -1,20 +1,15 @@
 """A converted BERT workdir: a randomly initialised transformers BERT with a
 WordPiece vocabulary, converted by the command, tokenizes and scores (MLM
-logits) as the reference does, and text classification fine-tunes from it.
-Skipped without `transformers` and `torch` (`pip install -e ".[interop]"`).
-"""
-
+logits) as the reference does (fine-tuning from it:
+e2e/test_interop_bert_e2e.py). Skipped without `transformers` and `torch`
+(`pip install -e ".[interop]"`)."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from conftest import convert_and_restore
-from conftest import load_experiment
-from conftest import randomised
-from transformer import train
-from transformer import workdir as workdir_lib
-from transformer.data import text
+from conftest import publish_bert
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -25,21 +20,7 @@ SENTENCES = ['The red house is big.', 'a small cat sees the dog']
 
 @pytest.fixture(scope='module')
 def published(tmp_path_factory):
-  directory = tmp_path_factory.mktemp('bert')
-  wordpiece = tokenizers_lib.BertWordPieceTokenizer(lowercase=True)
-  wordpiece.train_from_iterator(text.offline_splits(200, 10, seed=0)['train'],
-                                vocab_size=300, show_progress=False)
-  wordpiece.save_model(str(directory))  # vocab.txt, [PAD] [UNK] [CLS] ...
-  size = wordpiece.get_vocab_size()
-  config = transformers.BertConfig(
-      vocab_size=size, hidden_size=32, num_hidden_layers=2,
-      num_attention_heads=4, intermediate_size=64,
-      max_position_embeddings=32)
-  torch.manual_seed(0)
-  model = randomised(transformers.BertForPreTraining(config))
-  model.save_pretrained(directory)
-  tokenizer = transformers.BertTokenizer(str(directory / 'vocab.txt'))
-  return model, tokenizer, str(directory)
+  return publish_bert(tmp_path_factory)
 
 
 @pytest.fixture(scope='module')
@@ -74,20 +55,3 @@ def test_tokenization_and_mlm_logits_match_the_reference(published,
   error = np.abs(ours[real] - expected[real]).max() / np.abs(
       expected[real]).max()
   assert error < 1e-5
-
-
-def test_text_classification_fine_tunes_the_converted_encoder(converted,
-                                                              tmp_path):
-  _, loaded, workdir = converted
-  config = load_experiment('sst2', f'init_from={workdir},runlocal')
-  config.train.num_steps = 2
-  config.optimizer.warmup_steps = 1
-  train.train_and_evaluate(config, str(tmp_path))
-  restored = workdir_lib.restore(str(tmp_path))
-  tuned = restored.params
-  assert type(restored.task.tokenizer).__name__ == 'BertTokenizer'
-  moved = np.abs(np.asarray(tuned['embed']['embed']['embedding']) -
-                 np.asarray(loaded['embed']['embed']['embedding'])).max()
-  assert moved < 0.01  # started from the converted weights
-  np.testing.assert_array_equal(tuned['pooler']['kernel'].shape,
-                                loaded['pooler']['kernel'].shape)

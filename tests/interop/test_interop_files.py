@@ -8,6 +8,7 @@ import struct
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer.interop import files
 
 safetensors_numpy = pytest.importorskip('safetensors.numpy')
@@ -80,7 +81,8 @@ def test_a_shard_outside_the_model_folder_is_refused(tmp_path):
                 '.safetensors'):
     (model / 'model.safetensors.index.json').write_text(
         json.dumps({'weight_map': {'w': shard}}))
-    with pytest.raises(ValueError, match='not a file of .*refused'):
+    with raises_naming(ValueError, 'model.safetensors.index.json',
+                       f"'{shard}'", f'not a file of {model}'):
       files.read_safetensors(str(model))
   safetensors_numpy.save_file({'w': np.ones(2, np.float32)},
                               str(model / 'model-1.safetensors'))
@@ -92,18 +94,24 @@ def test_a_shard_outside_the_model_folder_is_refused(tmp_path):
 def test_missing_shards_and_garbled_json_name_the_file(tmp_path):
   (tmp_path / 'model.safetensors.index.json').write_text(
       json.dumps({'weight_map': {'w': 'model-1.safetensors'}}))
-  with pytest.raises(FileNotFoundError, match='model-1.safetensors'):
+  with raises_naming(FileNotFoundError, str(tmp_path / 'model-1.safetensors'),
+                     'download it again'):
     files.read_safetensors(str(tmp_path))
   (tmp_path / 'model.safetensors.index.json').write_text('{"weight_map": ')
-  with pytest.raises(ValueError, match='index.json is not valid JSON'):
+  with raises_naming(ValueError, 'model.safetensors.index.json', 'JSON',
+                     'download it again'):
     files.read_safetensors(str(tmp_path))
   (tmp_path / 'config.json').write_text('[1, 2]')
-  with pytest.raises(ValueError, match='config.json holds a list'):
+  with raises_naming(ValueError, str(tmp_path / 'config.json'), 'a list',
+                     'JSON object'):
     files.read_config(str(tmp_path))
-  with pytest.raises(FileNotFoundError, match='config.json not found'):
+  with raises_naming(FileNotFoundError,
+                     str(tmp_path / 'nowhere' / 'config.json'),
+                     'download the whole model repository'):
     files.read_config(str(tmp_path / 'nowhere'))
   os.remove(tmp_path / 'model.safetensors.index.json')
-  with pytest.raises(FileNotFoundError, match='only safetensors'):
+  with raises_naming(FileNotFoundError, 'model.safetensors.index.json',
+                     str(tmp_path), 'only safetensors'):
     files.read_safetensors(str(tmp_path))
 
 
@@ -147,10 +155,13 @@ def test_the_hugging_face_cache_layout_is_read(tmp_path):
   shard = snapshot / 'model-00001-of-00002.safetensors'
   os.remove(shard)
   os.symlink(outside, shard)
-  with pytest.raises(ValueError, match='not a file of .*refused'):
+  with raises_naming(ValueError, 'model.safetensors.index.json',
+                     "'model-00001-of-00002.safetensors'",
+                     f'not a file of {snapshot}'):
     files.read_safetensors(str(snapshot))
   (repository / 'refs' / 'main').write_text('../../etc')
-  with pytest.raises(FileNotFoundError, match='refs/main names the snapshot'):
+  with raises_naming(FileNotFoundError, 'refs/main', "'../../etc'",
+                     'download the model again'):
     files.snapshot(str(repository))
 
 
@@ -202,7 +213,8 @@ def test_config_fields_of_the_wrong_type_are_named(fields, named):
 def test_a_model_type_that_is_not_a_name_is_refused(tmp_path):
   from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
   (tmp_path / 'config.json').write_text(json.dumps({'model_type': ['gpt2']}))
-  with pytest.raises(ValueError, match=r"model_type=\['gpt2'\], not a model"):
+  with raises_naming(ValueError, str(tmp_path / 'config.json'),
+                     "model_type=['gpt2']"):
     workdirs.convert('hf', str(tmp_path), str(tmp_path / 'out'))
 
 
@@ -233,16 +245,17 @@ def test_garbage_tokenizer_files_are_named(tmp_path):
   from transformer.data import published_tokenizers  # pylint: disable=g-import-not-at-top
   (tmp_path / 'vocab.json').write_text('not json at all')
   (tmp_path / 'merges.txt').write_bytes(b'\xff\xfe garbage')
-  with pytest.raises(ValueError, match='vocab.json and .*merges.txt do not '
-                     'make a tokenizer'):
+  with raises_naming(ValueError, str(tmp_path / 'vocab.json'),
+                     str(tmp_path / 'merges.txt'), 'download them again'):
     published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
   (tmp_path / 'tokenizer.json').write_text('{"model": 3}')
-  with pytest.raises(ValueError, match='tokenizer.json is not a tokenizer'):
+  with raises_naming(ValueError, str(tmp_path / 'tokenizer.json'),
+                     'download it again'):
     published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
   os.remove(tmp_path / 'tokenizer.json')
   os.remove(tmp_path / 'merges.txt')
-  with pytest.raises(FileNotFoundError, match='no tokenizer.json and lacks '
-                     'merges.txt'):
+  with raises_naming(FileNotFoundError, str(tmp_path), 'tokenizer.json',
+                     'merges.txt', 'download the tokenizer files'):
     published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
 
 
@@ -277,8 +290,8 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused(tmp_path):
   silently; a table padded past the tokenizer is fine."""
   from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
   size = _tiny_gpt2(tmp_path / 'big', 300, 400)
-  with pytest.raises(ValueError, match=f'The tokenizer has {size} tokens, '
-                     'config.json vocab_size=300: every id needs its row'):
+  with raises_naming(ValueError, f'{size} tokens', 'vocab_size=300',
+                     'correct vocab_size'):
     workdirs.convert('hf', str(tmp_path / 'big'), str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
 
@@ -288,14 +301,15 @@ def test_convert_names_what_is_missing_or_left_behind(tmp_path, capsys):
   Face cache names the link; the staging folder of a killed convert is
   removed by the next one."""
   from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
-  with pytest.raises(FileNotFoundError, match='--input=.*nope is not a '
-                     'folder'):
+  with raises_naming(FileNotFoundError, f'--input={tmp_path / "nope"}',
+                     'model directory'):
     workdirs.convert('hf', str(tmp_path / 'nope'), str(tmp_path / 'out'))
   model = tmp_path / 'model'
   model.mkdir()
   os.symlink(tmp_path / 'blobs' / 'missing', model / 'model.safetensors')
-  with pytest.raises(FileNotFoundError, match='links to .*missing.*download '
-                     'the model again'):
+  with raises_naming(FileNotFoundError, str(model / 'model.safetensors'),
+                     str(tmp_path / 'blobs' / 'missing'),
+                     'download the model again'):
     files.read_safetensors(str(model))
   _tiny_gpt2(tmp_path / 'gpt2', 260, 250)
   abandoned = tmp_path / '.out.converting-999999999'  # no such process
@@ -307,6 +321,5 @@ def test_convert_names_what_is_missing_or_left_behind(tmp_path, capsys):
 
 def test_a_width_that_does_not_split_into_heads_is_named_as_published():
   from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
-  with pytest.raises(ValueError, match='n_embd=33 is not divisible by '
-                     'n_head=4'):
+  with raises_naming(ValueError, 'n_embd=33', 'n_head=4'):
     gpt2.config_from_hf({'model_type': 'gpt2', 'n_embd': 33, 'n_head': 4})

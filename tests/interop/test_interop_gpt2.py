@@ -1,21 +1,18 @@
 """A converted GPT-2 workdir: a randomly initialised transformers GPT-2 with
 a byte-level BPE vocabulary, converted by the command, tokenizes, scores
-(logits, label-smoothed loss) and generates (greedy) as the reference does,
-and exports back to the same tensors. Skipped without `transformers` and
-`torch` (`pip install -e ".[interop]"`)."""
-
-import json
-import subprocess
-import sys
+(logits, label-smoothed loss) as the reference does (the generate command:
+e2e/test_interop_gpt2_e2e.py), and exports back to the same tensors.
+Skipped without `transformers` and `torch` (`pip install -e ".[interop]"`).
+"""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from conftest import convert_and_restore
-from conftest import randomised
+from conftest import PROMPTS
+from conftest import publish_gpt2
 from transformer.core import losses
-from transformer.data import text
 from transformer.interop import files
 from transformer.interop import gpt2
 
@@ -23,33 +20,10 @@ torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 tokenizers_lib = pytest.importorskip('tokenizers')
 
-PROMPTS = ['the dog', 'A cat sees the red house.']
-
 
 @pytest.fixture(scope='module')
 def published(tmp_path_factory):
-  """A GPT-2 directory: weights, config, vocab.json and merges.txt with
-  <|endoftext|> as the last id, as GPT-2 has it."""
-  directory = tmp_path_factory.mktemp('gpt2')
-  documents = text.offline_splits(200, 10, seed=0)['train']
-  bpe = tokenizers_lib.ByteLevelBPETokenizer()
-  bpe.train_from_iterator(documents, vocab_size=400, min_frequency=2,
-                          show_progress=False)
-  bpe.save_model(str(directory))
-  with open(directory / 'vocab.json') as f:
-    vocab = json.load(f)
-  vocab['<|endoftext|>'] = len(vocab)
-  with open(directory / 'vocab.json', 'w') as f:
-    json.dump(vocab, f)
-  config = transformers.GPT2Config(
-      vocab_size=len(vocab), n_positions=64, n_embd=32, n_layer=2, n_head=4,
-      bos_token_id=len(vocab) - 1, eos_token_id=len(vocab) - 1)
-  torch.manual_seed(0)
-  model = randomised(transformers.GPT2LMHeadModel(config))
-  model.save_pretrained(directory)
-  tokenizer = transformers.GPT2Tokenizer(str(directory / 'vocab.json'),
-                                         str(directory / 'merges.txt'))
-  return model, tokenizer, str(directory)
+  return publish_gpt2(tmp_path_factory)
 
 
 @pytest.fixture(scope='module')
@@ -92,32 +66,6 @@ def test_logits_and_smoothed_loss_match_the_reference(published, converted):
   targets = jnp.asarray([tokenizer.gpt2_to_ours(ids + [eos])])
   loss, _ = losses.smoothed_cross_entropy(jnp.asarray(ours), targets, 0.1)
   assert float(loss.mean()) == pytest.approx(float(hf_loss), rel=1e-5)
-
-
-def test_generate_command_matches_reference_greedy_search(published,
-                                                          converted):
-  model, reference, _ = published
-  _, _, workdir = converted
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.generate',
-       f'--workdir={workdir}',
-       '--greedy', '--max_new_tokens=10'] +
-      [f'--prompt={p}' for p in PROMPTS],
-      capture_output=True, text=True, check=False)
-  assert result.returncode == 0, result.stderr[-2000:]
-  eos = model.config.eos_token_id
-  expected = []
-  for prompt in PROMPTS:
-    ids = [eos] + reference(prompt)['input_ids']
-    with torch.no_grad():
-      output = model.generate(torch.tensor([ids]), max_new_tokens=10,
-                              do_sample=False, pad_token_id=eos,
-                              eos_token_id=eos)[0, len(ids):].tolist()
-    if eos in output:
-      output = output[:output.index(eos)]
-    expected.append(prompt + reference.decode(output))
-  assert result.stdout == ''.join(f'{e}\n' + '-' * 40 + '\n'
-                                  for e in expected)
 
 
 def test_export_gives_back_the_published_tensors(published, converted,

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import raises_naming
 from transformer import workdir as workdir_lib
 from transformer.interop import vit as vit_interop
 from transformer.interop import workdirs
@@ -95,12 +96,14 @@ def test_npz_with_a_wrong_array_lists_it(checkpoint, tmp_path):
   arrays['Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias'] = np.zeros(3)
   broken = tmp_path / 'broken.npz'
   np.savez(broken, **arrays)
-  with pytest.raises(ValueError, match=r'encoderblock_1/MlpBlock_3/Dense_0/'
-                     r'bias: expected \(768,\), found \(3,\)'):
+  with raises_naming(ValueError, str(broken),
+                     'Transformer/encoderblock_1/MlpBlock_3/Dense_0/bias',
+                     'expected (768,)', 'found (3,)'):
     vit_interop.load_npz(str(broken))
   arrays['pre_logits/kernel'] = np.zeros((2, 2))
   np.savez(broken, **arrays)
-  with pytest.raises(ValueError, match='pre-logits'):
+  with raises_naming(ValueError, str(broken), 'pre_logits/*',
+                     'fine-tuned checkpoint'):
     vit_interop.load_npz(str(broken))
 
 
@@ -118,7 +121,7 @@ def test_convert_writes_a_workdir_that_predicts(checkpoint, tmp_path):
   Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(image)
   predictions, _ = predict.classify(workdir, [str(image)])
   assert predictions[0][1][0][0].startswith('class_')
-  with pytest.raises(ValueError, match='already has checkpoints'):
+  with raises_naming(ValueError, workdir, 'checkpoints', 'new --output'):
     workdirs.convert('vit_npz', path, workdir)
 
 
@@ -177,7 +180,7 @@ def test_convert_refuses_an_output_that_is_not_empty(checkpoint, tmp_path):
   _, _, path = checkpoint
   (tmp_path / 'notes.txt').write_text('mine')
   for output in (tmp_path, tmp_path / 'notes.txt'):
-    with pytest.raises(ValueError, match='is not empty'):
+    with raises_naming(ValueError, str(output), 'not empty', '--output'):
       workdirs.convert('vit_npz', path, str(output))
   assert _leftovers(tmp_path) == ['notes.txt']
 
@@ -261,5 +264,6 @@ def test_a_file_that_is_not_an_npz_is_refused_naming_it(checkpoint, tmp_path,
     vit_interop.load_npz(str(broken))
   assert str(error.value).startswith(str(broken))
   assert '\n' not in str(error.value)
-  with pytest.raises(FileNotFoundError, match='nowhere.npz not found'):
+  with raises_naming(FileNotFoundError, str(tmp_path / 'nowhere.npz'),
+                     '.npz checkpoint'):
     vit_interop.load_npz(str(tmp_path / 'nowhere.npz'))

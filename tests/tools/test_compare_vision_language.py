@@ -1,7 +1,5 @@
-"""The vision-and-language comparison: its plan, table and plot, end to
-end under runlocal."""
-
-import os
+"""The vision-and-language comparison: its plan, table and plot (end to
+end under runlocal: e2e/test_compare_vision_language_e2e.py)."""
 
 import pytest
 
@@ -70,15 +68,3 @@ def test_table_puts_each_runs_metrics_in_its_row(tmp_path):
   assert '| 5.0 |' in blind and '| - | - | - |' in blind
   compare.plot(table, str(tmp_path / 'c.png'))
   assert (tmp_path / 'c.png').stat().st_size > 10_000
-
-
-# Eleven runlocal trainings; each task is tested in test_vision_language.
-@pytest.mark.slow
-def test_compare_trains_every_run_and_writes_table_and_plot(tmp_path):
-  text = compare.compare(str(tmp_path), args='runlocal')
-  for run in compare.plan(['two_stream', 'single_stream']):
-    assert os.path.exists(tmp_path / run.name / 'progress.json')
-  assert text.count('| yes |') == 2 and '| question only' in text
-  assert (tmp_path / 'comparison.png').stat().st_size > 10_000
-  # A second call only evaluates the finished runs and writes the same.
-  assert compare.compare(str(tmp_path), args='runlocal') == text

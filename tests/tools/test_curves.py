@@ -1,39 +1,13 @@
 """The curves command: runs' TensorBoard scalars as one figure and a table
 of last values with their mean and range."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from transformer import metrics
+from conftest import PNG
+from conftest import raises_naming
+from conftest import write_run
 from transformer.insight import plots
 from transformer.tools import curves
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(__file__)))
-PNG = b'\x89PNG'
-
-
-def write_run(workdir, scalars):
-  """One event file of {step: {tag: value}} in `workdir`, as training
-  writes them."""
-  writer = metrics.MetricWriter(str(workdir))
-  for step, values in scalars.items():
-    writer.write_scalars(step, values)
-  writer.close()
-
-
-@pytest.fixture(name='two_runs')
-def fixture_two_runs(tmp_path):
-  first, second = tmp_path / 'seed0', tmp_path / 'seed1'
-  write_run(first, {100: {'train/loss': 5.0},
-                    200: {'train/loss': 4.0, 'eval/bleu': 30.0}})
-  write_run(first, {300: {'train/loss': 3.0, 'eval/bleu': 33.0,
-                          'eval_averaged/bleu': 35.0}})
-  write_run(second, {100: {'train/loss': 6.0}, 300: {'train/loss': 2.0,
-                                                     'eval/bleu': 37.0}})
-  return [str(first), str(second)]
 
 
 def test_reads_every_event_file_of_a_resumed_run(two_runs):
@@ -83,30 +57,32 @@ def test_patterns_select_tags_in_order_and_keep_averages_to_their_panel(
       'eval/bleu', 'train/loss']
   assert curves.select(runs, ['*']) == ['eval/bleu', 'train/loss']
   assert curves.select(runs, ['eval_averaged/bleu']) == ['eval_averaged/bleu']
-  with pytest.raises(ValueError, match=r"'eval/rouge' matches no scalar of "
-                     r'these runs; they have eval/bleu, eval_averaged/bleu, '
-                     r'train/loss\.'):
+  with raises_naming(ValueError, '--tags', "'eval/rouge'",
+                     'eval/bleu, eval_averaged/bleu, train/loss'):
     curves.select(runs, ['eval/rouge'])
 
 
 def test_refuses_mismatched_labels_and_runs_without_scalars(tmp_path,
                                                             two_runs):
-  with pytest.raises(ValueError, match='1 labels for 2 workdirs'):
+  with raises_naming(ValueError, '--labels', '1 labels', '2 workdirs',
+                     'one per workdir'):
     curves.read(two_runs, ['only one'])
-  with pytest.raises(ValueError, match='repeats a label'):
+  with raises_naming(ValueError, '--labels', "['same', 'same']",
+                     '--labels="seed 0,seed 1"'):
     curves.read(two_runs, ['same', 'same'])
-  with pytest.raises(FileNotFoundError, match='nowhere does not exist'):
+  with raises_naming(FileNotFoundError, '--workdirs',
+                     str(tmp_path / 'nowhere')):
     curves.read([str(tmp_path / 'nowhere')])
   (tmp_path / 'empty').mkdir()
-  with pytest.raises(ValueError, match='has no TensorBoard scalars .* train '
-                     'into it first'):
+  with raises_naming(ValueError, '--workdirs', str(tmp_path / 'empty'),
+                     'events.out.tfevents', 'train into it first'):
     curves.read([str(tmp_path / 'empty')])
   # Default labels: the workdirs' folder names, which must differ.
   assert list(curves.read(two_runs)) == ['seed0', 'seed1']
   other = tmp_path / 'elsewhere' / 'seed0'
   write_run(other, {1: {'train/loss': 1.0}})
-  with pytest.raises(ValueError, match="the workdirs' folder names: "
-                     r"\['seed0', 'seed0'\] repeats a label"):
+  with raises_naming(ValueError, "folder names", "['seed0', 'seed0']",
+                     '--labels="seed 0,seed 1"'):
     curves.read([two_runs[0], str(other)])
 
 
@@ -122,22 +98,3 @@ def test_plot_draws_each_run_and_the_averaged_star(tmp_path, two_runs):
     assert f.read() != g.read()
   with pytest.raises(ValueError, match='No tags'):
     plots.plot_runs(runs, [], str(tmp_path / 'none.png'))
-
-
-def test_command_prints_the_table_writes_the_figure_and_keeps_files(
-    tmp_path, two_runs):
-  output = tmp_path / 'curves.png'
-  args = [sys.executable, '-m', 'transformer.tools.curves',
-          f'--workdirs={",".join(two_runs)}',
-          '--labels="seed 0, 4,000 steps",seed 1', f'--output={output}']
-  run = subprocess.run(args, cwd=REPO, capture_output=True, check=False,
-                       timeout=300)
-  assert run.returncode == 0, run.stderr.decode()[-2000:]
-  assert 'eval/bleu' in run.stdout.decode()
-  # A quoted label keeps its commas (the help and the mismatch error say so).
-  assert 'seed 0, 4,000 steps' in run.stdout.decode()
-  assert output.read_bytes()[:4] == PNG
-  again = subprocess.run(args, cwd=REPO, capture_output=True, check=False,
-                         timeout=300)
-  assert again.returncode != 0
-  assert f'{output} is already there' in again.stderr.decode()

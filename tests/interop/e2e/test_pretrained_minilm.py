@@ -6,7 +6,6 @@ every layer's hidden states and the mean-pooled sentence embeddings.
 Installs nothing at run time: skipped unless the package, torch and
 transformers are importable (`.ci/run` installs them)."""
 
-import os
 import subprocess
 import sys
 import zipfile
