@@ -553,6 +553,21 @@ MARIAN_SENTENCES = ['the red house is big', 'a small cat sees the dog',
                     'the dogs walk to the green park', 'zebra quilts?']
 
 
+def published_and_converted(publish):
+  """The module fixtures `published` (what `publish(tmp_path_factory)`
+  writes: (..., its directory)) and `converted` (that directory converted
+  and restored, `convert_and_restore`) of a converter's test module."""
+  @pytest.fixture(scope='module', name='published')
+  def published(tmp_path_factory):
+    return publish(tmp_path_factory)
+
+  @pytest.fixture(scope='module', name='converted')
+  def converted(published, tmp_path_factory):
+    return convert_and_restore(
+        published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
+  return published, converted
+
+
 def publish_gpt2(tmp_path_factory):
   """A GPT-2 directory: weights, config, vocab.json and merges.txt with
   <|endoftext|> as the last id, as GPT-2 has it; (model, transformers'

@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from conftest import convert_and_restore
 from conftest import publish_bert
+from conftest import published_and_converted
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
@@ -18,15 +18,7 @@ tokenizers_lib = pytest.importorskip('tokenizers')
 SENTENCES = ['The red house is big.', 'a small cat sees the dog']
 
 
-@pytest.fixture(scope='module')
-def published(tmp_path_factory):
-  return publish_bert(tmp_path_factory)
-
-
-@pytest.fixture(scope='module')
-def converted(published, tmp_path_factory):
-  return convert_and_restore(
-      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
+published, converted = published_and_converted(publish_bert)
 
 
 def test_tokenization_and_mlm_logits_match_the_reference(published,

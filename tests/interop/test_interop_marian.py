@@ -10,24 +10,16 @@ import os
 import numpy as np
 import pytest
 
-from conftest import convert_and_restore
 from conftest import MARIAN_SENTENCES as SENTENCES
 from conftest import publish_marian
+from conftest import published_and_converted
 from transformer.interop import marian
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 
 
-@pytest.fixture(scope='module')
-def published(tmp_path_factory):
-  return publish_marian(tmp_path_factory)
-
-
-@pytest.fixture(scope='module')
-def converted(published, tmp_path_factory):
-  return convert_and_restore(
-      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
+published, converted = published_and_converted(publish_marian)
 
 
 def test_tokenization_matches_the_reference(published, converted):

@@ -4,9 +4,9 @@ without `transformers` and `torch` (`pip install -e ".[interop]"`)."""
 import numpy as np
 import pytest
 
-from conftest import convert_and_restore
 from conftest import load_experiment
 from conftest import publish_bert
+from conftest import published_and_converted
 from transformer import train
 from transformer import workdir as workdir_lib
 
@@ -15,15 +15,7 @@ transformers = pytest.importorskip('transformers')
 tokenizers_lib = pytest.importorskip('tokenizers')
 
 
-@pytest.fixture(scope='module')
-def published(tmp_path_factory):
-  return publish_bert(tmp_path_factory)
-
-
-@pytest.fixture(scope='module')
-def converted(published, tmp_path_factory):
-  return convert_and_restore(
-      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
+published, converted = published_and_converted(publish_bert)
 
 
 def test_text_classification_fine_tunes_the_converted_encoder(converted,

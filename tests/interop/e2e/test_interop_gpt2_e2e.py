@@ -7,24 +7,16 @@ import sys
 
 import pytest
 
-from conftest import convert_and_restore
 from conftest import PROMPTS
 from conftest import publish_gpt2
+from conftest import published_and_converted
 
 torch = pytest.importorskip('torch')
 transformers = pytest.importorskip('transformers')
 tokenizers_lib = pytest.importorskip('tokenizers')
 
 
-@pytest.fixture(scope='module')
-def published(tmp_path_factory):
-  return publish_gpt2(tmp_path_factory)
-
-
-@pytest.fixture(scope='module')
-def converted(published, tmp_path_factory):
-  return convert_and_restore(
-      published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
+published, converted = published_and_converted(publish_gpt2)
 
 
 def test_generate_command_matches_reference_greedy_search(published,
