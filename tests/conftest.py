@@ -257,3 +257,26 @@ def pytest_runtest_protocol(item, nextitem):
   _OUTSIDE_E2E[:] = [] if _place(item.path)[1] else [item.nodeid]
   yield
   _OUTSIDE_E2E[:] = []
+
+
+# -- Shared by tests/train and tests/train/e2e --------------------------------
+
+# The Slurm launch script: its header is read in test_launch.py, its dry runs
+# are in e2e/test_launch_e2e.py.
+SLURM_SCRIPT = os.path.join(REPO, 'launch', 'slurm_gpu.sbatch')
+
+
+@pytest.fixture(scope='module')
+def emulator():
+  """The URL of a GCS emulator on 127.0.0.1 serving the bucket 'bucket'
+  (tests/gcs_emulator.py); skipped with the reason when it is missing or
+  cannot start."""
+  gcs_emulator = pytest.importorskip(
+      'gcs_emulator', reason='needs gcp-storage-emulator (the test extra)')
+  try:
+    server, url = gcs_emulator.start('bucket')
+  except OSError as e:
+    pytest.skip(f'the GCS emulator cannot start: {e}')
+  yield url
+  server.stop()
+
