@@ -280,3 +280,27 @@ def emulator():
   yield url
   server.stop()
 
+
+# -- Shared by tests/trust and tests/trust/e2e --------------------------------
+
+# The names tools/cli.py stages its outputs under.
+STAGING = '.writing-'
+
+
+def fake_workdir(path, task, **data):
+  """A workdir with the config of `task` (data fields changed) and nothing
+  else: enough for what commands check before they restore a
+  checkpoint."""
+  from transformer import tasks  # pylint: disable=g-import-not-at-top
+  path.mkdir()
+  config = tasks.default_config(task)
+  config.data.update(data)
+  (path / 'config.json').write_text(config.to_json_best_effort())
+  return str(path)
+
+
+def leftovers(folder):
+  """Staging folders and temporary files left anywhere under `folder`."""
+  return [os.path.join(root, name) for root, dirs, names in os.walk(folder)
+          for name in dirs + names
+          if name.startswith(STAGING) or name.endswith('.tmp')]
