@@ -264,7 +264,12 @@ def _refuse(what: str):
 
 def pytest_configure(config):
   """Outside e2e folders, starting a process or a training loop fails."""
+  import platform  # pylint: disable=g-import-not-at-top
   import subprocess  # pylint: disable=g-import-not-at-top
+  # Importing TensorFlow asks `platform.processor()`, which runs `uname -p`
+  # once a process: asked here, before the guard, it is not taken for a
+  # test starting a process.
+  platform.processor()
   execute_child = subprocess.Popen._execute_child  # pylint: disable=protected-access
 
   def guarded_execute_child(self, *args, **kwargs):
@@ -667,3 +672,35 @@ def publish_bert(tmp_path_factory):
   model.save_pretrained(directory)
   tokenizer = transformers.BertTokenizer(str(directory / 'vocab.txt'))
   return model, tokenizer, str(directory)
+
+
+# -- Shared by tests/train and tests/train/e2e --------------------------------
+
+# The Slurm launch script: its header is read in test_launch.py, its dry runs
+# are in e2e/test_launch_e2e.py.
+SLURM_SCRIPT = os.path.join(REPO, 'launch', 'slurm_gpu.sbatch')
+
+
+# -- Shared by tests/trust and tests/trust/e2e --------------------------------
+
+# The names tools/cli.py stages its outputs under.
+STAGING = '.writing-'
+
+
+def fake_workdir(path, task, **data):
+  """A workdir with the config of `task` (data fields changed) and nothing
+  else: enough for what commands check before they restore a
+  checkpoint."""
+  from transformer import tasks  # pylint: disable=g-import-not-at-top
+  path.mkdir()
+  config = tasks.default_config(task)
+  config.data.update(data)
+  (path / 'config.json').write_text(config.to_json_best_effort())
+  return str(path)
+
+
+def leftovers(folder):
+  """Staging folders and temporary files left anywhere under `folder`."""
+  return [os.path.join(root, name) for root, dirs, names in os.walk(folder)
+          for name in dirs + names
+          if name.startswith(STAGING) or name.endswith('.tmp')]

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from conftest import raises_naming
 from conftest import REPO
 from transformer import configs
 from transformer import tasks
@@ -29,7 +30,8 @@ def test_load_experiment_from_the_repository_root_or_a_path(tmp_path,
   assert relative == absolute and relative.train.num_steps == 20
   assert configs.load_experiment('experiments/mt_offline.py').train.num_steps \
       == 3_000
-  with pytest.raises(FileNotFoundError, match='experiments'):
+  with raises_naming(FileNotFoundError, 'experiments/no_such.py',
+                     'mt_offline'):
     configs.load_experiment('experiments/no_such.py')
 
 
@@ -37,7 +39,7 @@ def test_assignments_parse_as_on_the_command_line():
   assert configs.parse_assignments('a.b=3,c=x,d=0.5,e=True,f=None') == {
       'a.b': 3, 'c': 'x', 'd': 0.5, 'e': True, 'f': None}
   assert configs.parse_assignments('') == {}
-  with pytest.raises(ValueError, match='not field=value'):
+  with raises_naming(ValueError, "'a.b'", 'field=value'):
     configs.parse_assignments('a.b')
 
 
@@ -100,5 +102,6 @@ def test_a_new_model_field_needs_no_table():
 def test_a_field_of_the_other_family_is_refused():
   config = configs.load_experiment('experiments/mt_offline.py:runlocal')
   config.model.hidden_dim = 64  # an RNN field on the Transformer
-  with pytest.raises(ValueError, match=r"\['hidden_dim'\] do not apply"):
+  with raises_naming(ValueError, "['hidden_dim']", "'transformer'",
+                     'remove'):
     translation.model_config(config, 100)

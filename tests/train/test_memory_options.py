@@ -1,5 +1,6 @@
 """Memory and speed options: gradient accumulation, remat, scanned layers,
-bfloat16 optimizer state. Each must leave the computed function unchanged."""
+bfloat16 optimizer state. Each must leave the computed function unchanged.
+(A run with all of them: e2e/test_memory_options_e2e.py.)"""
 
 import flax.linen as nn
 import jax
@@ -110,22 +111,6 @@ def test_scanned_translation_model_decodes_like_the_unscanned_one():
     decoded.append(decoding.greedy_search(step, state, batch_size=2,
                                           max_length=10, eos_id=2)[0])
   np.testing.assert_array_equal(decoded[0], decoded[1])
-
-
-def test_options_run_end_to_end_with_bfloat16_first_moment(tmp_path):
-  """GPT with scanned, rematerialised layers, micro-batches and a bfloat16
-  Adam first moment: trains, evaluates and generates (unstacked)."""
-  config = load_experiment('lm_offline', 'runlocal')
-  config.model.update(dict(scan_layers=True, remat='dots'))
-  config.train.update(dict(num_steps=4, eval_every=4, microbatches=2))
-  config.optimizer.mu_dtype = 'bfloat16'
-  result = train.train_and_evaluate(config, str(tmp_path))
-  assert np.isfinite(result['loss'])
-  trainer = train.Trainer(config, str(tmp_path))
-  mu = [x for x in jax.tree.leaves(trainer.abstract.opt_state)
-        if x.dtype == jnp.bfloat16]
-  assert len(mu) == len(jax.tree.leaves(trainer.abstract.params))
-  assert (tmp_path / 'reports' / 'samples_step4.txt').exists()
 
 
 def test_unknown_remat_policy_is_refused():

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from conftest import copy_of
+from conftest import raises_naming
 from conftest import tiny_training_config as tiny_config
 from conftest import REPO
 from transformer import checkpoints
@@ -81,9 +82,8 @@ def test_flipped_bytes_are_caught_by_the_commands(trained, tmp_path, capsys):
   out = capsys.readouterr().out
   assert 'Checkpoint 4' in out and 'is damaged' in out
   flip_bytes(workdir, 2)
-  with pytest.raises(checkpoints.Unrestorable,
-                     match=r'No checkpoint in .* can be restored \(checkpoints '
-                     r'4, 2, each reported above\)'):
+  with raises_naming(checkpoints.Unrestorable, f'{workdir}/checkpoints',
+                     'checkpoints 4, 2', '--workdir'):
     workdir_lib.restore(str(workdir))
   # Reading never moves checkpoints.
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']
@@ -123,9 +123,9 @@ def test_async_write_failure_ends_the_run_naming_the_step(tmp_path,
   monkeypatch.setattr(checkpoints, 'save', sabotaged)
   signal.alarm(300)  # a hang fails the test instead of stalling the suite
   try:
-    with pytest.raises(checkpoints.WriteFailed,
-                       match=r'Writing checkpoint 4 into .* failed: .*'
-                       r'checkpoint 2 is intact'):
+    with raises_naming(checkpoints.WriteFailed, 'checkpoint 4',
+                       f'{tmp_path}/checkpoints', 'checkpoint 2 is intact',
+                       'rerun'):
       train.train_and_evaluate(tiny_config(steps=8), str(tmp_path))
   finally:
     signal.alarm(0)
@@ -165,7 +165,7 @@ def test_failed_write_ends_the_process_promptly(tmp_path):
   seconds = time.monotonic() - start
   assert result.returncode == 1, result.stderr[-3000:]
   [error] = error_lines(result)
-  assert 'Writing checkpoint 4 into' in error and 'Not a directory' in error
+  assert 'checkpoint 4' in error and 'Not a directory' in error
   assert 'Traceback' not in result.stderr
   assert 'was never awaited' not in result.stderr
   # The same run without the fault takes about 20 s on a loaded CPU; orbax's
@@ -229,9 +229,9 @@ def test_disk_full_at_the_first_checkpoint_leaves_nothing_behind(
       fill(disk)
     save(mngr, step, *args, **kwargs)
   monkeypatch.setattr(checkpoints, 'save', filling)
-  with pytest.raises(checkpoints.WriteFailed,
-                     match=r'Writing checkpoint 2 .* No space left on device.*'
-                     r'no checkpoint was completed before'):
+  with raises_naming(checkpoints.WriteFailed, 'checkpoint 2',
+                     'No space left on device',
+                     'no checkpoint was completed', 'Free space'):
     train.train_and_evaluate(tiny_config(steps=4), str(workdir))
   assert os.listdir(workdir / 'checkpoints') == []
   monkeypatch.setattr(checkpoints, 'save', save)
@@ -262,7 +262,7 @@ def test_full_disk_stops_training_with_one_line(small_disk):
   [error] = [line for line in result.stderr.splitlines()
              if line.startswith('Error:')]
   assert 'No space left on device' in error
-  assert 'is intact: rerun to resume from it' in error
+  assert 'is intact' in error and 'rerun' in error
   assert not [n for n in os.listdir(workdir / 'checkpoints') if 'tmp' in n]
   # Space freed, the same command resumes from the intact checkpoint.
   subprocess.run(['mount', '-o', 'remount,size=64M', str(small_disk)],
@@ -296,8 +296,8 @@ def test_checkpoint_killed_right_after_its_write_is_verified(tmp_path):
   result = subprocess.run(train_command(tmp_path), cwd=REPO, env=ENV,
                           capture_output=True, text=True, timeout=400)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert 'Checkpoint 8 cannot be restored: 1 of its files changed' in \
-      result.stdout
+  assert 'Checkpoint 8' in result.stdout
+  assert '1 of its files changed' in result.stdout
   assert 'resuming from checkpoint 4' in result.stdout
   assert 'step 5/12' in result.stdout
 
@@ -322,10 +322,11 @@ def test_every_checkpoint_damaged_ends_in_one_line(trained, tmp_path):
   assert result.returncode == 2, result.stderr[-3000:]
   assert 'Traceback' not in result.stderr
   [error] = error_lines(result)
-  assert error.startswith(f'Error: No checkpoint in {workdir}/checkpoints '
-                          f'can be restored (checkpoints 4, 2')
-  assert 'Restore them from a copy, or train into a new --workdir' in error
-  assert 'Checkpoint 4 cannot be restored: 1 of its files' in result.stdout
+  assert error.startswith('Error: ')
+  assert f'{workdir}/checkpoints' in error and 'checkpoints 4, 2' in error
+  assert '--workdir' in error
+  assert 'Checkpoint 4' in result.stdout
+  assert '1 of its files changed' in result.stdout
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']
 
 
@@ -336,8 +337,8 @@ def test_averaging_names_a_damaged_checkpoint_and_those_used(
   restored = workdir_lib.restore(str(workdir), average=2)
   assert restored.step == 4
   out = capsys.readouterr().out
-  assert (f'Checkpoint 2 in {workdir}/checkpoints is damaged: 1 of its files '
-          f'changed') in out and 'averaging without it' in out
+  assert f'Checkpoint 2 in {workdir}/checkpoints' in out
+  assert '1 of its files changed' in out and 'averaging without it' in out
   assert 'Averaged 1 checkpoint (step 4) of the 2 asked for.' in out
 
 
@@ -354,7 +355,7 @@ def test_a_checkpoint_folder_replaced_mid_run_is_named(trained, tmp_path):
     checkpoints.save(mngr, 6, params['params'], params['opt_state'])
     mngr.wait_until_finished()
   message = str(error.value)
-  assert f'the checkpoint folder {folder} disappeared or was replaced' in (
-      message)
+  assert str(folder) in message and 'disappeared or was replaced' in message
+  assert 'rerun' in message
   assert 'ParamInfo' not in message and 'ArrayMetadata' not in message
   assert 'Free space' not in message
