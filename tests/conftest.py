@@ -235,12 +235,7 @@ def pytest_ignore_collect(collection_path, config):
 
 
 def pytest_collection_modifyitems(config, items):
-  """Marks each test with its folder's tier, and runs e2e tests first: the
-  workers (`--dist loadfile` hands out files in this order) then end on
-  short unit and integration files, not on a long e2e one while the
-  other worker waits (10% of a 2-core run's CPU time was idle)."""
   del config
-  items.sort(key=lambda item: not _place(item.path)[1])
   for item in items:
     room, e2e = _place(item.path)
     if e2e:
