@@ -189,8 +189,14 @@ class NonFiniteMonitor:
                 f'({self.skipped} skipped so far, {self.consecutive} in a '
                 f'row).')
       return
-    why = (f'{self.consecutive} steps in a row' if self.policy == 'skip'
-           else 'config.train.nonfinite=\'stop\'')
+    if self.policy == 'skip':
+      why = (f'{self.consecutive} steps in a row, over '
+             f'config.train.max_consecutive_skips={self.max_consecutive}')
+      other = ('raise config.train.max_consecutive_skips to skip more in a '
+               'row')
+    else:
+      why = 'config.train.nonfinite=\'stop\''
+      other = 'config.train.nonfinite=\'skip\' skips such steps'
     raise NonFiniteError(
         f'Step {step} produced non-finite values ({why}): {cause}. No state '
         f'of that step was evaluated or saved, and the last checkpoint in '
@@ -200,5 +206,4 @@ class NonFiniteMonitor:
         f'{" ..." if len(names) > 10 else ""}. Batch: '
         f'{_batch_statistics(jax.device_get(batch))}. Lower '
         f'config.optimizer.learning_rate, set config.optimizer.grad_clip_norm,'
-        f' or check the data of this step; config.train.nonfinite=\'skip\' '
-        f'skips such steps.')
+        f' or check the data of this step; {other}.')

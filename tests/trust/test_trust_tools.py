@@ -46,7 +46,7 @@ def test_outputs_put_in_place_are_taken_back_when_one_cannot_be(tmp_path):
   outputs = [cli.Output('--output', str(tmp_path / 'hyp.txt')),
              cli.Output('--alignments', str(tmp_path / 'a' / 'al.jsonl'))]
   with raises_naming(FileExistsError, f'{tmp_path}/a/al.jsonl',
-                     '--overwrite'):
+                     'another --alignments', '--overwrite'):
     with cli.Writing(outputs) as writing:
       writing.write(outputs[0].path, 'hyp\n')
       writing.write(outputs[1].path, '{}\n')

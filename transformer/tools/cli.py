@@ -472,12 +472,17 @@ class Writing:
       self._made.append(made)
 
   def _flag(self, path: str) -> str:
-    """The flag that chose where `path` goes."""
+    """The flag that chose where `path` goes: the output's own, else that
+    of the output whose folder holds it most closely."""
     key = self._key(path)
     for output in self._outputs:
-      folder = self._key(os.path.dirname(output.path))
-      if key == self._key(output.path) or key.startswith(folder + os.sep):
+      if key == self._key(output.path):
         return output.flag
+    holding = [output for output in self._outputs
+               if key.startswith(self._key(os.path.dirname(output.path))
+                                 + os.sep)]
+    if holding:
+      return max(holding, key=lambda o: len(os.path.dirname(o.path))).flag
     return self._outputs[0].flag if self._outputs else 'the output'
 
   def _publish(self) -> None:
