@@ -2,7 +2,7 @@
 with their captions, and folders of images with a captions file.
 
 Every source returns images uint8 [N, S, S, C] and, per image, a list of
-reference captions. `tfds_source.load_captions` reads TFDS coco_captions.
+reference captions. `tfds_reader.load_captions` reads TFDS coco_captions.
 """
 
 from __future__ import annotations

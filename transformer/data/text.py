@@ -9,7 +9,7 @@ Sources:
 - `read_documents`: local plain text, e.g. tiny Shakespeare (one file, one
   document, cut with `split_text` as nanoGPT does) or PTB (one sentence a
   line);
-- `tfds_source.load_text`: TFDS datasets such as lm1b.
+- `tfds_reader.load_text`: TFDS datasets such as lm1b.
 
 `lm_examples` turns tokenised documents into the (inputs, targets) pairs
 that `packing.pack` and `packing.PackedTrainBatches` pack into rows.
