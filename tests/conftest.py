@@ -487,6 +487,20 @@ def fixture_two_runs(tmp_path):
 
 
 # -- Shared by tests/tasks and tests/tasks/e2e
+
+def captions_read_under_mock_tfds(config, monkeypatch) -> dict:
+  """The caption splits of `config` read under TFDS's mock data (8 images
+  each), and `sources.read` answering with them: training then runs
+  outside the mock, which also redirects the file calls of orbax's
+  checkpoint writer."""
+  tfds = pytest.importorskip('tensorflow_datasets')
+  from transformer.data import sources  # pylint: disable=g-import-not-at-top
+  with tfds.testing.mock_data(num_examples=8):
+    splits = {split: sources.read('captions', config.data, split)
+              for split in (config.data.train_split, config.data.eval_split)}
+  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
+  return splits
+
 GLUE_FILES = {
     'cola': ('gj04\t1\t\tOur friends will not buy this round .\n'
              'gj04\t0\t*\tThey drank the pub .\n', None),

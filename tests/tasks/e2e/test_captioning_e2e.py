@@ -5,9 +5,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import captions_read_under_mock_tfds
 from conftest import load_experiment
 from transformer import train
-from transformer.data import sources
 from transformer.models import captioning
 
 
@@ -59,15 +59,9 @@ def test_end_to_end_few_steps_writes_metrics_and_figures(model, tmp_path):
 # The data path is tested fast in test_captions_data (mock TFDS).
 @pytest.mark.slow
 def test_coco_experiment_under_mock_tfds(tmp_path, monkeypatch):
-  tfds = pytest.importorskip('tensorflow_datasets')
   config = load_experiment('coco_captions', 'model=transformer,runlocal')
-  # The splits are read under mock_data, training runs outside it: the mock
-  # also redirects file calls that orbax's checkpoint writer makes.
-  with tfds.testing.mock_data(num_examples=8):
-    splits = {split: sources.read('captions', config.data, split)
-              for split in (config.data.train_split, config.data.eval_split)}
+  splits = captions_read_under_mock_tfds(config, monkeypatch)
   assert all(len(images) == 8 for images, _ in splits.values())
-  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
   result = train.train_and_evaluate(config, str(tmp_path))
   assert 'bleu4' in result and np.isfinite(result['loss'])
 

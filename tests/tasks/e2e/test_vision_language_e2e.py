@@ -9,12 +9,12 @@ import numpy as np
 from PIL import Image
 import pytest
 
+from conftest import captions_read_under_mock_tfds
 from conftest import load_experiment
 from conftest import raises_naming
 from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
-from transformer.data import sources
 from transformer.data import tokenization
 from transformer.data.generated import scenes
 from transformer.tools import ask
@@ -172,13 +172,7 @@ def test_captions_from_files_regress_masked_region_features(tmp_path):
 # The TFDS read is tested fast in test_captions_data (mock TFDS).
 @pytest.mark.slow
 def test_coco_pretraining_under_mock_tfds(tmp_path, monkeypatch):
-  tfds = pytest.importorskip('tensorflow_datasets')
   config = load_experiment('vilbert_coco', 'runlocal')
-  # Read under mock_data, trained outside it (the mock also redirects
-  # orbax's file calls).
-  with tfds.testing.mock_data(num_examples=8):
-    splits = {split: sources.read('captions', config.data, split)
-              for split in (config.data.train_split, config.data.eval_split)}
-  monkeypatch.setattr(sources, 'read', lambda kind, data, split: splits[split])
+  captions_read_under_mock_tfds(config, monkeypatch)
   result = train.train_and_evaluate(config, str(tmp_path))
   assert np.isfinite(result['loss']) and 'region_mse' in result
