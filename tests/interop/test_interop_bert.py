@@ -26,20 +26,20 @@ def test_tokenization_and_mlm_logits_match_the_reference(published,
   model, reference, _ = published
   trainer, params, _ = converted
   tokenizer = trainer.task.tokenizer
-  assert trainer.task.mask_id == tokenizer.order.tolist().index(
+  assert trainer.task.mask_id == tokenizer.ids.order.tolist().index(
       reference.mask_token_id)
   rows = []
   for sentence in SENTENCES:
     expected = reference(sentence)['input_ids']  # [CLS] ... [SEP]
     ours = [1] + tokenizer.encode(sentence, add_eos=False)
-    np.testing.assert_array_equal(tokenizer.order[ours], expected[:-1])
+    np.testing.assert_array_equal(tokenizer.ids.order[ours], expected[:-1])
     rows.append(ours)
   width = max(map(len, rows))
   tokens = np.asarray([r + [0] * (width - len(r)) for r in rows])
   with torch.no_grad():
-    hf = model(torch.tensor(tokenizer.order[tokens]),
+    hf = model(torch.tensor(tokenizer.ids.order[tokens]),
                attention_mask=torch.tensor(tokens > 0)).prediction_logits
-  expected = hf.numpy()[..., tokenizer.order]
+  expected = hf.numpy()[..., tokenizer.ids.order]
   ours = np.asarray(trainer.task.model.apply(
       {'params': params}, jnp.asarray(tokens), deterministic=True,
       method='mlm_logits'))

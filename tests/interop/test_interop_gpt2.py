@@ -30,7 +30,7 @@ def test_tokenization_matches_the_reference(published, converted):
   for prompt in PROMPTS + ['naïve ✓ text\n']:
     expected = reference(prompt)['input_ids']
     ids = ours.encode(prompt, add_eos=False)
-    np.testing.assert_array_equal(ours.ours_to_gpt2(ids), expected)
+    np.testing.assert_array_equal(ours.ids.to_published(ids), expected)
     assert ours.decode(ids + [1, 5]) == prompt
     assert b''.join(ours.token_bytes(i) for i in ids) == prompt.encode()
   assert ours.encode('')[-1] == 1 and 0 not in ours.encode(PROMPTS[1])
@@ -48,14 +48,14 @@ def test_logits_and_smoothed_loss_match_the_reference(published, converted):
         hf_logits[0], torch.tensor(ids + [eos]), label_smoothing=0.1)
   ours = np.asarray(trainer.task.model.apply(
       {'params': params},
-      jnp.asarray([[1] + tokenizer.gpt2_to_ours(ids).tolist()]),
+      jnp.asarray([[1] + tokenizer.ids.to_ours(ids).tolist()]),
       deterministic=True))
-  gpt2_ids = tokenizer.ours_to_gpt2(np.arange(1, tokenizer.vocab_size))
+  gpt2_ids = tokenizer.ids.to_published(np.arange(1, tokenizer.vocab_size))
   expected = hf_logits.numpy()[..., gpt2_ids]
   error = np.abs(ours[..., 1:] - expected).max() / np.abs(expected).max()
   assert error < 1e-5
   assert (ours[..., 0] < -1e8).all()  # padding is never predicted
-  targets = jnp.asarray([tokenizer.gpt2_to_ours(ids + [eos])])
+  targets = jnp.asarray([tokenizer.ids.to_ours(ids + [eos])])
   loss, _ = losses.smoothed_cross_entropy(jnp.asarray(ours), targets, 0.1)
   assert float(loss.mean()) == pytest.approx(float(hf_loss), rel=1e-5)
 
@@ -64,7 +64,8 @@ def test_export_gives_back_the_published_tensors(published, converted,
                                                  tmp_path):
   _, _, directory = published
   trainer, params, _ = converted
-  gpt2.save_hf(str(tmp_path), params, trainer.task.model_config)
+  gpt2.save_hf(str(tmp_path), params, trainer.task.model_config,
+               trainer.task.tokenizer.ids)
   exported = files.read_safetensors(str(tmp_path))
   original = files.read_safetensors(directory)
   assert set(exported) <= set(original) | {'transformer.' + k

@@ -195,10 +195,13 @@ def test_both_gpt2_layouts_give_the_reference_logits(tmp_path, architecture):
   assert relative_error(ours, theirs) < 2e-5
 
 
-def test_a_gpt2_converts_with_tokenizer_json_alone(tmp_path):
+@pytest.mark.parametrize('eos', ['last', 'first'])
+def test_a_gpt2_converts_with_tokenizer_json_alone(tmp_path, eos):
   """GPT-2's vocab.json and merges.txt saved by transformers as
   tokenizer.json, the older files deleted: the converted workdir
-  tokenizes as the reference."""
+  tokenizes and scores as the reference and exports back to its tensors,
+  with <|endoftext|> last (as GPT-2 has it) or first (as tokenizers trained
+  from scratch often put their special tokens)."""
   source = tmp_path / 'source'
   source.mkdir()
   bpe = tokenizers_lib.ByteLevelBPETokenizer()
@@ -207,26 +210,45 @@ def test_a_gpt2_converts_with_tokenizer_json_alone(tmp_path):
                           show_progress=False)
   bpe.save_model(str(source))
   vocab = json.loads((source / 'vocab.json').read_text())
-  vocab['<|endoftext|>'] = len(vocab)  # last, as GPT-2 has it
+  if eos == 'last':
+    vocab['<|endoftext|>'] = eos_id = len(vocab)
+  else:
+    vocab = {'<|endoftext|>': 0, **{t: i + 1 for t, i in vocab.items()}}
+    eos_id = 0
   (source / 'vocab.json').write_text(json.dumps(vocab))
   reference = transformers.GPT2TokenizerFast(str(source / 'vocab.json'),
                                              str(source / 'merges.txt'))
   published = tmp_path / 'published'
-  publish(published, 'GPT2LMHeadModel', transformers.GPT2Config(
+  model = publish(published, 'GPT2LMHeadModel', transformers.GPT2Config(
       vocab_size=len(vocab), n_positions=32, n_embd=32, n_layer=1, n_head=4,
-      eos_token_id=len(vocab) - 1))
+      eos_token_id=eos_id, bos_token_id=eos_id))
   reference.save_pretrained(str(published))
   for name in ('vocab.json', 'merges.txt'):
     if (published / name).exists():
       os.remove(published / name)
   assert (published / 'tokenizer.json').exists()
-  restored, _, _ = convert_and_restore(str(published),
-                                       str(tmp_path / 'workdir'))
+  restored, params, _ = convert_and_restore(str(published),
+                                            str(tmp_path / 'workdir'))
   ours = restored.task.tokenizer
   sentence = 'the red house sees a small cat'
   ids = ours.encode(sentence, add_eos=False)
-  assert ours.ours_to_gpt2(ids).tolist() == reference(sentence)['input_ids']
+  published_ids = reference(sentence)['input_ids']
+  assert ours.ids.to_published(ids).tolist() == published_ids
   assert ours.decode(ours.encode(sentence)) == sentence
+  with torch.no_grad():
+    theirs = model(torch.tensor([[eos_id] + published_ids])).logits.numpy()
+  logits = restored.task.model.apply(
+      {'params': params}, jnp.asarray([[1] + ids]), deterministic=True)
+  assert relative_error(
+      np.asarray(logits)[..., ours.ids.to_ours(np.arange(len(vocab)))],
+      theirs) < 2e-5
+  gpt2.save_hf(str(tmp_path / 'exported'), params, restored.task.model_config,
+               ours.ids)
+  exported = files.read_safetensors(str(tmp_path / 'exported'))
+  for name, value in files.read_safetensors(str(published)).items():
+    np.testing.assert_array_equal(
+        exported.get(name, exported.get('transformer.' + name)), value,
+        err_msg=name)
 
 
 VIT = dict(image_size=16, patch_size=4, hidden_size=32, num_hidden_layers=2,

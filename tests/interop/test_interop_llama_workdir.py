@@ -42,18 +42,19 @@ def test_byte_level_vocabulary_as_llama3_publishes_it(tmp_path):
   bos_id, eos_id = published_tokenizers.llama_special_ids(
       {'eos_token_id': [size + 1, eot]}, str(tmp_path), published)
   assert (bos_id, eos_id) == (bos, eot)
+  ids = published_tokenizers.LlamaTokenizer.id_order(published, eos_id)
   published_tokenizers.LlamaTokenizer.save(str(tmp_path / 'vocab'), published,
-                                   bos_id, eos_id)
+                                           ids, bos_id, eos_id)
   ours = published_tokenizers.LlamaTokenizer(str(tmp_path / 'vocab'))
   reference = transformers.AutoTokenizer.from_pretrained(tmp_path)
   assert ours.vocab_size == size + 4
-  assert (ours.ours_to_llama([1, 2, ours.start_id]) == [eot, 0, bos]).all()
+  assert (ours.ids.to_published([1, 2, ours.start_id]) == [eot, 0, bos]).all()
   for sample in TEXTS + [' leading space']:
     ids = ours.encode(sample, add_eos=False)
     expected = reference(sample)['input_ids']
     assert expected[0] == bos
     np.testing.assert_array_equal(
-        ours.ours_to_llama(ids).reshape(-1), expected[1:])
+        ours.ids.to_published(ids).reshape(-1), expected[1:])
     assert b''.join(map(ours.token_bytes, ids)) == sample.encode()
     assert ours.decode(ids + [1, 5]) == sample
   assert ours.token_bytes(ours.start_id) == b''

@@ -44,9 +44,9 @@ def test_logits_match_the_reference_with_padding(published, converted):
   reference, directory = published
   trainer, params, _ = converted
   _, _, pieces = marian.load(directory)
-  order = np.asarray(marian.vocabulary_order(
+  order = marian.vocabulary_order(
       reference.config.to_dict(), {p: i for i, p in enumerate(
-          json.load(open(os.path.join(directory, 'vocab.json'))))}))
+          json.load(open(os.path.join(directory, 'vocab.json'))))}).order
   assert [pieces[i] for i in range(3)] == ['<pad>', '</s>', '<unk>']
   tokenizer = trainer.task.tokenizer
   sources = [tokenizer.encode(s) for s in SENTENCES[:3]]

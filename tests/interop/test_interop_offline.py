@@ -13,11 +13,13 @@ import sentencepiece as spm
 from conftest import raises_naming
 from transformer.core import masks
 from transformer.core import positional
+from transformer.data import published_ids
 from transformer.data import published_tokenizers
 from transformer.data.generated import offline_mt
 from transformer.interop import bert
 from transformer.interop import gpt2
 from transformer.interop import marian
+from transformer.interop import vocabulary_rows
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder
@@ -50,7 +52,7 @@ def test_marian_tensors_fill_our_model_with_the_vocabulary_reordered():
   pieces = {'</s>': 0, '<unk>': 1, **{f'p{i}': i for i in range(2, 39)},
             '<pad>': 39}
   order = marian.vocabulary_order(HF, pieces)
-  np.testing.assert_array_equal(order[:4], [39, 0, 1, 2])
+  np.testing.assert_array_equal(order.order[:4], [39, 0, 1, 2])
   tensors = marian_tensors(config, np.random.default_rng(0))
   params = marian.params_from_hf(tensors, config, order)
   tokens = jnp.ones((1, 4), jnp.int32)
@@ -103,7 +105,7 @@ def test_marian_checkpoint_problems_are_named():
                          ('decoder_start_token_id=0', 'pad_token_id'))):
     with raises_naming(ValueError, *named, 'choose another checkpoint'):
       marian.config_from_hf({**HF, **change})
-  with raises_naming(ValueError, '[1, 0, 1]', 'not distinct'):
+  with raises_naming(ValueError, 'pad=1', 'eos=0', 'unk=1', 'distinct'):
     marian.vocabulary_order({**HF, 'pad_token_id': 1}, pieces)
 
 
@@ -134,37 +136,48 @@ def test_marian_tokenizer_uses_our_ids(tmp_path):
     published_tokenizers.MarianTokenizer(str(tmp_path))
 
 
-def test_gpt2_reorder_masks_padding_and_round_trips():
+def test_a_decoder_in_our_ids_masks_padding_and_round_trips():
+  """EOS anywhere in the published vocabulary (here 4 of 7, as community
+  GPT-2 tokenizers that put special tokens first have it)."""
   config = decoder.config_for('tiny', vocab_size=7, max_length=8)
-  tokens = jnp.asarray([[6, 2, 3, 0]])
+  tokens = jnp.asarray([[4, 2, 3, 0]])
   params = nn.unbox(decoder.Decoder(config).init(
       jax.random.key(0), tokens, deterministic=True)['params'])
-  ours_config, ours = gpt2.with_our_ids(config, params, eos_id=6)
+  ids = published_ids.IdOrder.of(7, eos=4)
+  ours_config, ours = vocabulary_rows.decoder_in_our_ids(config, params, ids)
   assert ours_config.vocab_size == 8 and ours_config.mask_padding
   logits = decoder.Decoder(config).apply({'params': params}, tokens,
                                          deterministic=True)
-  # GPT-2 ids 6 (EOS), 2, 3, 0 are ours 1, 4, 5, 2.
+  # Published ids 4 (EOS), 2, 3, 0 are ours 1, 4, 5, 2.
+  np.testing.assert_array_equal(ids.to_ours([4, 2, 3, 0]), [1, 4, 5, 2])
   reordered = decoder.Decoder(ours_config).apply(
       {'params': ours}, jnp.asarray([[1, 4, 5, 2]]), deterministic=True)
-  np.testing.assert_allclose(reordered[..., [3, 4, 5, 6, 7, 2, 1]],
-                             logits[..., [1, 2, 3, 4, 5, 0, 6]], atol=1e-5)
+  np.testing.assert_allclose(reordered[..., ids.to_ours(np.arange(7))],
+                             logits, atol=1e-5)
   assert (reordered[..., 0] == masks.MASKED_LOGIT).all()
-  _, back = gpt2.with_gpt2_ids(ours_config, ours, eos_id=6)
+  back_config, back = vocabulary_rows.decoder_in_published_ids(
+      ours_config, ours, ids)
+  assert back_config == config
   jax.tree.map(np.testing.assert_array_equal, back, params)
+  with raises_naming(ValueError, '8 ids', 'task.tokenizer.ids'):
+    vocabulary_rows.decoder_in_published_ids(
+        ours_config, ours, published_ids.IdOrder.of(8, eos=4))
+  with raises_naming(ValueError, 'mask_padding', 'task.tokenizer.ids'):
+    gpt2.to_hf(ours, ours_config)
 
 
 def test_bert_export_of_a_converted_workdir_returns_to_bert_ids():
-  order = published_tokenizers.BertTokenizer.bert_order(
+  ids = published_tokenizers.BertTokenizer.id_order(
       ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]', 'a', 'b'])
-  np.testing.assert_array_equal(order, [0, 2, 1, 3, 5, 6, 4])
+  np.testing.assert_array_equal(ids.order, [0, 2, 1, 3, 5, 6, 4])
   config = encoder.config_for('tiny', vocab_size=7, max_length=8)
   params = nn.unbox(encoder.Bert(config).init(
       jax.random.key(0), jnp.ones((1, 4), jnp.int32), deterministic=True,
       method='mlm_logits')['params'])
   params = {**params, 'mlm_bias': np.arange(7.0)}  # init is all zeros
-  ours = bert.with_our_ids(params, order)
-  np.testing.assert_array_equal(ours['mlm_bias'], order)
-  _, exported = bert.to_hf(ours, config, order)
+  ours = vocabulary_rows.in_our_ids(params, ids)
+  np.testing.assert_array_equal(ours['mlm_bias'], ids.order)
+  _, exported = bert.to_hf(ours, config, ids)
   _, direct = bert.to_hf(params, config)
   for name, value in direct.items():
     np.testing.assert_array_equal(exported[name], value, err_msg=name)

@@ -1,8 +1,9 @@
-"""The tokenizers of converted checkpoints, with our id conventions.
+"""The tokenizers of converted checkpoints, read through our ids.
 
-A converted workdir keeps its published vocabulary in `<workdir>/vocab/`,
-reordered so that padding is 0, EOS 1 and unknown 2, as every task and model
-here expects (`transformer.data.tokenization`). The classes are
+A converted workdir keeps its published tokenizer files in
+`<workdir>/vocab/` with the id order of `published_ids.IdOrder` (padding
+0, EOS 1, unknown 2, as every task and model here expects); one base class,
+`PublishedIds`, maps ids both ways for every family. The classes are
 `tokenization.Tokenizer`s.
 """
 
@@ -13,10 +14,10 @@ import json
 import os
 import re
 
-import numpy as np
 import sentencepiece as spm
 
 from transformer import errors
+from transformer.data import published_ids
 from transformer.data import tokenization
 
 MARIAN_PIECES = 'marian_pieces.json'
@@ -119,20 +120,50 @@ def _byte_level_alphabet() -> dict[str, int]:
   return characters
 
 
-class GPT2Tokenizer(tokenization.Batches):
+class PublishedIds(tokenization.Batches):
+  """A published tokenizer read through our ids (`published_ids.IdOrder`,
+  in `ids`): subclasses give the published tokenizer's `_encode`,
+  `_decode` and `_piece`, in its own ids."""
+
+  ids: published_ids.IdOrder
+  # Last ids that a task adds to the vocabulary itself (BERT's [MASK]).
+  _held_back = 0
+
+  @property
+  def vocab_size(self) -> int:
+    return len(self.ids) - self._held_back
+
+  def encode(self, text: str, add_eos: bool = True) -> list[int]:
+    published = self._encode(text)
+    ids = self.ids.to_ours(published).tolist() if published else []
+    return ids + [tokenization.EOS_ID] if add_eos else ids
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of the ids before the first EOS, padding skipped."""
+    ids = tokenization.ids_before_eos(ids, self.vocab_size)
+    return self._decode(self.ids.to_published(ids).tolist()) if ids else ''
+
+  def id_to_piece(self, token_id: int) -> str:
+    """The published token, or '<pad>' for padding the vocabulary lacks."""
+    token_id = int(token_id)
+    if token_id == tokenization.PAD_ID and self.ids.added_padding:
+      return '<pad>'
+    return self._piece(int(self.ids.to_published(token_id)))
+
+
+class GPT2Tokenizer(PublishedIds):
   """GPT-2's byte-level BPE (the `tokenizers` library, from the published
-  tokenizer.json, or vocab.json and merges.txt), with our ids: padding 0 (GPT-2 has none; a
-  converted model never predicts it), <|endoftext|> 1 as EOS, and GPT-2's
-  other ids after, in order (`gpt2_to_ours`). Every text encodes, so the
-  unknown id is never produced."""
+  tokenizer.json, or vocab.json and merges.txt). GPT-2 has no padding
+  token (a converted model never predicts the one added) and no unknown
+  one: every text encodes."""
 
   def __init__(self, folder: str):
     from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
     paths = _workdir_files(folder, GPT2_FILES, 'GPT-2')
     self._bpe = Tokenizer.from_file(paths[0])
-    with open(paths[1]) as f:
-      ids = json.load(f)
-    self.gpt2_eos, self.gpt2_vocab_size = ids['eos_id'], ids['vocab_size']
+    meta = _read_ids(paths[1])
+    self.ids = published_ids.IdOrder.of(meta['vocab_size'],
+                                        eos=meta['eos_id'])
 
   @staticmethod
   def save(folder: str, tokenizer, eos_id: int, vocab_size: int) -> None:
@@ -143,33 +174,15 @@ class GPT2Tokenizer(tokenization.Batches):
     with open(os.path.join(folder, GPT2_FILES[1]), 'w') as f:
       json.dump({'eos_id': eos_id, 'vocab_size': vocab_size}, f)
 
-  def gpt2_to_ours(self, ids):
-    """GPT-2 ids -> ours: EOS -> 1, the others shifted past 0 and 1."""
-    ids = np.asarray(ids)
-    return np.where(ids == self.gpt2_eos, tokenization.EOS_ID,
-                    ids + 2 - (ids > self.gpt2_eos))
+  def _encode(self, text: str) -> list[int]:
+    return self._bpe.encode(text).ids
 
-  def ours_to_gpt2(self, ids):
-    """The inverse of `gpt2_to_ours` (padding has no GPT-2 id)."""
-    ids = np.asarray(ids)
-    if (ids == tokenization.PAD_ID).any():
-      raise ValueError('Padding (0) has no GPT-2 id.')
-    rest = ids - 2
-    return np.where(ids == tokenization.EOS_ID, self.gpt2_eos,
-                    rest + (rest >= self.gpt2_eos))
+  def _decode(self, ids: list[int]) -> str:
+    return self._bpe.decode(ids)
 
-  @property
-  def vocab_size(self) -> int:
-    return self.gpt2_vocab_size + 1
-
-  def encode(self, text: str, add_eos: bool = True) -> list[int]:
-    ids = self.gpt2_to_ours(self._bpe.encode(text).ids).tolist()
-    return ids + [tokenization.EOS_ID] if add_eos else ids
-
-  def decode(self, ids: Iterable[int]) -> str:
-    """Text of the ids before the first EOS, padding skipped."""
-    ids = tokenization.ids_before_eos(ids, self.vocab_size)
-    return self._bpe.decode(self.ours_to_gpt2(ids).tolist()) if ids else ''
+  def _piece(self, token_id: int) -> str:
+    """The BPE token ('Ġ' marks a leading space)."""
+    return self._bpe.id_to_token(token_id)
 
   def token_bytes(self, token_id: int) -> bytes:
     """The UTF-8 bytes a token stands for (a token may hold part of a
@@ -181,13 +194,6 @@ class GPT2Tokenizer(tokenization.Batches):
     # None: a row of a table padded past the tokenizer (no text).
     piece = self.id_to_piece(token_id) or ''
     return bytes(self._alphabet[c] for c in piece)
-
-  def id_to_piece(self, token_id: int) -> str:
-    """The BPE token ('Ġ' marks a leading space), '<pad>', '</s>'."""
-    token_id = int(token_id)
-    if token_id == tokenization.PAD_ID:
-      return '<pad>'
-    return self._bpe.id_to_token(int(self.ours_to_gpt2(token_id)))
 
 
 def published_bpe(source: str, family: str):
@@ -278,12 +284,14 @@ BERT_FILES = ('bert_tokenizer.json', 'bert_ids.json')
 OLD_BERT_FILES = ('bert_vocab.txt', 'bert_ids.json')
 
 
-class BertTokenizer(tokenization.Batches):
+class BertTokenizer(PublishedIds):
   """BERT's WordPiece (the `tokenizers` library, from the published
-  tokenizer.json or vocab.txt), with our ids: [PAD] 0, [CLS] 1 (our tasks'
-  start symbol, EOS, sits where BERT has [CLS]), [UNK] 2, BERT's other ids
-  in order, and [MASK] last: one past `vocab_size`, where the masked-LM
-  task puts its mask id. [SEP] is an ordinary token here."""
+  tokenizer.json or vocab.txt): [PAD] is padding, [CLS] EOS (our tasks'
+  start symbol, as BERT's), [UNK] unknown, and [MASK] last: one past
+  `vocab_size`, where the masked-LM task puts its mask id. [SEP] is an
+  ordinary token here."""
+
+  _held_back = 1  # [MASK]
 
   def __init__(self, folder: str):
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
@@ -297,56 +305,47 @@ class BertTokenizer(tokenization.Batches):
       paths = _workdir_files(folder, BERT_FILES, 'BERT')
       meta = _read_ids(paths[1])
       self._wordpiece = Tokenizer.from_file(paths[0])
-    self.order = np.asarray(meta['order'])  # order[our_id] = BERT id
-    self._ours = np.empty_like(self.order)
-    self._ours[self.order] = np.arange(len(self.order))
+    self.ids = published_ids.IdOrder(meta['order'])
 
   @staticmethod
-  def bert_order(tokens: Sequence[str]) -> np.ndarray:
-    """order[our_id] = BERT id: [PAD], [CLS], [UNK], the rest, [MASK]."""
+  def id_order(tokens: Sequence[str]) -> published_ids.IdOrder:
+    """Our ids of BERT's `tokens` (in BERT's id order).
+
+    Raises:
+      ValueError: a special token is missing.
+    """
     ids = {token: i for i, token in enumerate(tokens)}
-    special = ['[PAD]', '[CLS]', '[UNK]', '[MASK]']
-    missing = [s for s in special if s not in ids]
+    missing = [s for s in ('[PAD]', '[CLS]', '[UNK]', '[MASK]')
+               if s not in ids]
     if missing:
       raise ValueError(f'The tokenizer lacks {missing}: not a BERT '
                        f'WordPiece vocabulary.')
-    first = [ids[s] for s in special[:3]]
-    rest = [i for i in range(len(tokens)) if i not in first + [ids['[MASK]']]]
-    return np.asarray(first + rest + [ids['[MASK]']])
+    return published_ids.IdOrder.of(
+        len(tokens), pad=ids['[PAD]'], eos=ids['[CLS]'], unk=ids['[UNK]'],
+        last=[ids['[MASK]']])
 
   @staticmethod
-  def save(folder: str, tokenizer) -> np.ndarray:
-    """Writes the `Tokenizer` (`published_bpe`) and our id order into
-    `folder`; returns the order."""
+  def save(folder: str, tokenizer, ids: published_ids.IdOrder) -> None:
+    """Writes the `Tokenizer` (`published_bpe`) and our `ids` (`id_order`)
+    into `folder`."""
     os.makedirs(folder, exist_ok=True)
     tokenizer.save(os.path.join(folder, BERT_FILES[0]))
-    order = BertTokenizer.bert_order(token_list(tokenizer))
     with open(os.path.join(folder, BERT_FILES[1]), 'w') as f:
-      json.dump({'order': order.tolist()}, f)
-    return order
-
-  @property
-  def vocab_size(self) -> int:
-    """Without [MASK], which the masked-LM task adds back as the last id."""
-    return len(self.order) - 1
+      json.dump(ids.to_json(), f)
 
   @property
   def sep_id(self) -> int:
     """Our id of [SEP], which sentence pairs put after each sentence."""
-    return int(self._ours[self._wordpiece.token_to_id('[SEP]')])
+    return int(self.ids.to_ours(self._wordpiece.token_to_id('[SEP]')))
 
-  def encode(self, text: str, add_eos: bool = True) -> list[int]:
-    ids = self._wordpiece.encode(text, add_special_tokens=False).ids
-    ids = self._ours[np.asarray(ids, np.int64)].tolist() if ids else []
-    return ids + [tokenization.EOS_ID] if add_eos else ids
+  def _encode(self, text: str) -> list[int]:
+    return self._wordpiece.encode(text, add_special_tokens=False).ids
 
-  def decode(self, ids: Iterable[int]) -> str:
-    """Text of the ids before the first EOS ([CLS]), padding skipped."""
-    ids = tokenization.ids_before_eos(ids, self.vocab_size)
-    return self._wordpiece.decode(self.order[ids].tolist()) if ids else ''
+  def _decode(self, ids: list[int]) -> str:
+    return self._wordpiece.decode(ids)
 
-  def id_to_piece(self, token_id: int) -> str:
-    return self._wordpiece.id_to_token(int(self.order[int(token_id)]))
+  def _piece(self, token_id: int) -> str:
+    return self._wordpiece.id_to_token(token_id)
 
 
 LLAMA_IDS = 'llama_ids.json'
@@ -552,14 +551,13 @@ def llama_special_ids(hf: dict, source: str, published
   return ids['bos'], ids['eos']
 
 
-class LlamaTokenizer(tokenization.Batches):
+class LlamaTokenizer(PublishedIds):
   """A Llama tokenizer (`published_llama`: tokenizer.json through the
-  `tokenizers` library, or tokenizer.model through `sentencepiece`) with
-  our ids: padding 0 (Llama has none; a converted model never predicts
-  it), Llama's EOS 1, its unknown 2 where it has one, then its other ids
-  in order (`llama_order`). Texts encode without BOS, as every tokenizer
-  here; `start_id` is our id of BOS, which the language-modelling task
-  puts before a prompt, as transformers' tokenizer does."""
+  `tokenizers` library, or tokenizer.model through `sentencepiece`). Llama
+  has no padding token (a converted model never predicts the one added).
+  Texts encode without BOS, as every tokenizer here; `start_id` is our id
+  of BOS, which the language-modelling task puts before a prompt, as
+  transformers' tokenizer does."""
 
   def __init__(self, folder: str):
     ids_path, = _workdir_files(folder, (LLAMA_IDS,), 'Llama')
@@ -567,60 +565,42 @@ class LlamaTokenizer(tokenization.Batches):
     backend = (_LlamaJson if os.path.exists(os.path.join(folder, LLAMA_JSON))
                else _LlamaSentencePiece)
     self._published = backend.load(folder)
-    self.order = np.asarray(meta['order'])  # order[our_id - 1] = Llama id
-    self._ours = np.empty(len(self.order), np.int64)
-    self._ours[self.order] = np.arange(1, len(self.order) + 1)
+    order = meta['order']
+    # Workdirs converted before `published_ids` left the padding out.
+    self.ids = published_ids.IdOrder(
+        order if order[:1] == [published_ids.NEW]
+        else [published_ids.NEW] + order)
     bos = meta.get('bos_id')
     self.start_id = (tokenization.EOS_ID if bos is None
-                     else int(self._ours[bos]))
+                     else int(self.ids.to_ours(bos)))
 
   @staticmethod
-  def llama_order(published, eos_id: int) -> np.ndarray:
-    """order[our_id - 1] = Llama id: EOS, the unknown token (if any), the
-    other ids in order."""
-    first = [eos_id] + ([published.unk_id] if published.unk_id not in
-                        (None, eos_id) else [])
-    rest = np.setdiff1d(np.arange(published.vocab_size), first)
-    return np.concatenate([np.asarray(first, np.int64), rest])
+  def id_order(published, eos_id: int) -> published_ids.IdOrder:
+    """Our ids of a published Llama tokenizer (`published_llama`)."""
+    unk = published.unk_id
+    return published_ids.IdOrder.of(published.vocab_size, eos=eos_id,
+                                    unk=None if unk == eos_id else unk)
 
   @staticmethod
-  def save(folder: str, published, bos_id: int | None,
-           eos_id: int) -> np.ndarray:
-    """Writes the published tokenizer and our id order (with Llama's BOS
-    and EOS ids) into `folder`; returns the order."""
+  def save(folder: str, published, ids: published_ids.IdOrder,
+           bos_id: int | None, eos_id: int) -> None:
+    """Writes the published tokenizer and our `ids` (with Llama's BOS and
+    EOS ids) into `folder`."""
     os.makedirs(folder, exist_ok=True)
     published.save(folder)
-    order = LlamaTokenizer.llama_order(published, eos_id)
     with open(os.path.join(folder, LLAMA_IDS), 'w') as f:
-      json.dump({'order': order.tolist(), 'bos_id': bos_id,
-                 'eos_id': eos_id}, f)
-    return order
+      json.dump({**ids.to_json(), 'bos_id': bos_id, 'eos_id': eos_id}, f)
 
-  def llama_to_ours(self, ids) -> np.ndarray:
-    return self._ours[np.asarray(ids, np.int64)]
+  def _encode(self, text: str) -> list[int]:
+    return self._published.encode(text)
 
-  def ours_to_llama(self, ids) -> np.ndarray:
-    """The inverse of `llama_to_ours` (padding has no Llama id)."""
-    ids = np.asarray(ids, np.int64)
-    if (ids == tokenization.PAD_ID).any():
-      raise ValueError('Padding (0) has no Llama id.')
-    return self.order[ids - 1]
+  def _decode(self, ids: list[int]) -> str:
+    """Special tokens (BOS, unknown) skipped."""
+    return self._published.decode(ids)
 
-  @property
-  def vocab_size(self) -> int:
-    return len(self.order) + 1
-
-  def encode(self, text: str, add_eos: bool = True) -> list[int]:
-    ids = self._published.encode(text)
-    ids = self.llama_to_ours(ids).tolist() if ids else []
-    return ids + [tokenization.EOS_ID] if add_eos else ids
-
-  def decode(self, ids: Iterable[int]) -> str:
-    """Text of the ids before the first EOS; padding and special tokens
-    (BOS, unknown) skipped."""
-    ids = tokenization.ids_before_eos(ids, self.vocab_size)
-    return (self._published.decode(self.ours_to_llama(ids).tolist())
-            if ids else '')
+  def _piece(self, token_id: int) -> str:
+    """Llama's token ('▁' marks a space, 'Ġ' in byte-level BPE)."""
+    return self._published.piece(token_id)
 
   def token_bytes(self, token_id: int) -> bytes:
     """The UTF-8 bytes a token stands for ('▁' a space, '<0xNN>' that
@@ -628,11 +608,5 @@ class LlamaTokenizer(tokenization.Batches):
     special tokens."""
     if int(token_id) == tokenization.PAD_ID:
       return b''
-    return self._published.piece_bytes(int(self.ours_to_llama(token_id)))
-
-  def id_to_piece(self, token_id: int) -> str:
-    """Llama's token ('▁' marks a space, 'Ġ' in byte-level BPE), '<pad>'
-    for padding."""
-    if int(token_id) == tokenization.PAD_ID:
-      return '<pad>'
-    return self._published.piece(int(self.ours_to_llama(token_id)))
+    return self._published.piece_bytes(
+        int(self.ids.to_published(int(token_id))))

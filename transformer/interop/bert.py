@@ -47,7 +47,9 @@ from typing import Any
 
 import numpy as np
 
+from transformer.data import published_ids
 from transformer.interop import files
+from transformer.interop import vocabulary_rows
 from transformer.models import encoder
 
 # Each published layout: the encoder (BertModel's tensors; the head models
@@ -233,23 +235,6 @@ def params_from_hf(tensors: dict[str, np.ndarray], config: encoder.Config
   return params
 
 
-def with_our_ids(params: dict[str, Any], order: np.ndarray
-                 ) -> dict[str, Any]:
-  """Word embeddings and MLM bias in our id order (`order[our_id] = BERT
-  id`, `vocabularies.BertTokenizer.bert_order`)."""
-  table = np.asarray(params['embed']['embed']['embedding'])[order]
-  params = {**params, 'embed': {'embed': {'embedding': table}}}
-  if 'mlm_bias' in params:
-    params['mlm_bias'] = np.asarray(params['mlm_bias'])[order]
-  return params
-
-
-def with_bert_ids(params: dict[str, Any], order: np.ndarray
-                  ) -> dict[str, Any]:
-  """The inverse of `with_our_ids`."""
-  return with_our_ids(params, np.argsort(order))
-
-
 def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face BERT directory."""
   return files.load_hf(directory, config_from_hf, params_from_hf,
@@ -257,15 +242,15 @@ def load(directory: str) -> tuple[encoder.Config, dict[str, Any]]:
 
 
 def to_hf(params: dict[str, Any], config: encoder.Config,
-          order: np.ndarray | None = None
+          ids: published_ids.IdOrder | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """The inverse of `config_from_hf` and `params_from_hf`: a BERT
   config.json dict and its tensors, with the heads the model has
   (BertForMaskedLM with its MLM head, BertForSequenceClassification with a
   classifier, else BertModel), the pooler's too when it has one. A converted workdir's parameters (our ids) go back to
-  BERT's ids with its `order` (`vocabularies.BertTokenizer.order`)."""
-  if order is not None:
-    params = with_bert_ids(params, order)
+  BERT's ids with its tokenizer's `ids` (`task.tokenizer.ids`)."""
+  if ids is not None:
+    params = vocabulary_rows.in_published_ids(params, ids)
   if (config.norm_position, config.positional_encoding) != ('post',
                                                             'learned'):
     raise ValueError('Only BERT-shaped encoders (post-LN, learned positions) '
@@ -333,7 +318,8 @@ def to_hf(params: dict[str, Any], config: encoder.Config,
 
 
 def save_hf(directory: str, params: dict[str, Any],
-            config: encoder.Config, order: np.ndarray | None = None) -> None:
+            config: encoder.Config,
+            ids: published_ids.IdOrder | None = None) -> None:
   """Writes config.json and model.safetensors that transformers loads as
-  the architecture `to_hf` names (`order` as in `to_hf`)."""
-  files.save_hf(directory, *to_hf(params, config, order))
+  the architecture `to_hf` names (`ids` as in `to_hf`)."""
+  files.save_hf(directory, *to_hf(params, config, ids))

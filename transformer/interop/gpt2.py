@@ -7,11 +7,12 @@ weights are [in, out]) split into query, key and value [D, N, H], attn.c_proj
 -> out [N, H, D], mlp.c_fc/c_proj -> wi/wo, ln_f -> the final norm. GPT-2's
 'gelu_new' is the tanh approximation, which `nn.gelu` computes by default.
 
-Workdirs (`python -m transformer.tools.convert`) use our ids (`with_our_ids`):
-GPT-2 has no padding token, so the table gains a zero row at id 0 that the
-model never predicts (`mask_padding`), <|endoftext|> moves to id 1 (EOS)
-and the other ids follow in order (`vocabularies.GPT2Tokenizer`). Export
-undoes this, so a converted model exports to the published layout.
+Workdirs (`python -m transformer.tools.convert`) use our ids
+(`published_ids.IdOrder`, moved by `vocabulary_rows`): GPT-2 has no
+padding token, so the table gains a zero row at id 0 that the model never
+predicts (`mask_padding`), <|endoftext|> (wherever the tokenizer has it)
+moves to id 1 (EOS) and the other ids follow in order. Export moves them
+back, so a converted model exports to the published tensors.
 
 GPT2Config, field by field (transformers' defaults, `DEFAULTS`, stand for
 the fields a config.json omits):
@@ -26,8 +27,7 @@ the fields a config.json omits):
   same products in float32, scaled before rather than after), embd_pdrop
   (dropout, off at inference), initializer_range, summary_* (the
   multiple-choice head of GPT2DoubleHeadsModel, not read), use_cache,
-  bos_token_id, eos_token_id (generation; convert checks it is the last
-  id), pad_token_id (sequence classification only), n_ctx (old alias),
+  bos_token_id, eos_token_id (generation; convert reads it as EOS), pad_token_id (sequence classification only), n_ctx (old alias),
   and every model's architectures, transformers_version, dtype,
   output_*, return_dict, chunk_size_feed_forward, id2label, label2id,
   problem_type and generation settings.
@@ -39,7 +39,9 @@ from typing import Any
 
 import numpy as np
 
+from transformer.data import published_ids
 from transformer.interop import files
+from transformer.interop import vocabulary_rows
 from transformer.models import decoder
 
 # GPT2Config's defaults of the fields that change the computation.
@@ -142,50 +144,26 @@ def params_from_hf(tensors: dict[str, np.ndarray],
           'blocks': blocks}
 
 
-def _table(params: dict[str, Any]) -> np.ndarray:
-  return np.asarray(params['embed']['embed']['embedding'])
-
-
-def _with_table(params: dict[str, Any], table: np.ndarray) -> dict[str, Any]:
-  return {**params, 'embed': {'embed': {'embedding': table}}}
-
-
-def with_our_ids(config: decoder.Config, params: dict[str, Any],
-                 eos_id: int) -> tuple[decoder.Config, dict[str, Any]]:
-  """GPT-2's vocabulary in our order: a masked zero row for padding (0),
-  <|endoftext|> (`eos_id`) as 1, then the other ids in order."""
-  table = _table(params)
-  others = np.delete(np.arange(len(table)), eos_id)
-  table = np.concatenate([np.zeros_like(table[:1]), table[[eos_id]],
-                          table[others]])
-  return (config.replace(vocab_size=len(table), mask_padding=True),
-          _with_table(params, table))
-
-
-def with_gpt2_ids(config: decoder.Config, params: dict[str, Any],
-                  eos_id: int) -> tuple[decoder.Config, dict[str, Any]]:
-  """The inverse of `with_our_ids`."""
-  table = _table(params)[1:]  # without padding
-  eos, others = table[0], table[1:]
-  table = np.concatenate([others[:eos_id], eos[None], others[eos_id:]])
-  return (config.replace(vocab_size=len(table), mask_padding=False),
-          _with_table(params, table))
-
-
 def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face GPT-2 directory."""
   return files.load_hf(directory, config_from_hf, params_from_hf,
                        DEFAULTS)
 
 
-def to_hf(params: dict[str, Any], config: decoder.Config
+def to_hf(params: dict[str, Any], config: decoder.Config,
+          ids: published_ids.IdOrder | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """The inverse of `config_from_hf` and `params_from_hf`: a GPT-2
   config.json dict and tensors named as GPT2LMHeadModel saves them. A
-  converted model (`mask_padding`) goes back to GPT-2's ids, its
-  <|endoftext|> at the end of the vocabulary, where GPT-2 has it."""
+  converted workdir's parameters (our ids, `mask_padding`) go back to
+  GPT-2's ids with its tokenizer's `ids` (`task.tokenizer.ids`)."""
   if config.mask_padding:
-    config, params = with_gpt2_ids(config, params, config.vocab_size - 2)
+    if ids is None:
+      raise ValueError('The model has our ids (mask_padding): give the ids '
+                       "of the workdir's tokenizer, `task.tokenizer.ids`, "
+                       "to export it in GPT-2's ids.")
+    config, params = vocabulary_rows.decoder_in_published_ids(
+        config, params, ids)
   if (config.norm_position, config.positional_encoding,
       config.activation) != ('pre', 'learned', 'gelu') or config.num_kv_heads:
     raise ValueError('Only GPT-2-shaped decoders export to the GPT-2 layout '
@@ -230,6 +208,8 @@ def to_hf(params: dict[str, Any], config: decoder.Config
 
 
 def save_hf(directory: str, params: dict[str, Any],
-            config: decoder.Config) -> None:
-  """Writes config.json and model.safetensors that GPT2LMHeadModel loads."""
-  files.save_hf(directory, *to_hf(params, config))
+            config: decoder.Config,
+            ids: published_ids.IdOrder | None = None) -> None:
+  """Writes config.json and model.safetensors that GPT2LMHeadModel loads
+  (`ids` as in `to_hf`)."""
+  files.save_hf(directory, *to_hf(params, config, ids))

@@ -14,11 +14,11 @@ rotary positions rotate the two halves of each head (`rotate_half`), as
 
 `load` keeps the checkpoint's ids (Llama's <unk> is 0, which our tasks
 reserve for padding) for logits and scoring in its own ids. Workdirs
-(`python -m transformer.tools.convert`) use ours (`with_our_ids`): a masked
-zero row for padding at id 0, Llama's EOS at 1, its unknown token at 2
-(where it has one), then its other ids in order
-(`vocabularies.LlamaTokenizer.llama_order`), in the embedding and the
-untied output layer alike; `to_hf` with that order goes back to Llama's.
+(`python -m transformer.tools.convert`) use ours (`published_ids.IdOrder`,
+moved by `vocabulary_rows`): a masked zero row for padding at id 0,
+Llama's EOS at 1, its unknown token at 2 (where it has one), then its
+other ids in order, in the embedding and the untied output layer alike;
+`to_hf` with the tokenizer's `ids` goes back to Llama's.
 
 LlamaConfig, field by field (transformers' defaults, `DEFAULTS`, stand for
 the fields a config.json omits):
@@ -63,7 +63,9 @@ from typing import Any
 
 import numpy as np
 
+from transformer.data import published_ids
 from transformer.interop import files
+from transformer.interop import vocabulary_rows
 from transformer.models import decoder
 
 # LlamaConfig's defaults of the fields that change the computation.
@@ -264,63 +266,20 @@ def load(directory: str) -> tuple[decoder.Config, dict[str, Any]]:
                        DEFAULTS)
 
 
-def _reordered(config: decoder.Config, params: dict[str, Any],
-               rows: np.ndarray, padding: bool
-               ) -> tuple[decoder.Config, dict[str, Any]]:
-  """The embedding rows and output-layer columns `rows` (in that order),
-  after a zero one for padding (masked) when `padding`."""
-  table = np.asarray(params['embed']['embed']['embedding'])[rows]
-  params = {**params, 'embed': {'embed': {'embedding': table}}}
-  if padding:
-    table = np.concatenate([np.zeros_like(table[:1]), table])
-    params['embed'] = {'embed': {'embedding': table}}
-  if 'lm_head' in params:  # [D, V]: the vocabulary is the last axis
-    kernel = np.asarray(params['lm_head']['kernel'])[:, rows]
-    if padding:
-      kernel = np.concatenate([np.zeros_like(kernel[:, :1]), kernel], 1)
-    params['lm_head'] = {'kernel': kernel}
-  return (config.replace(vocab_size=len(table), mask_padding=padding),
-          params)
-
-
-def with_our_ids(config: decoder.Config, params: dict[str, Any],
-                 order: np.ndarray) -> tuple[decoder.Config, dict[str, Any]]:
-  """Llama's vocabulary in our order (`order[our_id - 1]` = Llama id,
-  `vocabularies.LlamaTokenizer.llama_order`), after a masked zero row for
-  padding (0)."""
-  if not np.array_equal(np.sort(order), np.arange(config.vocab_size)):
-    raise ValueError(f'The order has {len(order)} ids, not a permutation '
-                     f'of the {config.vocab_size} of config.json.')
-  return _reordered(config, params, np.asarray(order), padding=True)
-
-
-def with_llama_ids(config: decoder.Config, params: dict[str, Any],
-                   order: np.ndarray
-                   ) -> tuple[decoder.Config, dict[str, Any]]:
-  """The inverse of `with_our_ids`."""
-  if not config.mask_padding or config.vocab_size != len(order) + 1:
-    raise ValueError(f'A model of our ids has padding and one id more than '
-                     f'the order ({len(order)}); this one has '
-                     f'{config.vocab_size} (mask_padding='
-                     f'{config.mask_padding}).')
-  return _reordered(config, params, np.argsort(order) + 1, padding=False)
-
-
 def to_hf(params: dict[str, Any], config: decoder.Config,
-          order: np.ndarray | None = None
+          ids: published_ids.IdOrder | None = None
           ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
   """The inverse of `config_from_hf` and `params_from_hf`: a Llama
   config.json dict and tensors named as LlamaForCausalLM saves them. A
   converted workdir's parameters (our ids, `mask_padding`) go back to
-  Llama's ids with its tokenizer's `order`
-  (`vocabularies.LlamaTokenizer(WORKDIR/vocab).order`)."""
+  Llama's ids with its tokenizer's `ids` (`task.tokenizer.ids`)."""
   if config.mask_padding:
-    if order is None:
-      raise ValueError('The model has our ids (mask_padding): give the '
-                       "order of the workdir's tokenizer, "
-                       'vocabularies.LlamaTokenizer(WORKDIR/vocab).order, '
+    if ids is None:
+      raise ValueError('The model has our ids (mask_padding): give the ids '
+                       "of the workdir's tokenizer, `task.tokenizer.ids`, "
                        "to export it in Llama's ids.")
-    config, params = with_llama_ids(config, params, order)
+    config, params = vocabulary_rows.decoder_in_published_ids(
+        config, params, ids)
   if (config.norm, config.norm_position, config.positional_encoding,
       config.use_bias) != ('rms', 'pre', 'rotary', False) or (
           config.activation not in _GATED.values()):
@@ -369,7 +328,8 @@ def to_hf(params: dict[str, Any], config: decoder.Config,
 
 
 def save_hf(directory: str, params: dict[str, Any],
-            config: decoder.Config, order: np.ndarray | None = None) -> None:
+            config: decoder.Config,
+            ids: published_ids.IdOrder | None = None) -> None:
   """Writes config.json and model.safetensors that LlamaForCausalLM loads
-  (`order` as in `to_hf`)."""
-  files.save_hf(directory, *to_hf(params, config, order))
+  (`ids` as in `to_hf`)."""
+  files.save_hf(directory, *to_hf(params, config, ids))

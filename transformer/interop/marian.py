@@ -7,10 +7,11 @@ logits bias, LayerNorm epsilon 1e-5, one embedding shared by encoder,
 decoder and softmax. Its ids differ from ours: EOS is 0, unknown 1 and
 padding (also the decoder's start symbol) the last id, while our models use
 padding 0 (the start symbol), EOS 1 and unknown 2. Conversion reorders the
-vocabulary, `order[our_id] = marian_id`: padding, EOS and unknown first,
-then the other ids in their order. The embedding rows and the logits bias
-are permuted the same way, so the model computes the same function and its
-logits are Marian's, permuted.
+vocabulary by the rule of every family (`published_ids.IdOrder`):
+padding, EOS and unknown first, then the other ids in their order. The
+embedding rows and the logits bias move the same way (`vocabulary_rows`),
+so the model computes the same function and its logits are Marian's,
+permuted.
 
 MarianConfig, field by field (transformers' defaults, `DEFAULTS`, stand
 for the fields a config.json omits: its activation is 'gelu', although
@@ -50,7 +51,9 @@ from typing import Any
 import numpy as np
 
 from transformer.core import positional
+from transformer.data import published_ids
 from transformer.interop import files
+from transformer.interop import vocabulary_rows
 from transformer.models import encoder_decoder
 
 # What a Marian directory holds besides the weights.
@@ -130,8 +133,8 @@ def config_from_hf(hf: dict[str, Any]) -> encoder_decoder.Config:
 
 
 def vocabulary_order(hf: dict[str, Any], pieces: dict[str, int]
-                     ) -> np.ndarray:
-  """`order[our_id] = marian_id`: padding, EOS, unknown, then the rest.
+                     ) -> published_ids.IdOrder:
+  """Our ids of Marian's: padding, EOS, unknown, then the rest.
 
   Args:
     hf: config.json (pad_token_id, eos_token_id, vocab_size).
@@ -144,12 +147,8 @@ def vocabulary_order(hf: dict[str, Any], pieces: dict[str, int]
                      f'not 0..{size - 1} (config.json vocab_size={size}).')
   if '<unk>' not in pieces:
     raise ValueError('vocab.json has no <unk> piece.')
-  special = [hf['pad_token_id'], hf['eos_token_id'], pieces['<unk>']]
-  if len(set(special)) != 3:
-    raise ValueError(f'Padding, EOS and unknown ids {special} are not '
-                     'distinct.')
-  rest = [i for i in range(size) if i not in special]
-  return np.asarray(special + rest, np.int64)
+  return published_ids.IdOrder.of(size, pad=hf['pad_token_id'],
+                                  eos=hf['eos_token_id'], unk=pieces['<unk>'])
 
 
 def _linear(t: dict[str, np.ndarray], prefix: str) -> dict[str, np.ndarray]:
@@ -210,9 +209,9 @@ def _without_copies(tensors: dict[str, np.ndarray],
 
 def params_from_hf(tensors: dict[str, np.ndarray],
                    config: encoder_decoder.Config,
-                   order: np.ndarray) -> dict[str, Any]:
-  """Our parameter tree from MarianMTModel's tensors, the vocabulary
-  reordered by `order`; every name and shape checked.
+                   ids: published_ids.IdOrder) -> dict[str, Any]:
+  """Our parameter tree from MarianMTModel's tensors in our `ids`; every
+  name and shape checked.
 
   Raises:
     ValueError: listing missing, unexpected and mis-shaped tensors.
@@ -238,13 +237,13 @@ def params_from_hf(tensors: dict[str, np.ndarray],
           f'{prefix}.encoder_attn_layer_norm')
     return ours
 
-  return {
-      'embed': {'embed': {'embedding': t['model.shared.weight'][order]}},
-      'final_logits_bias': t['final_logits_bias'][0][order],
+  return vocabulary_rows.in_our_ids({
+      'embed': {'embed': {'embedding': t['model.shared.weight']}},
+      'final_logits_bias': t['final_logits_bias'][0],
       'encoder': {f'layer_{i}': block(f'model.encoder.layers.{i}', False)
                   for i in range(config.num_layers)},
       'decoder': {f'layer_{i}': block(f'model.decoder.layers.{i}', True)
-                  for i in range(config.num_layers)}}
+                  for i in range(config.num_layers)}}, ids)
 
 
 def load(directory: str) -> tuple[encoder_decoder.Config, dict[str, Any],
@@ -257,7 +256,7 @@ def load(directory: str) -> tuple[encoder_decoder.Config, dict[str, Any],
     raise ValueError(f'{directory} has separate source and target '
                      'vocabularies; our Transformer shares one.')
   pieces = files.read_json(os.path.join(directory, VOCAB))
-  order = vocabulary_order(hf, pieces)
+  ids = vocabulary_order(hf, pieces)
   by_id = {i: piece for piece, i in pieces.items()}
-  params = params_from_hf(files.read_safetensors(directory), config, order)
-  return config, params, [by_id[int(i)] for i in order]
+  params = params_from_hf(files.read_safetensors(directory), config, ids)
+  return config, params, [by_id[int(i)] for i in ids.order]

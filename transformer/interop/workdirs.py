@@ -33,6 +33,7 @@ from transformer import sharding
 from transformer import storage
 from transformer import train
 from transformer import workdir as workdir_lib
+from transformer.data import published_ids
 from transformer.data import published_tokenizers
 from transformer.interop import bert
 from transformer.interop import files
@@ -40,6 +41,7 @@ from transformer.interop import gpt2
 from transformer.interop import llama
 from transformer.interop import marian
 from transformer.interop import vit as vit_interop
+from transformer.interop import vocabulary_rows
 from transformer.models import encoder
 from transformer.models import encoder_decoder
 from transformer.models import vit
@@ -417,12 +419,10 @@ def _convert_gpt2(source: str, workdir: str, hf: dict) -> str:
   _check_tokenizer_size(len(published_tokenizers.token_list(tokenizer)),
                         config.vocab_size, padded=True)
   eos_id = hf.get('eos_token_id', config.vocab_size - 1)
-  if eos_id != config.vocab_size - 1:
-    raise ValueError(f'eos_token_id={eos_id} is not the last id: GPT-2 '
-                     'checkpoints keep <|endoftext|> last, which export '
-                     'relies on.')
   gpt2_vocab_size = config.vocab_size
-  config, params = gpt2.with_our_ids(config, params, eos_id)
+  config, params = vocabulary_rows.decoder_in_our_ids(
+      config, params,
+      published_ids.IdOrder.of(gpt2_vocab_size, eos=eos_id))
   write_workdir(
       workdir, gpt2_experiment(config), params,
       lambda staging: published_tokenizers.GPT2Tokenizer.save(
@@ -438,13 +438,13 @@ def _convert_llama(source: str, workdir: str, hf: dict) -> str:
   published = published_tokenizers.published_llama(source)
   _check_tokenizer_size(published.vocab_size, config.vocab_size)
   bos_id, eos_id = published_tokenizers.llama_special_ids(hf, source, published)
-  order = published_tokenizers.LlamaTokenizer.llama_order(published, eos_id)
+  ids = published_tokenizers.LlamaTokenizer.id_order(published, eos_id)
   llama_vocab_size = config.vocab_size
-  config, params = llama.with_our_ids(config, params, order)
+  config, params = vocabulary_rows.decoder_in_our_ids(config, params, ids)
   write_workdir(
       workdir, llama_experiment(config), params,
       lambda staging: published_tokenizers.LlamaTokenizer.save(
-          os.path.join(staging, 'vocab'), published, bos_id, eos_id))
+          os.path.join(staging, 'vocab'), published, ids, bos_id, eos_id))
   return (f'Llama, {config.num_layers} layers, width {config.d_model}, '
           f'context {config.max_length}, {llama_vocab_size:,} tokens (+ '
           f'padding at id 0)')
@@ -460,10 +460,10 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   params = files.fitted(hf, bert.DEFAULTS,
                         lambda: bert.params_from_hf(tensors, config))
   tensors = None  # frees the published arrays (the lambda held them)
-  order = published_tokenizers.BertTokenizer.bert_order(
+  ids = published_tokenizers.BertTokenizer.id_order(
       published_tokenizers.token_list(tokenizer))
-  _check_tokenizer_size(len(order), config.vocab_size)
-  params = bert.with_our_ids(params, order)
+  _check_tokenizer_size(len(ids), config.vocab_size)
+  params = vocabulary_rows.in_our_ids(params, ids)
   if 'classifier' in params:
     if hf.get('problem_type') == 'multi_label_classification':
       raise ValueError('problem_type=multi_label_classification: our text '
@@ -480,7 +480,7 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   write_workdir(
       workdir, experiment, params,
       lambda staging: published_tokenizers.BertTokenizer.save(
-          os.path.join(staging, 'vocab'), tokenizer))
+          os.path.join(staging, 'vocab'), tokenizer, ids))
   return (f'BERT ({layout}, {kind}), '
           f'{config.num_layers} layers, width {config.d_model}, '
           f'{config.vocab_size:,} WordPiece tokens')

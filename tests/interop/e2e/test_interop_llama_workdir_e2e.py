@@ -157,7 +157,7 @@ def test_tokenization_matches_the_reference(converted):
   _, reference, directory, restored, *_ = converted
   ours = restored.task.tokenizer
   assert ours.vocab_size == 301 and ours.start_id == int(
-      ours.llama_to_ours(1))
+      ours.ids.to_ours(1))
   assert [ours.id_to_piece(i) for i in range(3)] == ['<pad>', '</s>',
                                                      '<unk>']
   for sample in TEXTS:
@@ -165,7 +165,7 @@ def test_tokenization_matches_the_reference(converted):
     ids = ours.encode(sample, add_eos=False)
     assert expected[0] == 1
     np.testing.assert_array_equal(
-        ours.ours_to_llama(ids).reshape(-1), expected[1:])
+        ours.ids.to_published(ids).reshape(-1), expected[1:])
     assert ours.decode(ids + [1, 5]) == sample
     # The dummy space SentencePiece puts before a text is a byte of the
     # first piece.
@@ -177,7 +177,7 @@ def test_tokenization_matches_the_reference(converted):
   # and merges them, so the reference is the SentencePiece model here.
   model = spm.SentencePieceProcessor(model_proto=_sentencepiece_model())
   np.testing.assert_array_equal(
-      ours.ours_to_llama(ours.encode(' two', add_eos=False)),
+      ours.ids.to_published(ours.encode(' two', add_eos=False)),
       model.encode(' two'))
 
 
@@ -191,10 +191,10 @@ def test_logits_match_the_reference_with_padding_masked(converted):
   with torch.no_grad():
     hf_logits = model(torch.tensor(llama_ids),
                       attention_mask=torch.tensor(real)).logits.numpy()
-  tokens = np.where(real, tokenizer.llama_to_ours(llama_ids), 0)
+  tokens = np.where(real, tokenizer.ids.to_ours(llama_ids), 0)
   ours = np.asarray(restored.task.model.apply(
       {'params': params}, jnp.asarray(tokens), deterministic=True))
-  expected = hf_logits[..., tokenizer.order]
+  expected = hf_logits[..., tokenizer.ids.order[1:]]
   error = (np.abs(ours[..., 1:][real] - expected[real]).max()
            / np.abs(expected[real]).max())
   assert error < 2e-5
@@ -254,10 +254,10 @@ def test_export_gives_back_the_published_tensors(converted, tmp_path):
   _, _, directory, restored, params, _ = converted
   config = restored.task.model_config
   with raises_naming(ValueError, 'mask_padding',
-                     'LlamaTokenizer(WORKDIR/vocab).order'):
+                     'task.tokenizer.ids'):
     llama.to_hf(params, config)
   llama.save_hf(str(tmp_path), params, config,
-                restored.task.tokenizer.order)
+                restored.task.tokenizer.ids)
   exported = files.read_safetensors(str(tmp_path))
   original = files.read_safetensors(directory)
   assert set(exported) == set(original)

@@ -74,7 +74,7 @@ def _our_rows(restored):
 def test_the_tokenizer_gives_the_reference_ids(converted, reference):
   batch, _ = reference
   tokens = _our_rows(converted)
-  order = converted.task.tokenizer.order
+  order = converted.task.tokenizer.ids.order
   np.testing.assert_array_equal(order[tokens], batch['input_ids'].numpy())
 
 
