@@ -15,6 +15,8 @@ BERT-shaped encoder for XLNet), so some models differ where their papers
 changed those details.
 """
 
+import functools
+
 from transformer.models import decoder
 from transformer.models import encoder
 from transformer.models import encoder_decoder
@@ -59,6 +61,7 @@ ROWS = (
 )
 
 
+@functools.cache  # the table and its test ask for each row's count
 def parameters(module, size: str) -> int:
   """Parameters of a named size; the encoder-decoder at the paper's shared
   37,000-token vocabulary."""
