@@ -9,13 +9,25 @@ from __future__ import annotations
 import io
 import math
 import os
-from typing import Sequence
+from typing import Sequence, TYPE_CHECKING
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 import numpy as np
 
 from transformer import storage
+
+if TYPE_CHECKING:
+  from matplotlib.figure import Figure
+
+
+def _figure(**kwargs) -> Figure:
+  """A figure on the Agg canvas. matplotlib is imported by the first plot,
+  not by every command that imports this module (it is 0.4 s of the start
+  of a training run, which draws only at evaluations)."""
+  from matplotlib.backends.backend_agg import FigureCanvasAgg  # pylint: disable=g-import-not-at-top
+  from matplotlib.figure import Figure  # pylint: disable=g-import-not-at-top,redefined-outer-name
+  figure = Figure(**kwargs)
+  FigureCanvasAgg(figure)
+  return figure
 
 
 def save(figure: Figure, path: str, dpi: int = 100) -> None:
@@ -54,10 +66,9 @@ def plot_attention(weights: np.ndarray, query_labels: Sequence[str],
   columns = min(panels, 4)
   rows = math.ceil(panels / columns)
   cell = 0.35
-  figure = Figure(figsize=(columns * max(3.0, cell * s + 1.5),
+  figure = _figure(figsize=(columns * max(3.0, cell * s + 1.5),
                            rows * max(3.0, cell * t + 1.5)),
                   layout='constrained')
-  FigureCanvasAgg(figure)
   for p in range(panels):
     axes = figure.add_subplot(rows, columns, p + 1)
     image = axes.imshow(weights[p], cmap='viridis', vmin=0.0, vmax=1.0,
@@ -96,8 +107,7 @@ def plot_image_attention(image: np.ndarray, maps: np.ndarray,
   panels = len(maps) + 1
   columns = min(panels, 5)
   rows = math.ceil(panels / columns)
-  figure = Figure(figsize=(2.4 * columns, 2.5 * rows), layout='constrained')
-  FigureCanvasAgg(figure)
+  figure = _figure(figsize=(2.4 * columns, 2.5 * rows), layout='constrained')
   extent = (0, image.shape[1], image.shape[0], 0)
   for p in range(panels):
     axes = figure.add_subplot(rows, columns, p + 1)
@@ -142,8 +152,7 @@ def plot_runs(runs: dict[str, dict[str, dict[float, float]]],
   labelled = any(runs)
   columns = min(len(tags), 3)
   rows = math.ceil(len(tags) / columns)
-  figure = Figure(figsize=(3.6 * columns, 2.8 * rows), layout='constrained')
-  FigureCanvasAgg(figure)
+  figure = _figure(figsize=(3.6 * columns, 2.8 * rows), layout='constrained')
   for i, tag in enumerate(tags):
     axes = figure.add_subplot(rows, columns, i + 1)
     style = 'o-' if max(len(s.get(tag, ())) for s in runs.values()) < 20 \
@@ -176,8 +185,7 @@ def plot_kernel_regression(x_train: np.ndarray, y_train: np.ndarray,
   method's fitted curve over `x_test`, then each method's attention weights
   [test points, training points] as a heatmap; writes `path`."""
   panels = 1 + len(weights)
-  figure = Figure(figsize=(4.2 * panels, 3.6), layout='constrained')
-  FigureCanvasAgg(figure)
+  figure = _figure(figsize=(4.2 * panels, 3.6), layout='constrained')
   axes = figure.add_subplot(1, panels, 1)
   axes.plot(x_train, y_train, 'o', markersize=3, alpha=0.5, label='training')
   for name, values in curves.items():
