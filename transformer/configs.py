@@ -37,6 +37,9 @@ def default_config() -> ml_collections.ConfigDict:
       num_steps=100_000, log_every=100, eval_every=5_000,
       checkpoint_every=1_000, keep_checkpoints=20, label_smoothing=0.1,
       init_from='',  # a workdir whose parameters start a new run
+      # Evaluate before the first step too (a new run's; a fine-tuning's
+      # starting point), as eval at step 0.
+      eval_at_start=False,
       # Gradient accumulation: each step's batch is split into this many
       # micro-batches whose gradients are summed before one update (the
       # same update as the whole batch, in less activation memory).

@@ -458,6 +458,12 @@ def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
   batches = trainer.task.train_iter(start)
   result = {}
   with faults.PreemptionSignals(say=log.line.print) as signals:
+    if start == 0 and train_cfg.eval_at_start:
+      # Where training starts from (a fine-tuning's pretrained model), as
+      # nanoGPT evaluates at iteration 0. Nothing is saved on a signal:
+      # a rerun starts again.
+      _evaluate_step(trainer, state, 0, mngr, writer, log, signals,
+                     save_first=False)
     for step in range(start + 1, train_cfg.num_steps + 1):
       host_batch = next(batches)
       state, step_sums, step_health = trainer.train_step(
@@ -482,29 +488,40 @@ def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
         raise faults.Preempted(step)
       if step % train_cfg.eval_every == 0 or last:
         monitor.flush()
-        log.line.end()  # the evaluation prints its own lines
-        eval_start = time.time()
-        try:
-          # A signal stops an evaluation at once: a grace period is
-          # shorter than a beam search over the test set.
-          with signals.interrupting():
-            result = trainer.evaluate(state.params, f'step{step}')
-        except faults.Interrupted:
-          if step % train_cfg.checkpoint_every and not last:
-            log.save(mngr, step, state)
-          mngr.wait_until_finished()
-          mngr.close()
-          writer.close()
-          raise faults.Preempted(step, f'Preempted at step {step} during '
-                                 f'its evaluation: the checkpoint is written; '
-                                 f'rerun the same command to resume.'
-                                 ) from None
-        writer.write_scalars(step, {f'eval/{k}': v
-                                    for k, v in result.items()})
-        log.line.print(f'eval at step {step}: ' + '  '.join(
-            f'{k} {v:.4g}' for k, v in sorted(result.items())))
-        log.exclude(time.time() - eval_start)
+        unsaved = step % train_cfg.checkpoint_every and not last
+        result = _evaluate_step(trainer, state, step, mngr, writer, log,
+                                signals, save_first=bool(unsaved))
   return state, result
+
+
+def _evaluate_step(trainer: Trainer, state: TrainState, step: int, mngr,
+                   writer: metrics.MetricWriter, log: _TrainLog, signals,
+                   save_first: bool) -> dict[str, float]:
+  """The evaluation at `step`, written and printed; a signal during it
+  stops the run with the state saved (`save_first`: not yet saved)."""
+  log.line.end()  # the evaluation prints its own lines
+  eval_start = time.time()
+  try:
+    # A signal stops an evaluation at once: a grace period is shorter than
+    # a beam search over the test set.
+    with signals.interrupting():
+      result = trainer.evaluate(state.params, f'step{step}')
+  except faults.Interrupted:
+    if save_first:
+      log.save(mngr, step, state)
+    mngr.wait_until_finished()
+    mngr.close()
+    writer.close()
+    kept = ('the checkpoint is written' if step
+            else 'nothing was trained yet')
+    raise faults.Preempted(step, f'Preempted at step {step} during its '
+                           f'evaluation: {kept}; rerun the same command to '
+                           f'resume.') from None
+  writer.write_scalars(step, {f'eval/{k}': v for k, v in result.items()})
+  log.line.print(f'eval at step {step}: ' + '  '.join(
+      f'{k} {v:.4g}' for k, v in sorted(result.items())))
+  log.exclude(time.time() - eval_start)
+  return result
 
 
 def _evaluate_averaged(trainer: Trainer, writer: metrics.MetricWriter
@@ -543,6 +560,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
 
 def _train_and_evaluate(config: ml_collections.ConfigDict,
                         workdir: str) -> dict[str, float]:
+  workdir_lib.check_same_task(workdir, config)
   trainer = Trainer(config, workdir)
   mngr = checkpoints.manager(workdir,
                              max_to_keep=config.train.keep_checkpoints)

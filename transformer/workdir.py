@@ -300,6 +300,28 @@ def config_changes(workdir: str, config: ml_collections.ConfigDict
           if saved.get(field) != now.get(field)}
 
 
+# How to train on from a workdir of each task with a config of another.
+_TRAIN_ON = {'language_modeling': (
+    'To train this language model on your own text: '
+    '--config=experiments/lm_finetune.py:init_from={workdir},path=TEXT '
+    '(--workdir={workdir} trains on in it).')}
+
+
+def check_same_task(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses a config of another task than the checkpoints of `workdir`,
+  before that task is built (it would read or build a vocabulary no
+  checkpoint here was trained with), naming how to train on."""
+  if not checkpoints.exist(workdir) or not storage.exists(
+      storage.join(workdir, CONFIG_FILE)):
+    return
+  saved = _saved(workdir).get('task')
+  if saved != config.task:
+    error = checkpoints.incompatible({'task': (saved, config.task)},
+                                     'the task changed')
+    hint = _TRAIN_ON.get(saved, '').format(workdir=workdir)
+    raise type(error)(f'{error} {hint}'.strip())
+
+
 def check_config_change(changes: dict[str, tuple[Any, Any]]) -> None:
   """Refuses changes no checkpoint survives; reports the others, which the
   resumed run applies (learning rate, steps, evaluation, mesh, ...)."""

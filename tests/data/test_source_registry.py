@@ -43,14 +43,16 @@ def test_every_tasks_default_source_is_registered_for_its_kind():
     assert tasks.default_config(name).data.source in sources.names(kind)
 
 
-# Arguments the experiments need (vit_finetune's config is a trained
-# workdir's: test_image_classification builds it).
+# Arguments the experiments need (the fine-tuning experiments' configs are
+# a trained workdir's: test_image_classification builds vit_finetune's,
+# tasks/e2e/test_lm_finetune_e2e.py lm_finetune's).
 NEEDS = {'mt_local': 'src=a.de,tgt=a.en'}
+FROM_A_WORKDIR = ('vit_finetune', 'lm_finetune')
 
 
 @pytest.mark.parametrize('name', [
     name for name in configs.experiment_names()
-    if not name.startswith('paper/') and name != 'vit_finetune'])
+    if not name.startswith('paper/') and name not in FROM_A_WORKDIR])
 def test_every_experiments_source_is_registered(name):
   config = load_experiment(name, NEEDS.get(name, ''))
   assert config.data.source in sources.names(KINDS[config.task]), name

@@ -258,7 +258,8 @@ def beam_tokens(model: decoder.Decoder, params: Any, tokens: jax.Array,
 class CorpusTask(base.Task):
   """What the tasks on a text corpus share (language modelling here,
   masked language modelling): the documents of the configured corpus, the
-  tokenizer built from them, and their chunks of at most max_length."""
+  tokenizer built from them (or the one of `train.init_from`, whose
+  checkpoint's ids it keeps), and their chunks of at most max_length."""
 
   unit = 'tokens'
 
@@ -266,6 +267,8 @@ class CorpusTask(base.Task):
                batch_divisor: int = 1, shapes_only: bool = False):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
+    if config.train.init_from and not shapes_only:
+      vocabularies.copy_from(config.train.init_from, workdir)
     self.tokenizer = vocabularies.stand_in(config.data) if shapes_only else (
         vocabularies.text_tokenizer(
             config.data, workdir,

@@ -46,7 +46,6 @@ import ml_collections
 import numpy as np
 
 from transformer import configs
-from transformer import storage
 from transformer.core import losses
 from transformer.core import ranges
 from transformer.data import batching
@@ -308,15 +307,8 @@ class VisionLanguageTask(SceneTask):
     `train.init_from`), as the captioning task builds it."""
     if self.generated:
       return super()._tokenizer()
-    source = self.config.train.init_from
-    # Process 0 copies; `text_tokenizer` then waits for it on the others.
-    vocab = storage.path(source) / 'vocab' if source else None
-    if vocab and jax.process_index() == 0 and vocab.is_dir():
-      ours = storage.path(self.workdir) / 'vocab'
-      ours.mkdir(parents=True, exist_ok=True)
-      for file in vocab.iterdir():
-        if not (ours / file.name).exists():
-          file.copy(ours / file.name)
+    if self.config.train.init_from:
+      vocabularies.copy_from(self.config.train.init_from, self.workdir)
     return vocabularies.text_tokenizer(
         self.config.data, self.workdir,
         lambda: [c for refs in self._read(self.config.data.train_split)[1]

@@ -60,6 +60,22 @@ def in_workdir(workdir: str, filename: str,
   return storage.fetch(path)
 
 
+def copy_from(source: str, workdir: str) -> None:
+  """Copies the vocabulary files of `source` (a `train.init_from` workdir)
+  that `workdir/vocab` lacks, on process 0 (the others wait): a run that
+  starts from a checkpoint reads text with the ids it was trained with, and
+  builds no vocabulary of its own. Files already there are kept, so a
+  rerun reads what its own checkpoints were trained with."""
+  vocab = storage.path(source) / 'vocab'
+  if jax.process_index() == 0 and vocab.is_dir():
+    ours = storage.path(workdir) / 'vocab'
+    ours.mkdir(parents=True, exist_ok=True)
+    for file in vocab.iterdir():
+      if not (ours / file.name).exists():
+        file.copy(ours / file.name)
+  _sync('vocabulary copied')
+
+
 def _sync(filename: str) -> None:
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(f'{filename} written')

@@ -43,3 +43,54 @@ def test_generate_command_matches_reference_greedy_search(published,
     expected.append(prompt + reference.decode(output))
   assert result.stdout == ''.join(f'{e}\n' + '-' * 40 + '\n'
                                   for e in expected)
+
+
+def _text(path, lines):
+  path.write_text('\n'.join(lines) + '\n')
+  return str(path)
+
+
+def test_fine_tuning_starts_where_the_reference_scores_and_trains_on(
+    published, converted, tmp_path):
+  """experiments/lm_finetune.py from the converted workdir: its step-0
+  validation loss is the reference's on the same documents (the
+  checkpoint's own tokenizer, nothing rebuilt), then it trains; and it
+  trains on in the converted workdir itself."""
+  from conftest import copy_of  # pylint: disable=g-import-not-at-top
+  from conftest import load_experiment  # pylint: disable=g-import-not-at-top
+  from transformer import metrics  # pylint: disable=g-import-not-at-top
+  from transformer import train  # pylint: disable=g-import-not-at-top
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  model, reference, _ = published
+  _, _, source = converted
+  splits = text.offline_splits(40, 6, seed=5)
+  train_path = _text(tmp_path / 'train.txt', splits['train'])
+  eval_lines = [line[:120].strip() for line in splits['validation']]
+  eval_path = _text(tmp_path / 'eval.txt', eval_lines)
+  config = load_experiment(
+      'lm_finetune', f'init_from={source},path={train_path},'
+      f'eval_path={eval_path},per=line,runlocal')
+  config.optimizer.learning_rate = 1e-3
+  workdir = tmp_path / 'finetuned'
+  result = train.train_and_evaluate(config, str(workdir))
+  assert sorted(p.name for p in (workdir / 'vocab').iterdir()) == [
+      'gpt2_ids.json', 'gpt2_tokenizer.json']
+  eos = model.config.eos_token_id
+  nll = tokens = 0.0
+  for line in eval_lines:
+    ids = reference(line)['input_ids']
+    with torch.no_grad():
+      logits = model(torch.tensor([[eos] + ids])).logits[0]
+      nll += float(torch.nn.functional.cross_entropy(
+          logits, torch.tensor(ids + [eos]), reduction='sum'))
+    tokens += len(ids) + 1
+  start = metrics.read_scalars(str(workdir))['eval/loss'][0]
+  assert start == pytest.approx(nll / tokens, rel=1e-5)
+  assert result['loss'] < start
+  # Training on in the converted workdir: from its checkpoint 0.
+  again = copy_of(source, tmp_path)
+  config = load_experiment(
+      'lm_finetune', f'init_from={again},path={train_path},runlocal')
+  train.train_and_evaluate(config, str(again))
+  assert sorted(metrics.read_scalars(str(again))['eval/loss']) == [0, 2, 4]
+  assert not (again / 'vocab' / 'spm.model').exists()

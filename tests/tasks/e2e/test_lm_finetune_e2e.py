@@ -1,0 +1,68 @@
+"""Fine-tuning a language model on local text (experiments/lm_finetune.py):
+the run starts from the checkpoint, reads the text with its vocabulary
+(none is built), evaluates before the first step and learns the text."""
+
+import pytest
+
+from conftest import load_experiment
+from conftest import raises_naming
+from transformer import checkpoints
+from transformer import metrics
+from transformer import train
+from transformer import workdir as workdir_lib
+from transformer.data import text
+
+
+@pytest.fixture(scope='module')
+def pretrained(tmp_path_factory):
+  """A language model of the offline corpus, and a text of other words."""
+  config = load_experiment('lm_offline', 'runlocal')
+  workdir = str(tmp_path_factory.mktemp('pretrained'))
+  train.train_and_evaluate(config, workdir)
+  corpus = tmp_path_factory.mktemp('text') / 'input.txt'
+  corpus.write_text('\n'.join(text.offline_splits(60, 10, seed=3)['train']))
+  return workdir, str(corpus)
+
+
+def test_fine_tuning_starts_from_the_checkpoint_and_learns_the_text(
+    pretrained, tmp_path):
+  source, corpus = pretrained
+  config = load_experiment('lm_finetune',
+                           f'init_from={source},path={corpus},runlocal')
+  config.optimizer.learning_rate = 1e-3  # a few steps must show learning
+  config.train.update(num_steps=6, eval_every=6, checkpoint_every=6)
+  workdir = str(tmp_path / 'finetuned')
+  result = train.train_and_evaluate(config, workdir)
+  # The pretrained vocabulary, byte for byte: no other was built.
+  assert (tmp_path / 'finetuned' / 'vocab' / 'spm.model').read_bytes() == (
+      open(f'{source}/vocab/spm.model', 'rb').read())
+  assert config.model.to_dict() == workdir_lib.load_config(
+      source).model.to_dict()
+  # Step 0 evaluates the pretrained parameters on the new validation text.
+  start = metrics.read_scalars(workdir)['eval/loss'][0]
+  trainer = train.Trainer(config, workdir)
+  expected = trainer.evaluate(workdir_lib.restore(source).params, 'check')
+  assert start == pytest.approx(expected['loss'], rel=1e-5)
+  assert {'eval/perplexity', 'eval/bits_per_byte'} <= set(
+      metrics.read_scalars(workdir))
+  assert result['loss'] < start - 0.05
+
+
+def test_a_workdir_of_another_task_is_refused(tmp_path):
+  from conftest import fake_workdir  # pylint: disable=g-import-not-at-top
+  other = fake_workdir(tmp_path / 'mt', 'translation')
+  with raises_naming(ValueError, f'init_from={other}', "'translation'",
+                     'language_modeling workdir'):
+    load_experiment('lm_finetune', f'init_from={other},path=input.txt')
+  with raises_naming(ValueError, 'lm_finetune.py needs path',
+                     'init_from=...'):
+    load_experiment('lm_finetune', f'init_from={other}')
+
+
+def test_another_task_in_a_language_model_workdir_names_how_to_train_on(
+    pretrained):
+  source, _ = pretrained
+  with raises_naming(checkpoints.IncompatibleCheckpoint, "task: 'language_modeling' -> 'translation'",
+                     f'experiments/lm_finetune.py:init_from={source}'):
+    train.train_and_evaluate(load_experiment('mt_offline', 'runlocal'),
+                             source)
