@@ -170,3 +170,27 @@ def test_the_batch_helpers_and_the_eos_cut_have_one_home():
     with raises_naming(ValueError, f'Id {tokenizer.vocab_size}',
                        'outside the vocabulary'):
       tokenizer.decode([tokenizer.vocab_size])
+
+
+def test_a_document_past_sentencepieces_limit_trains_on_its_lines(tmp_path):
+  """SentencePiece skips any sentence over 4,192 bytes: a whole file read
+  as one document (tiny Shakespeare with per=file) once left it nothing,
+  and it failed inside its C++ code."""
+  lines = [f'line {i} of a long play, with words {i % 7} and {i % 5}.'
+           for i in range(400)]
+  document = '\n'.join(lines)
+  assert len(document.encode()) > 4 * 4192
+  path = str(tmp_path / 'spm.model')
+  tokenization.train_sentencepiece([document], path, vocab_size=60)
+  tokenizer = tokenization.SentencePieceTokenizer(path)
+  assert tokenizer.decode(tokenizer.encode(lines[3])) == lines[3]
+
+
+def test_text_of_only_overlong_lines_is_refused_naming_the_limit(tmp_path):
+  with raises_naming(ValueError, 'spm.model', '1 lines', '4,192 bytes',
+                     "tokenizer='byte' or 'char'"):
+    tokenization.train_sentencepiece(['x' * 5000], str(tmp_path / 'spm.model'),
+                                     vocab_size=60)
+  with raises_naming(ValueError, 'spm.model', 'training text is empty'):
+    tokenization.train_sentencepiece(['', ''], str(tmp_path / 'spm.model'),
+                                     vocab_size=60)

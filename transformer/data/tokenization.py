@@ -108,6 +108,35 @@ def _sample(sentences: Iterable[str], k: int, seed: int) -> list[str]:
   return reservoir
 
 
+# SentencePiece trains on sentences of at most this many bytes and skips
+# longer ones without a word.
+_MAX_SENTENCE_BYTES = 4192
+
+
+class _Lines:
+  """Training sentences as SentencePiece can read them: blank ones left
+  out, a text longer than its limit (a whole document or file) split into
+  its lines, and lines still too long left out and counted in
+  `too_long`."""
+
+  def __init__(self, sentences: Iterable[str]):
+    self._sentences = sentences
+    self.too_long = 0
+
+  def __iter__(self):
+    for sentence in self._sentences:
+      if not sentence.strip():
+        continue  # nothing to learn from, and SentencePiece fails on none
+      if len(sentence.encode('utf-8')) <= _MAX_SENTENCE_BYTES:
+        yield sentence
+        continue
+      for line in sentence.splitlines():
+        if len(line.encode('utf-8')) > _MAX_SENTENCE_BYTES:
+          self.too_long += 1
+        elif line.strip():
+          yield line
+
+
 def train_sentencepiece(sentences: Iterable[str], model_path: str,
                         vocab_size: int, *, model_type: str = 'unigram',
                         character_coverage: float = 1.0,
@@ -134,10 +163,21 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str,
         f'config.data.vocab_size={vocab_size} leaves no room for text: '
         f'{_FIRST_ID} ids are special (padding, end of sequence, unknown); '
         f'use at least {_FIRST_ID + 1}, in practice hundreds or more.')
-  sample = _sample(sentences, max_sentences, seed)
+  lines = _Lines(sentences)
+  sample = _sample(lines, max_sentences, seed)
+  if lines.too_long:
+    logging.warning(
+        'SentencePiece: left out %d lines longer than its limit of %d '
+        'bytes from the vocabulary\'s training text (they are still '
+        'tokenized).', lines.too_long, _MAX_SENTENCE_BYTES)
   if not sample:
-    raise ValueError(f'No text to train the SentencePiece model {model_path} '
-                     'on: the training sentences are empty.')
+    raise ValueError(
+        f'No text to train the SentencePiece model {model_path} on: the '
+        f'training text is empty' + (
+            f', or each of its {lines.too_long:,} lines is longer than '
+            f'SentencePiece\'s limit of {_MAX_SENTENCE_BYTES:,} bytes: '
+            f'break the text into lines, or use config.data.tokenizer='
+            f"'byte' or 'char'" if lines.too_long else '') + '.')
   model = io.BytesIO()
   with open(os.devnull, 'w') as quiet:  # its per-iteration log is long
     spm.SentencePieceTrainer.train(
@@ -145,7 +185,7 @@ def train_sentencepiece(sentences: Iterable[str], model_path: str,
         vocab_size=vocab_size, model_type=model_type,
         character_coverage=character_coverage, hard_vocab_limit=False,
         pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
-        logstream=quiet)
+        max_sentence_length=_MAX_SENTENCE_BYTES, logstream=quiet)
   storage.write_atomically(model_path, model.getvalue())
 
 
