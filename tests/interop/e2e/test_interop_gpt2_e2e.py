@@ -5,6 +5,7 @@ as the reference does. Skipped without `transformers` and `torch`
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from conftest import PROMPTS
@@ -87,6 +88,8 @@ def test_fine_tuning_starts_where_the_reference_scores_and_trains_on(
   start = metrics.read_scalars(str(workdir))['eval/loss'][0]
   assert start == pytest.approx(nll / tokens, rel=1e-5)
   assert result['loss'] < start
+  _exports_to_what_transformers_loads(workdir, tmp_path / 'exported',
+                                      reference, eval_lines)
   # Training on in the converted workdir: from its checkpoint 0.
   again = copy_of(source, tmp_path)
   config = load_experiment(
@@ -94,3 +97,36 @@ def test_fine_tuning_starts_where_the_reference_scores_and_trains_on(
   train.train_and_evaluate(config, str(again))
   assert sorted(metrics.read_scalars(str(again))['eval/loss']) == [0, 2, 4]
   assert not (again / 'vocab' / 'spm.model').exists()
+
+
+def _exports_to_what_transformers_loads(workdir, output, reference, lines):
+  """HF -> ours -> fine-tuned -> HF: `convert --to=hf` writes a directory
+  transformers loads with no weight missing or unexpected, whose logits
+  are ours and whose tokenizer gives the published ids."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.convert', '--to=hf',
+       f'--workdir={workdir}', f'--output={output}'],
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'the published tokenizer (gpt2)' in result.stdout
+  model, info = transformers.AutoModelForCausalLM.from_pretrained(
+      output, output_loading_info=True)
+  assert not any(info.values()), info
+  tokenizer = transformers.AutoTokenizer.from_pretrained(output)
+  restored = workdir_lib.restore(str(workdir))
+  ours = restored.task.tokenizer
+  eos = model.config.eos_token_id
+  for line in lines[:3]:
+    ids = tokenizer(line)['input_ids']
+    assert ids == reference(line)['input_ids']
+    with torch.no_grad():
+      theirs = model.eval()(torch.tensor([[eos] + ids])).logits.numpy()
+    logits = restored.task.model.apply(
+        {'params': restored.params},
+        jnp.asarray([[1] + ours.encode(line, add_eos=False)]),
+        deterministic=True)
+    mine = np.asarray(logits)[..., ours.ids.to_ours(np.arange(
+        theirs.shape[-1]))]
+    np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,154 @@
+"""A workdir back into the Hugging Face layout (`convert --to=hf`):
+config.json, model.safetensors and the tokenizer files, which transformers'
+`AutoModel*` and `AutoTokenizer.from_pretrained` load.
+
+Language models export as GPT-2 (learned positions, LayerNorm, GELU) or
+Llama (rotary positions, RMSNorm, a gated MLP), masked-LM and
+classification encoders as BERT, each through its family's `to_hf`, which
+refuses by name a model it cannot represent. A converted workdir's
+vocabulary goes back to the published ids (`published_ids.IdOrder`), and
+its published tokenizer files are written as they came; the special ids in
+config.json are the published ones. A vocabulary built here (SentencePiece,
+characters, bytes, words) has no Hugging Face tokenizer class: its files
+are copied beside the model, and the ids are ours (padding 0, EOS 1).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+import jax
+import numpy as np
+
+from transformer import storage
+from transformer import workdir as workdir_lib
+from transformer.data import published_tokenizers
+from transformer.data import tokenization
+from transformer.interop import bert
+from transformer.interop import files
+from transformer.interop import gpt2
+from transformer.interop import llama
+
+# Tasks whose models export, and the families they export as.
+EXPORTED_TASKS = {'language_modeling': 'GPT-2 or Llama',
+                  'masked_language_modeling': 'BERT',
+                  'text_classification': 'BERT'}
+
+
+def export(workdir: str, output: str) -> str:
+  """Writes `workdir`'s latest checkpoint into the Hugging Face directory
+  `output` (new or empty); returns what was written, for the command.
+
+  Raises:
+    ValueError: a task or model with no Hugging Face counterpart, named.
+  """
+  config = workdir_lib.load_config(workdir)
+  if config.task not in EXPORTED_TASKS:
+    raise ValueError(
+        f'{workdir} trained a {config.task!r} task: export writes '
+        + ', '.join(f'{task} ({family})'
+                    for task, family in EXPORTED_TASKS.items())
+        + ' models, which transformers loads.')
+  if os.path.exists(output) and (not os.path.isdir(output)
+                                 or os.listdir(output)):
+    raise ValueError(f'{output} is not empty: export into a new (or empty) '
+                     f'--output.')
+  restored = workdir_lib.restore(workdir)
+  task = restored.task
+  tokenizer = task.tokenizer
+  ids = getattr(tokenizer, 'ids', None)
+  params = jax.tree.map(np.asarray, jax.device_get(restored.params))
+  if config.task == 'language_modeling':
+    family = (llama if task.model_config.positional_encoding == 'rotary'
+              else gpt2)
+    hf, tensors = family.to_hf(params, task.model_config, ids)
+    name = 'Llama' if family is llama else 'GPT-2'
+  else:
+    hf, tensors = bert.to_hf(params, task.model_config, ids)
+    name = f'BERT ({hf["architectures"][0]})'
+  hf.update(_special_ids(tokenizer, config.task))
+  # Written beside `output`, renamed into place once whole: a failure
+  # leaves no half-written directory there.
+  output = os.path.abspath(output)
+  staging = os.path.join(os.path.dirname(output),
+                         f'.{os.path.basename(output)}.exporting-{os.getpid()}')
+  shutil.rmtree(staging, ignore_errors=True)
+  try:
+    files.save_hf(staging, hf, tensors)
+    written = _tokenizer_files(config.data.tokenizer, workdir, staging, hf)
+    if os.path.isdir(output):
+      os.rmdir(output)  # empty, checked above
+    os.rename(staging, output)
+  finally:
+    shutil.rmtree(staging, ignore_errors=True)
+  return (f'{name}, {len(tensors)} tensors, step {restored.step}; '
+          f'{written.replace(staging, output)}')
+
+
+def _published(tokenizer, our_id: int) -> int:
+  ids = getattr(tokenizer, 'ids', None)
+  return our_id if ids is None else int(ids.to_published(our_id))
+
+
+def _special_ids(tokenizer, task: str) -> dict[str, Any]:
+  """config.json's special ids, in the exported ids: EOS (BERT: [SEP]
+  ends its texts; our EOS is its [CLS]), BOS, and padding where the
+  vocabulary has one."""
+  ids = getattr(tokenizer, 'ids', None)
+  special = {'pad_token_id': None if ids is not None and ids.added_padding
+             else _published(tokenizer, tokenization.PAD_ID)}
+  if task == 'language_modeling':
+    start = getattr(tokenizer, 'start_id', tokenization.EOS_ID)
+    special.update(eos_token_id=_published(tokenizer, tokenization.EOS_ID),
+                   bos_token_id=_published(tokenizer, start))
+  return special
+
+
+def _write_json(path: str, value: dict) -> None:
+  with open(path, 'w', encoding='utf-8') as f:
+    json.dump(value, f, indent=2, ensure_ascii=False)
+
+
+def _tokenizer_files(kind: str, workdir: str, output: str, hf: dict) -> str:
+  """Writes the tokenizer files of a converted workdir as it was published,
+  or copies a vocabulary built here; says which."""
+  vocab = storage.fetch_folder(storage.join(workdir, 'vocab'))
+  settings = {'model_max_length': hf.get('n_positions') or hf.get(
+      'max_position_embeddings')}
+  if kind == 'gpt2':
+    tokenizer = published_tokenizers.GPT2Tokenizer(vocab)
+    eos = tokenizer.id_to_piece(tokenization.EOS_ID)
+    shutil.copy(os.path.join(vocab, published_tokenizers.GPT2_FILES[0]),
+                os.path.join(output, 'tokenizer.json'))
+    settings.update(tokenizer_class='GPT2TokenizerFast', bos_token=eos,
+                    eos_token=eos, unk_token=eos)
+  elif kind == 'llama':
+    tokenizer = published_tokenizers.LlamaTokenizer(vocab)
+    json_file = os.path.join(vocab, published_tokenizers.LLAMA_JSON)
+    if os.path.exists(json_file):
+      shutil.copy(json_file, os.path.join(output, 'tokenizer.json'))
+      settings['tokenizer_class'] = 'PreTrainedTokenizerFast'
+    else:
+      shutil.copy(os.path.join(vocab, published_tokenizers.LLAMA_SPM),
+                  os.path.join(output, 'tokenizer.model'))
+      settings['tokenizer_class'] = 'LlamaTokenizer'
+    settings.update(bos_token=tokenizer.id_to_piece(tokenizer.start_id),
+                    eos_token=tokenizer.id_to_piece(tokenization.EOS_ID))
+  elif kind == 'bert':
+    source = os.path.join(vocab, published_tokenizers.BERT_FILES[0])
+    if not os.path.exists(source):
+      raise ValueError(f'{vocab} holds the vocab.txt of an older convert: '
+                       f'convert the checkpoint again to export it.')
+    shutil.copy(source, os.path.join(output, 'tokenizer.json'))
+    settings.update(tokenizer_class='BertTokenizerFast', cls_token='[CLS]',
+                    sep_token='[SEP]', pad_token='[PAD]', unk_token='[UNK]',
+                    mask_token='[MASK]')
+  else:
+    shutil.copytree(vocab, os.path.join(output, 'vocab'))
+    return (f'the tokenizer ({kind}) was built here and has no Hugging Face '
+            f'class: its files are in {output}/vocab, ids padding 0, EOS 1')
+  _write_json(os.path.join(output, 'tokenizer_config.json'), settings)
+  return f'the published tokenizer ({kind}) in {output}'
