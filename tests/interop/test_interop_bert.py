@@ -47,3 +47,31 @@ def test_tokenization_and_mlm_logits_match_the_reference(published,
   error = np.abs(ours[real] - expected[real]).max() / np.abs(
       expected[real]).max()
   assert error < 1e-5
+
+
+def test_export_gives_back_the_published_tensors_and_tokenizer(published,
+                                                               converted,
+                                                               tmp_path):
+  """The masked-LM workdir of a converted BertForPreTraining exported
+  (`export.export`, as `convert --to=hf`): BertForMaskedLM with the
+  published tensors, loaded by transformers with nothing missing, and a
+  tokenizer that gives the published ids."""
+  from transformer.interop import export  # pylint: disable=g-import-not-at-top
+  from transformer.interop import files  # pylint: disable=g-import-not-at-top
+  _, reference, directory = published
+  _, _, workdir = converted
+  written = export.export(workdir, str(tmp_path / 'out'))
+  assert written.startswith('BERT (BertForMaskedLM)')
+  model, info = transformers.AutoModelForMaskedLM.from_pretrained(
+      tmp_path / 'out', output_loading_info=True)
+  assert not any(info.values()), info
+  original = files.read_safetensors(directory)
+  exported = files.read_safetensors(str(tmp_path / 'out'))
+  assert len(exported) > 30
+  for name, value in exported.items():
+    np.testing.assert_array_equal(value, original[name], err_msg=name)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(tmp_path / 'out')
+  for sentence in SENTENCES:
+    assert tokenizer(sentence)['input_ids'] == reference(sentence)[
+        'input_ids']
+  assert model.config.pad_token_id == reference.pad_token_id

@@ -247,8 +247,10 @@ def to_hf(params: dict[str, Any], config: encoder.Config,
   """The inverse of `config_from_hf` and `params_from_hf`: a BERT
   config.json dict and its tensors, with the heads the model has
   (BertForMaskedLM with its MLM head, BertForSequenceClassification with a
-  classifier, else BertModel), the pooler's too when it has one. A converted workdir's parameters (our ids) go back to
-  BERT's ids with its tokenizer's `ids` (`task.tokenizer.ids`)."""
+  classifier, else BertModel), the pooler's too where the architecture has
+  one (BertForMaskedLM has none). A converted workdir's parameters (our
+  ids) go back to BERT's ids with its tokenizer's `ids`
+  (`task.tokenizer.ids`)."""
   if ids is not None:
     params = vocabulary_rows.in_published_ids(params, ids)
   if (config.norm_position, config.positional_encoding) != ('post',
@@ -281,7 +283,9 @@ def to_hf(params: dict[str, Any], config: encoder.Config,
   if 'classifier' in params:
     architecture = 'BertForSequenceClassification'
     tensors.update(linear('classifier', params['classifier']))
-  if 'pooler' in params:
+  # BertForMaskedLM has no pooler: a masked LM's (kept for fine-tuning
+  # classifiers here) has no place there.
+  if 'pooler' in params and architecture != 'BertForMaskedLM':
     tensors.update(linear('bert.pooler.dense', params['pooler']))
   for i in range(config.num_layers):
     ours, layer = params['blocks'][f'layer_{i}'], f'bert.encoder.layer.{i}.'

@@ -134,7 +134,10 @@ def _tokenizer_files(kind: str, workdir: str, output: str, hf: dict) -> str:
     else:
       shutil.copy(os.path.join(vocab, published_tokenizers.LLAMA_SPM),
                   os.path.join(output, 'tokenizer.model'))
-      settings['tokenizer_class'] = 'LlamaTokenizer'
+      # As Llama's published tokenizer_config.json: BOS before each text
+      # (a tokenizer.json says so in its own post-processor).
+      settings.update(tokenizer_class='LlamaTokenizer', add_bos_token=True,
+                      add_eos_token=False)
     settings.update(bos_token=tokenizer.id_to_piece(tokenizer.start_id),
                     eos_token=tokenizer.id_to_piece(tokenization.EOS_ID))
   elif kind == 'bert':

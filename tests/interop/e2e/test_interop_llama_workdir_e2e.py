@@ -291,3 +291,29 @@ def test_convert_refuses_a_vocabulary_of_another_size(from_spm, tmp_path):
                'download the tokenizer files'):
     assert part in result.stderr, result.stderr[-2000:]
   assert sorted(os.listdir(tmp_path)) == ['llama']
+
+
+def test_convert_to_hf_gives_back_what_transformers_loads(converted,
+                                                          tmp_path):
+  """The converted workdir exported (`convert --to=hf`): the published
+  tensors exactly, a tokenizer that gives the published ids, and the
+  special ids of config.json."""
+  model, reference, directory, *_, workdir = converted
+  output = tmp_path / 'exported'
+  result = subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.convert', '--to=hf',
+       f'--workdir={workdir}', f'--output={output}'],
+      capture_output=True, text=True, check=False)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert 'Llama' in result.stdout and 'published tokenizer' in result.stdout
+  loaded, info = transformers.AutoModelForCausalLM.from_pretrained(
+      output, output_loading_info=True)
+  assert not any(info.values()), info
+  exported = files.read_safetensors(str(output))
+  for name, value in files.read_safetensors(directory).items():
+    np.testing.assert_array_equal(exported[name], value, err_msg=name)
+  assert (loaded.config.bos_token_id, loaded.config.eos_token_id) == (
+      model.config.bos_token_id, model.config.eos_token_id)
+  tokenizer = transformers.AutoTokenizer.from_pretrained(output)
+  for sample in TEXTS:
+    assert tokenizer(sample)['input_ids'] == reference(sample)['input_ids']

@@ -44,3 +44,18 @@ def test_convert_command_refuses_a_field_it_cannot_honour(tmp_path):
   assert 'choose another checkpoint' in error, error
   assert 'Traceback' not in result.stderr
   assert sorted(os.listdir(tmp_path)) == ['gpt2']
+
+
+def test_convert_command_needs_one_direction(tmp_path):
+  for args, named in (([], '--from=FORMAT with --input'),
+                      (['--from=hf', '--to=hf'], '--to=hf with --workdir'),
+                      (['--to=hf'], '--workdir is missing'),
+                      (['--from=hf'], '--input is missing')):
+    result = subprocess.run(
+        [sys.executable, '-m', 'transformer.tools.convert', *args,
+         f'--output={tmp_path / "out"}'],
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 2 and named in result.stderr, (args,
+                                                               result.stderr)
+    assert 'Traceback' not in result.stderr
+  assert not (tmp_path / 'out').exists()
