@@ -4,6 +4,7 @@ import contextlib
 import glob
 import gzip
 import importlib.util
+import json
 import os
 import tempfile
 
@@ -573,6 +574,76 @@ PROMPTS = ['the dog', 'A cat sees the red house.']
 LLAMA_TEXTS = PROMPTS + ['naïve ✓ text\n', 'two  spaces\n\nend', '']
 MARIAN_SENTENCES = ['the red house is big', 'a small cat sees the dog',
                     'the dogs walk to the green park', 'zebra quilts?']
+
+
+# Llama 2's tokenizer_config.json, as transformers reads it.
+LLAMA_TOKENIZER_CONFIG = {'tokenizer_class': 'LlamaTokenizer',
+                    'add_bos_token': True, 'add_eos_token': False,
+                    'bos_token': '<s>', 'eos_token': '</s>',
+                    'unk_token': '<unk>', 'legacy': False}
+LLAMA_MODEL = dict(vocab_size=300, hidden_size=32, intermediate_size=48,
+             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             max_position_embeddings=64, rms_norm_eps=1e-5,
+             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
+             rope_theta=500_000.0,
+             rope_scaling={'rope_type': 'llama3', 'factor': 8.0,
+                           'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
+                           'original_max_position_embeddings': 16})
+
+
+def llama_sentencepiece_model() -> bytes:
+  """A 300-piece SentencePiece BPE model with byte fallback, trained as
+  Llama's: <unk> 0, <s> 1, </s> 2, a dummy space before each text."""
+  import io  # pylint: disable=g-import-not-at-top
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  model = io.BytesIO()
+  spm.SentencePieceTrainer.train(
+      sentence_iterator=iter(text.offline_splits(200, 10, seed=0)['train']),
+      model_writer=model, vocab_size=300, model_type='bpe',
+      byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
+      character_coverage=1.0, remove_extra_whitespaces=False,
+      normalization_rule_name='identity', minloglevel=2)
+  return model.getvalue()
+
+
+def _llama2_tokenizer_json(directory, transformers) -> None:
+  """tokenizer.json as Llama 2 publishes it (transformers 4's conversion
+  of its SentencePiece model, 'legacy'): '▁' prepended to the text and for
+  every space, BPE with byte fallback, <s> added in front. transformers 5
+  saves another pre-tokenizer, so the fields are set here."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  folder = directory / 'saved'
+  transformers.AutoTokenizer.from_pretrained(directory).save_pretrained(
+      folder)
+  published = json.loads((folder / 'tokenizer.json').read_text())
+  published['normalizer'] = {'type': 'Sequence', 'normalizers': [
+      {'type': 'Prepend', 'prepend': '▁'},
+      {'type': 'Replace', 'pattern': {'String': ' '}, 'content': '▁'}]}
+  published['pre_tokenizer'] = None
+  published['model']['unk_token'] = '<unk>'
+  (directory / 'tokenizer.json').write_text(
+      json.dumps(published, ensure_ascii=False))
+  shutil.rmtree(folder)
+
+
+def publish_llama(directory, kind: str):
+  """A Llama directory with its vocabulary as `kind` ('tokenizer.json' or
+  'tokenizer.model'); (model, transformers' tokenizer, the directory)."""
+  import torch  # pylint: disable=g-import-not-at-top
+  import transformers  # pylint: disable=g-import-not-at-top
+  (directory / 'tokenizer.model').write_bytes(llama_sentencepiece_model())
+  (directory / 'tokenizer_config.json').write_text(
+      json.dumps(LLAMA_TOKENIZER_CONFIG))
+  if kind == 'tokenizer.json':
+    _llama2_tokenizer_json(directory, transformers)
+    (directory / 'tokenizer.model').unlink()
+  torch.manual_seed(0)
+  model = randomised(transformers.LlamaForCausalLM(
+      transformers.LlamaConfig(**LLAMA_MODEL)))
+  model.save_pretrained(directory)
+  return (model, transformers.AutoTokenizer.from_pretrained(directory),
+          str(directory))
 
 
 def published_and_converted(publish):

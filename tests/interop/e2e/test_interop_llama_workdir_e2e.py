@@ -8,7 +8,6 @@ first) as the reference does, training goes on in it, and it exports back
 to the published tensors. Skipped without `transformers`, `torch` and
 `tokenizers` (`pip install -e ".[interop]"`)."""
 
-import io
 import json
 import os
 import shutil
@@ -21,9 +20,10 @@ import pytest
 import sentencepiece as spm
 
 from conftest import LLAMA_TEXTS as TEXTS
+from conftest import llama_sentencepiece_model
+from conftest import publish_llama
 from conftest import PROMPTS
 from conftest import raises_naming
-from conftest import randomised
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.data import text
@@ -35,70 +35,6 @@ transformers = pytest.importorskip('transformers')
 tokenizers_lib = pytest.importorskip('tokenizers')
 
 KINDS = ('tokenizer.json', 'tokenizer.model')
-# Llama 2's tokenizer_config.json, as transformers reads it.
-TOKENIZER_CONFIG = {'tokenizer_class': 'LlamaTokenizer',
-                    'add_bos_token': True, 'add_eos_token': False,
-                    'bos_token': '<s>', 'eos_token': '</s>',
-                    'unk_token': '<unk>', 'legacy': False}
-MODEL = dict(vocab_size=300, hidden_size=32, intermediate_size=48,
-             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-             max_position_embeddings=64, rms_norm_eps=1e-5,
-             tie_word_embeddings=False, bos_token_id=1, eos_token_id=2,
-             rope_theta=500_000.0,
-             rope_scaling={'rope_type': 'llama3', 'factor': 8.0,
-                           'low_freq_factor': 1.0, 'high_freq_factor': 4.0,
-                           'original_max_position_embeddings': 16})
-
-
-def _sentencepiece_model() -> bytes:
-  """A 300-piece SentencePiece BPE model with byte fallback, trained as
-  Llama's: <unk> 0, <s> 1, </s> 2, a dummy space before each text."""
-  model = io.BytesIO()
-  spm.SentencePieceTrainer.train(
-      sentence_iterator=iter(text.offline_splits(200, 10, seed=0)['train']),
-      model_writer=model, vocab_size=300, model_type='bpe',
-      byte_fallback=True, unk_id=0, bos_id=1, eos_id=2, pad_id=-1,
-      character_coverage=1.0, remove_extra_whitespaces=False,
-      normalization_rule_name='identity', minloglevel=2)
-  return model.getvalue()
-
-
-def _llama2_tokenizer_json(directory) -> None:
-  """tokenizer.json as Llama 2 publishes it (transformers 4's conversion
-  of its SentencePiece model, 'legacy'): '▁' prepended to the text and for
-  every space, BPE with byte fallback, <s> added in front. transformers 5
-  saves another pre-tokenizer, so the fields are set here."""
-  folder = directory / 'saved'
-  transformers.AutoTokenizer.from_pretrained(directory).save_pretrained(
-      folder)
-  published = json.loads((folder / 'tokenizer.json').read_text())
-  published['normalizer'] = {'type': 'Sequence', 'normalizers': [
-      {'type': 'Prepend', 'prepend': '▁'},
-      {'type': 'Replace', 'pattern': {'String': ' '}, 'content': '▁'}]}
-  published['pre_tokenizer'] = None
-  published['model']['unk_token'] = '<unk>'
-  (directory / 'tokenizer.json').write_text(
-      json.dumps(published, ensure_ascii=False))
-  shutil.rmtree(folder)
-
-
-def _publish(directory, kind: str):
-  """A Llama directory with its vocabulary as `kind`; (model, transformers'
-  tokenizer, the directory)."""
-  (directory / 'tokenizer.model').write_bytes(_sentencepiece_model())
-  (directory / 'tokenizer_config.json').write_text(
-      json.dumps(TOKENIZER_CONFIG))
-  if kind == 'tokenizer.json':
-    _llama2_tokenizer_json(directory)
-    (directory / 'tokenizer.model').unlink()
-  torch.manual_seed(0)
-  model = randomised(transformers.LlamaForCausalLM(
-      transformers.LlamaConfig(**MODEL)))
-  model.save_pretrained(directory)
-  return (model, transformers.AutoTokenizer.from_pretrained(directory),
-          str(directory))
-
-
 def _convert_command(source, output):
   return subprocess.run(
       [sys.executable, '-m', 'transformer.tools.convert', '--from=hf',
@@ -110,7 +46,7 @@ def _published_and_converted(tmp_path_factory, kind: str):
   """(model, transformers' tokenizer, directory, restored workdir, its
   parameters, the workdir): the directory converted by the command."""
   name = kind.replace('.', '_')
-  published = _publish(tmp_path_factory.mktemp(name), kind)
+  published = publish_llama(tmp_path_factory.mktemp(name), kind)
   workdir = str(tmp_path_factory.mktemp(f'{name}_converted') / 'workdir')
   result = _convert_command(published[-1], workdir)
   assert result.returncode == 0, result.stderr[-2000:]
@@ -175,7 +111,7 @@ def test_tokenization_matches_the_reference(converted):
   # A leading space: SentencePiece (as the published tokenizer.json) keeps
   # it beside the dummy one; transformers 5 rebuilds Llama's pre-tokenizer
   # and merges them, so the reference is the SentencePiece model here.
-  model = spm.SentencePieceProcessor(model_proto=_sentencepiece_model())
+  model = spm.SentencePieceProcessor(model_proto=llama_sentencepiece_model())
   np.testing.assert_array_equal(
       ours.ids.to_published(ours.encode(' two', add_eos=False)),
       model.encode(' two'))
