@@ -83,3 +83,18 @@ def test_table1_layers_reach_what_the_paper_says():
   assert rows['convolution'][-2:] == ['-1..+1', '63'], out
   assert rows['restricted self-attention'][-2:] == ['-8..+7', '8'], out
 
+
+
+def test_fine_tuning_beside_transformers_starts_from_the_same_loss():
+  import pytest  # pylint: disable=g-import-not-at-top
+  pytest.importorskip('torch')
+  pytest.importorskip('transformers')
+  for family in ('gpt2', 'llama'):
+    out = run_benchmark('finetune_against_transformers.py',
+                        f'--family={family}', '--layers=1', '--width=64',
+                        '--vocab=50', '--rows=2', '--length=8',
+                        '--repeats=2')
+    ours, theirs = re.search(r'loss ours ([\d.]+), transformers ([\d.]+)',
+                             out).groups()
+    assert float(ours) == pytest.approx(float(theirs), rel=1e-5), out
+    assert '| transformers |' in out and 'rounds' in out, out
