@@ -102,7 +102,8 @@ def test_fine_tuning_starts_where_the_reference_scores_and_trains_on(
 def _exports_to_what_transformers_loads(workdir, output, reference, lines):
   """HF -> ours -> fine-tuned -> HF: `convert --to=hf` writes a directory
   transformers loads with no weight missing or unexpected, whose logits
-  are ours and whose tokenizer gives the published ids."""
+  are ours, whose tokenizer gives the published ids and whose greedy
+  generations are the fine-tuned workdir's."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
   result = subprocess.run(
@@ -130,3 +131,24 @@ def _exports_to_what_transformers_loads(workdir, output, reference, lines):
     mine = np.asarray(logits)[..., ours.ids.to_ours(np.arange(
         theirs.shape[-1]))]
     np.testing.assert_allclose(mine, theirs, atol=1e-4, rtol=1e-4)
+  # The fine-tuned workdir generates, with its own tokenizer, what the
+  # exported model generates in transformers (greedy); beam search and
+  # sampling run from it too.
+  for flags in (['--greedy'], ['--beam_size=2'], ['--top_k=5', '--seed=1']):
+    result = subprocess.run(
+        [sys.executable, '-m', 'transformer.tools.generate',
+         f'--workdir={workdir}', f'--prompt={PROMPTS[1]}',
+         '--max_new_tokens=6', *flags],
+        capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith(PROMPTS[1]), result.stdout
+    if flags == ['--greedy']:
+      ids = [eos] + tokenizer(PROMPTS[1])['input_ids']
+      with torch.no_grad():
+        output = model.generate(
+            torch.tensor([ids]), max_new_tokens=6, do_sample=False,
+            pad_token_id=eos, eos_token_id=eos)[0, len(ids):].tolist()
+      if eos in output:
+        output = output[:output.index(eos)]
+      expected = PROMPTS[1] + tokenizer.decode(output)
+      assert result.stdout == expected + '\n'  # one prompt: no rule

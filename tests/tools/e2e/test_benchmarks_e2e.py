@@ -89,7 +89,9 @@ def test_fine_tuning_beside_transformers_starts_from_the_same_loss():
   import pytest  # pylint: disable=g-import-not-at-top
   pytest.importorskip('torch')
   pytest.importorskip('transformers')
-  for family in ('gpt2', 'llama'):
+  # Llama only: the script's two families share every line but the
+  # model's construction, which the converters' tests cover.
+  for family in ('llama',):
     out = run_benchmark('finetune_against_transformers.py',
                         f'--family={family}', '--layers=1', '--width=64',
                         '--vocab=50', '--rows=2', '--length=8',
