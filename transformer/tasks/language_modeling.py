@@ -268,7 +268,8 @@ class CorpusTask(base.Task):
     self.config, self.workdir = config, workdir
     self.batch_divisor = batch_divisor
     if config.train.init_from and not shapes_only:
-      vocabularies.copy_from(config.train.init_from, workdir)
+      vocabularies.copy_from(config.train.init_from, workdir,
+                             required=config.data.tokenizer != 'byte')
     self.tokenizer = vocabularies.stand_in(config.data) if shapes_only else (
         vocabularies.text_tokenizer(
             config.data, workdir,

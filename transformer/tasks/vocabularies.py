@@ -60,13 +60,24 @@ def in_workdir(workdir: str, filename: str,
   return storage.fetch(path)
 
 
-def copy_from(source: str, workdir: str) -> None:
+def copy_from(source: str, workdir: str, *, required: bool = False) -> None:
   """Copies the vocabulary files of `source` (a `train.init_from` workdir)
   that `workdir/vocab` lacks, on process 0 (the others wait): a run that
   starts from a checkpoint reads text with the ids it was trained with, and
   builds no vocabulary of its own. Files already there are kept, so a
-  rerun reads what its own checkpoints were trained with."""
+  rerun reads what its own checkpoints were trained with.
+
+  Raises:
+    FileNotFoundError: `required` and `source` has no vocab/ folder (a new
+      vocabulary would not match its checkpoints' embeddings).
+  """
   vocab = storage.path(source) / 'vocab'
+  if required and not vocab.is_dir() and not (
+      storage.path(workdir) / 'vocab').is_dir():
+    raise FileNotFoundError(
+        f'{vocab} is missing: the tokenizer the checkpoints of {source} were '
+        f'trained with is gone, and a new one would not match their '
+        f'embeddings. Restore that folder, or convert the checkpoint again.')
   if jax.process_index() == 0 and vocab.is_dir():
     ours = storage.path(workdir) / 'vocab'
     ours.mkdir(parents=True, exist_ok=True)

@@ -66,3 +66,18 @@ def test_another_task_in_a_language_model_workdir_names_how_to_train_on(
                      f'experiments/lm_finetune.py:init_from={source}'):
     train.train_and_evaluate(load_experiment('mt_offline', 'runlocal'),
                              source)
+
+
+def test_a_checkpoint_without_its_tokenizer_is_refused(pretrained, tmp_path):
+  """A new vocabulary would not match the checkpoint's embeddings."""
+  import shutil  # pylint: disable=g-import-not-at-top
+  source, corpus = pretrained
+  bare = tmp_path / 'bare'
+  shutil.copytree(source, bare, ignore=shutil.ignore_patterns('vocab'))
+  config = load_experiment('lm_finetune',
+                           f'init_from={bare},path={corpus},runlocal')
+  with raises_naming(FileNotFoundError, f'{bare}/vocab is missing',
+                     'convert the checkpoint again'):
+    train.train_and_evaluate(config, str(tmp_path / 'finetuned'))
+  assert not (tmp_path / 'finetuned' / 'vocab').exists()
+  assert not (tmp_path / 'finetuned' / 'checkpoints').exists()
