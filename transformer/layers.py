@@ -119,6 +119,12 @@ class TransformerConfig:
   # One block body under `nn.scan`: compile time independent of depth.
   # Decoding (`decode=True`) runs the unscanned stack on `unstack_layers`.
   scan_layers: bool = False
+  # Low-rank adapters on the attention projections (`attention.lora`; rank
+  # 0: none): only they train, the rest of the model frozen.
+  lora_rank: int = 0
+  lora_alpha: float = 16.0
+  lora_dropout: float = 0.0
+  lora_targets: str = 'query,value'  # of attention.lora.TARGETS
 
   # The position schemes a model family accepts (a subclass may narrow or
   # change them, e.g. the ViT's 2-D ones).
@@ -159,6 +165,7 @@ class TransformerConfig:
       raise ValueError(
           f'd_model={self.d_model} is not divisible by num_heads='
           f'{self.num_heads}; change one of them or set head_dim.')
+    self.lora  # checks the lora_* fields
     if self.num_heads % (self.num_kv_heads or self.num_heads):
       raise ValueError(
           f'num_heads={self.num_heads} is not a multiple of num_kv_heads='
@@ -166,6 +173,13 @@ class TransformerConfig:
 
   def replace(self, **changes) -> TransformerConfig:
     return dataclasses.replace(self, **changes)
+
+  @property
+  def lora(self) -> attention.lora.Lora | None:
+    """The adapters the lora_* fields ask for; None at rank 0."""
+    return attention.lora.from_fields(self.lora_rank, self.lora_alpha,
+                                      self.lora_dropout, self.lora_targets,
+                                      self.d_model)
 
   def for_decoding(self) -> TransformerConfig:
     """The decode variant: KV caches, one layer after another (a scanned
@@ -329,7 +343,7 @@ def _attention(config: TransformerConfig, name: str) -> nn.Module:
       dropout_rate=config.attention_dropout_rate,
       implementation=config.attention_implementation, decode=config.decode,
       rotary=rotary, rope=config.rope, dtype=config.dtype,
-      param_dtype=config.param_dtype, name=name)
+      param_dtype=config.param_dtype, lora=config.lora, name=name)
 
 
 def _feed_forward(config: TransformerConfig) -> nn.Module:

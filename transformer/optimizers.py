@@ -12,11 +12,13 @@ import math
 import re
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import ml_collections
 import optax
 
+from transformer.attention import lora
 from transformer.core import ranges
 
 
@@ -85,10 +87,26 @@ def _schedule(config: ml_collections.ConfigDict, num_steps: int
       [config.warmup_steps])
 
 
-def build(config: ml_collections.ConfigDict, num_steps: int
+def adapter_labels(params: Any) -> Any:
+  """'train' for low-rank adapters (`attention.lora`), 'frozen' for the
+  rest: the labels of `build(adapters_only=True)`."""
+  # A parameter boxed with its logical axes (as `init` returns them) is
+  # labelled whole, so that the optimizer's state mirrors the boxes.
+  return jax.tree_util.tree_map_with_path(
+      lambda path, _: 'train' if lora.is_adapter(
+          tuple(getattr(k, 'key', k) for k in path)) else 'frozen', params,
+      is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
+
+
+def build(config: ml_collections.ConfigDict, num_steps: int, *,
+          adapters_only: bool = False
           ) -> tuple[optax.GradientTransformation, optax.Schedule]:
   """Adam (AdamW with weight_decay > 0), or SGD with momentum b1, with the
   config's schedule, and gradient clipping if configured.
+
+  `adapters_only` (a model with low-rank adapters, `model.lora_rank`):
+  the optimizer, clipping included, sees the adapters alone and holds
+  state for them alone; every other parameter stays as it is.
 
   Schedules: 'rsqrt' (Vaswani et al.), 'constant', 'cosine': linear
   warmup to learning_rate, then cosine decay to learning_rate *
@@ -119,6 +137,9 @@ def build(config: ml_collections.ConfigDict, num_steps: int
     optimizer = optax.adam(schedule, b1=config.b1, b2=config.b2,
                            eps=config.eps, mu_dtype=config.mu_dtype)
   if config.grad_clip_norm:
-    return optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
-                       optimizer), schedule
+    optimizer = optax.chain(optax.clip_by_global_norm(config.grad_clip_norm),
+                            optimizer)
+  if adapters_only:
+    optimizer = optax.multi_transform(
+        {'train': optimizer, 'frozen': optax.set_to_zero()}, adapter_labels)
   return optimizer, schedule

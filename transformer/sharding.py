@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 import numpy as np
+import optax
 
 MESH_AXES = ('data', 'fsdp', 'tensor')
 # Mesh axes that split the batch: every batch dimension is sharded over them.
@@ -97,7 +98,14 @@ def logical_shardings(boxed_tree: Any, mesh: Mesh,
   replicated.
   """
   specs = nn.get_partition_spec(boxed_tree)
-  return nn.logical_to_mesh_sharding(specs, mesh, rules)
+  # optax's MaskedNode (the state of parameters an optimizer leaves out,
+  # e.g. the frozen weights beside low-rank adapters) is an empty tuple,
+  # which flax would read as a partition spec: it stays an empty node.
+  masked = lambda x: isinstance(x, optax.MaskedNode)
+  return jax.tree.map(
+      lambda spec: spec if masked(spec) else nn.logical_to_mesh_sharding(
+          spec, mesh, rules), specs,
+      is_leaf=lambda x: masked(x) or isinstance(x, PartitionSpec))
 
 
 def check_divisible(shapes: Any, shardings: Any) -> None:

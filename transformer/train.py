@@ -247,8 +247,9 @@ class Trainer:
     self.task = attention_figures.wire(tasks.build(
         config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *
         config.train.microbatches))
-    self.tx, self.schedule = optimizers.build(config.optimizer,
-                                              config.train.num_steps)
+    self.tx, self.schedule = optimizers.build(
+        config.optimizer, config.train.num_steps,
+        adapters_only=bool(config.model.get('lora_rank', 0)))
     (self.initialise, self.abstract, self.train_step,
      self.eval_step) = jit_steps(config, self.task, self.tx, self.mesh,
                                  self.rules)

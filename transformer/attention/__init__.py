@@ -52,6 +52,7 @@ Kernels (`implementation=`); a named kernel is the one that runs:
 
 
 # pylint: disable=unused-import  (the package's names)
+from transformer.attention import lora
 from transformer.attention.caches import merge_caches
 from transformer.attention.caches import split_cache
 from transformer.attention.caches import track_beams

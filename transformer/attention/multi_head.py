@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from transformer.attention import caches
 from transformer.attention import kernels
+from transformer.attention import lora as lora_lib
 from transformer.core import masks
 from transformer.core import positional
 from transformer.decoding import beam_slots
@@ -45,9 +46,11 @@ class HeadProjection(nn.Module):
   use_bias: bool = True
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+  lora: lora_lib.Lora | None = None  # a low-rank adapter beside the kernel
 
   @nn.compact
-  def __call__(self, x: Array) -> Array:
+  def __call__(self, x: Array, deterministic: bool = True) -> Array:
+    """`deterministic`: no adapter dropout."""
     n_in, n_out = self.num_in_axes, len(self.out_shape)
     init = nn.initializers.xavier_uniform(
         in_axis=tuple(range(n_in)), out_axis=tuple(range(n_in, n_in + n_out)))
@@ -62,6 +65,9 @@ class HeadProjection(nn.Module):
                                                self.axis_names[n_in:]),
           self.out_shape, self.param_dtype)
       y = y + bias.astype(self.dtype)
+    if self.lora is not None:
+      y = y + lora_lib.update(self, x, n_in, self.out_shape, self.lora,
+                              deterministic, self.dtype)
     return y
 
 
@@ -127,6 +133,10 @@ class MultiHeadAttention(nn.Module):
   rope: positional.Rope = positional.Rope()
   dtype: Dtype = jnp.float32
   param_dtype: Dtype = jnp.float32
+  lora: lora_lib.Lora | None = None  # adapters on `lora.targets`
+
+  def _adapter(self, name: str) -> lora_lib.Lora | None:
+    return self.lora if self.lora and name in self.lora.targets else None
 
   def _head_sizes(self, features: int) -> tuple[int, int]:
     """Validated (K, H) for inputs of width D = features."""
@@ -153,7 +163,8 @@ class MultiHeadAttention(nn.Module):
   def _projection(self, heads: int, head_dim: int, name: str) -> nn.Module:
     return HeadProjection((heads, head_dim), ('embed', 'heads', 'kv'),
                           use_bias=self.use_bias, dtype=self.dtype,
-                          param_dtype=self.param_dtype, name=name)
+                          param_dtype=self.param_dtype,
+                          lora=self._adapter(name), name=name)
 
   @nn.compact
   def __call__(self, inputs_q: Array, inputs_kv: Array | None = None, *,
@@ -182,11 +193,13 @@ class MultiHeadAttention(nn.Module):
     key_lengths = None
     if isinstance(mask, masks.KeyLengths) and not self.decode:
       key_lengths, mask = mask.lengths, None
-    query = self._projection(self.num_heads, head_dim, 'query')(inputs_q)
+    query = self._projection(self.num_heads, head_dim, 'query')(
+        inputs_q, deterministic)
     project_kv = lambda: (
-        self._projection(num_kv_heads, head_dim, 'key')(kv_source),
+        self._projection(num_kv_heads, head_dim, 'key')(kv_source,
+                                                        deterministic),
         self._projection(num_kv_heads, self.value_head_dim or head_dim,
-                         'value')(kv_source))
+                         'value')(kv_source, deterministic))
 
     if self.rotary and not self_attention:
       raise ValueError('Rotary positions apply to self-attention only; '
@@ -243,7 +256,8 @@ class MultiHeadAttention(nn.Module):
     out = HeadProjection(
         (self.out_features or features,), ('heads', 'kv', 'embed'),
         num_in_axes=2, use_bias=self.use_bias, dtype=self.dtype,
-        param_dtype=self.param_dtype, name='out')(out)
+        param_dtype=self.param_dtype, lora=self._adapter('out'),
+        name='out')(out, deterministic)
     return (out, weights) if return_weights else out
 
   def _rotary_positions(self, positions: Array | None, length: int) -> Array:

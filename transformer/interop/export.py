@@ -8,7 +8,8 @@ classification encoders as BERT, each through its family's `to_hf`, which
 refuses by name a model it cannot represent. A converted workdir's
 vocabulary goes back to the published ids (`published_ids.IdOrder`), and
 its published tokenizer files are written as they came; the special ids in
-config.json are the published ones. A vocabulary built here (SentencePiece,
+config.json are the published ones. Low-rank adapters are merged into the
+kernels first. A vocabulary built here (SentencePiece,
 characters, bytes, words) has no Hugging Face tokenizer class: its files
 are copied beside the model, and the ids are ours (padding 0, EOS 1).
 """
@@ -25,6 +26,7 @@ import numpy as np
 
 from transformer import storage
 from transformer import workdir as workdir_lib
+from transformer.attention import lora
 from transformer.data import published_tokenizers
 from transformer.data import tokenization
 from transformer.interop import bert
@@ -61,13 +63,17 @@ def export(workdir: str, output: str) -> str:
   tokenizer = task.tokenizer
   ids = getattr(tokenizer, 'ids', None)
   params = jax.tree.map(np.asarray, jax.device_get(restored.params))
+  model_config = task.model_config
+  if model_config.lora is not None:  # folded into the kernels
+    params = jax.tree.map(np.asarray, lora.merged(params, model_config.lora))
+    model_config = model_config.replace(lora_rank=0)
   if config.task == 'language_modeling':
-    family = (llama if task.model_config.positional_encoding == 'rotary'
+    family = (llama if model_config.positional_encoding == 'rotary'
               else gpt2)
-    hf, tensors = family.to_hf(params, task.model_config, ids)
+    hf, tensors = family.to_hf(params, model_config, ids)
     name = 'Llama' if family is llama else 'GPT-2'
   else:
-    hf, tensors = bert.to_hf(params, task.model_config, ids)
+    hf, tensors = bert.to_hf(params, model_config, ids)
     name = f'BERT ({hf["architectures"][0]})'
   hf.update(_special_ids(tokenizer, config.task))
   # Written beside `output`, renamed into place once whole: a failure

@@ -279,7 +279,9 @@ def prepare(config: ml_collections.ConfigDict,
   divisor = sharding.batch_divisor(mesh) * config.train.microbatches
   task = tasks.build(config, _NO_WORKDIR, batch_divisor=divisor,
                      shapes_only=True)
-  tx, _ = optimizers.build(config.optimizer, config.train.num_steps)
+  tx, _ = optimizers.build(
+      config.optimizer, config.train.num_steps,
+      adapters_only=bool(config.model.get('lora_rank', 0)))
   steps = train.jit_steps(config, task, tx, mesh, rules)
   shapes = task.train_batch_shapes()
   _check_rows(shapes, divisor, mesh)

@@ -81,3 +81,33 @@ def test_a_checkpoint_without_its_tokenizer_is_refused(pretrained, tmp_path):
     train.train_and_evaluate(config, str(tmp_path / 'finetuned'))
   assert not (tmp_path / 'finetuned' / 'vocab').exists()
   assert not (tmp_path / 'finetuned' / 'checkpoints').exists()
+
+
+def test_lora_fine_tuning_exports_the_merged_model(pretrained, tmp_path):
+  """Adapters train (the base stays), and export folds them into the
+  kernels: the exported model, read back, computes the adapted logits."""
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  from transformer.interop import export  # pylint: disable=g-import-not-at-top
+  from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
+  from transformer.models import decoder  # pylint: disable=g-import-not-at-top
+  source, corpus = pretrained
+  config = load_experiment('lm_finetune',
+                           f'init_from={source},path={corpus},runlocal')
+  config.model.update(dict(lora_rank=4, lora_targets='query,key,value,out'))
+  config.optimizer.learning_rate = 1e-2
+  workdir = str(tmp_path / 'lora')
+  train.train_and_evaluate(config, workdir)
+  restored = workdir_lib.restore(workdir)
+  written = export.export(workdir, str(tmp_path / 'hf'))
+  assert written.startswith('GPT-2')
+  hf_config, hf_params = gpt2.load(str(tmp_path / 'hf'))
+  tokens = jnp.asarray([[1, 5, 9, 13, 17, 21]])
+  adapted = restored.task.model.apply({'params': restored.params}, tokens,
+                                      deterministic=True)
+  exported = decoder.Decoder(hf_config).apply({'params': hf_params}, tokens,
+                                              deterministic=True)
+  np.testing.assert_allclose(exported, adapted, atol=1e-5)
+  base = workdir_lib.restore(source)
+  assert np.abs(np.asarray(adapted) - np.asarray(base.task.model.apply(
+      {'params': base.params}, tokens, deterministic=True))).max() > 1e-4
