@@ -21,7 +21,9 @@ The recipe is nanoGPT's `config/finetune_shakespeare.py`: AdamW (0.9,
 clipped at 1, 20 steps, evaluated before the first step and every 5. Its
 batches are 32 x 1,024 tokens; here 8,192 tokens a step, which a CPU
 takes (`--config.data.tokens_per_batch=32768` for theirs). Evaluation
-reports perplexity and bits per byte of the validation text. Rerunning
+reports perplexity and bits per byte of the validation text.
+`--config.model.lora_rank=8` trains low-rank adapters on the attention
+projections instead of every weight (`transformer.attention.lora`). Rerunning
 into the same workdir resumes it; `--workdir` equal to `init_from` trains
 on in the converted workdir itself.
 """
