@@ -51,7 +51,9 @@ def _step_and_state(config, adapters_only: bool):
                            opt_state=tx.init(params))
   loss = functools.partial(language_modeling.lm_loss, model,
                            label_smoothing=0.0)
-  return jax.jit(timing.default_train_step(loss_fn=loss, tx=tx, seed=0),
+  trainable = optimizers.is_adapter_path if adapters_only else None
+  return jax.jit(timing.default_train_step(loss_fn=loss, tx=tx, seed=0,
+                                           trainable=trainable),
                  donate_argnums=0), state
 
 

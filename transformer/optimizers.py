@@ -87,14 +87,18 @@ def _schedule(config: ml_collections.ConfigDict, num_steps: int
       [config.warmup_steps])
 
 
+def is_adapter_path(path) -> bool:
+  """Whether a jax key path (`tree_flatten_with_path`) is an adapter's."""
+  return lora.is_adapter(tuple(getattr(k, 'key', k) for k in path))
+
+
 def adapter_labels(params: Any) -> Any:
   """'train' for low-rank adapters (`attention.lora`), 'frozen' for the
   rest: the labels of `build(adapters_only=True)`."""
   # A parameter boxed with its logical axes (as `init` returns them) is
   # labelled whole, so that the optimizer's state mirrors the boxes.
   return jax.tree_util.tree_map_with_path(
-      lambda path, _: 'train' if lora.is_adapter(
-          tuple(getattr(k, 'key', k) for k in path)) else 'frozen', params,
+      lambda path, _: 'train' if is_adapter_path(path) else 'frozen', params,
       is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata))
 
 

@@ -47,7 +47,8 @@ class TrainState:
 
 
 def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
-               loss_fn: Callable[..., Any], microbatches: int
+               loss_fn: Callable[..., Any], microbatches: int,
+               trainable: Callable[[Any], bool] | None = None
                ) -> tuple[Any, losses.Sums]:
   """Gradients of the batch loss and its metric sums, over `microbatches`
   micro-batches in turn.
@@ -55,13 +56,26 @@ def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
   A task's loss is sums['loss'] sum / count, so the whole batch's gradient is
   the count-weighted sum of the micro-batch gradients over the total count.
   Micro-batch i takes rows i, i + k, ... (k = microbatches), which every
-  data-parallel shard holds equally.
+  data-parallel shard holds equally. With `trainable` (a key path -> bool,
+  e.g. low-rank adapters alone) only those parameters are differentiated;
+  the others' gradients are zero and never computed.
   """
+  leaves, treedef = jax.tree_util.tree_flatten_with_path(params)
+  chosen = [trainable is None or trainable(path) for path, _ in leaves]
+  values = [value for _, value in leaves]
+
   def grad_fn(batch, rng):
-    (_, sums), grads = jax.value_and_grad(
-        lambda p: loss_fn(p, batch, rng, deterministic=False),
-        has_aux=True)(params)
-    return grads, sums
+    def loss_of(differentiated):
+      given = iter(differentiated)
+      whole = [next(given) if c else v for v, c in zip(values, chosen)]
+      return loss_fn(jax.tree_util.tree_unflatten(treedef, whole), batch,
+                     rng, deterministic=False)
+    (_, sums), grads = jax.value_and_grad(loss_of, has_aux=True)(
+        [v for v, c in zip(values, chosen) if c])
+    given = iter(grads)
+    return jax.tree_util.tree_unflatten(treedef, [
+        next(given) if c else jnp.zeros_like(v)
+        for v, c in zip(values, chosen)]), sums
 
   if microbatches == 1:
     return grad_fn(batch, rng)
@@ -91,7 +105,8 @@ def _gradients(params: Any, batch: dict[str, jax.Array], rng: jax.Array, *,
 
 def train_step(state: TrainState, batch: dict[str, jax.Array], *,
                loss_fn: Callable[..., Any], tx: optax.GradientTransformation,
-               seed: int, microbatches: int = 1, skip_nonfinite: bool = True
+               seed: int, microbatches: int = 1, skip_nonfinite: bool = True,
+               trainable: Callable[[Any], bool] | None = None
                ) -> tuple[TrainState, losses.Sums, dict[str, Any]]:
   """One optimizer step. Dropout keys are fold_in(seed, step), so a resumed
   run draws the same numbers as an uninterrupted one. A step is finite when
@@ -104,13 +119,15 @@ def train_step(state: TrainState, batch: dict[str, jax.Array], *,
       'skip'. False applies it: for 'stop', whose run ends before such a
       state is evaluated or saved; this saves a pass over parameters and
       optimizer state, old and new (docs/benchmarks.md).
+    trainable: a key path -> bool: differentiate those parameters alone
+      (low-rank adapters, `optimizers.is_adapter_path`); None: all.
 
   Returns:
     The new state, metric sums, and `faults.health` of the step.
   """
   rng = jax.random.fold_in(jax.random.key(seed), state.step)
   grads, sums = _gradients(state.params, batch, rng, loss_fn=loss_fn,
-                           microbatches=microbatches)
+                           microbatches=microbatches, trainable=trainable)
   updates, opt_state = tx.update(grads, state.opt_state, state.params)
   params = optax.apply_updates(state.params, updates)
   # One pass over each gradient gives both the norm and the finiteness.
@@ -186,7 +203,10 @@ def jit_steps(config: ml_collections.ConfigDict, task: tasks.Task,
       functools.partial(train_step, loss_fn=task.loss, tx=tx,
                         seed=config.seed,
                         microbatches=config.train.microbatches,
-                        skip_nonfinite=config.train.nonfinite == 'skip'),
+                        skip_nonfinite=config.train.nonfinite == 'skip',
+                        trainable=(optimizers.is_adapter_path if
+                                   config.model.get('lora_rank', 0)
+                                   else None)),
       in_shardings=(state_shardings, batch_sharding),
       out_shardings=(state_shardings, None, None), donate_argnums=0)
   eval_fn = jax.jit(functools.partial(eval_step, loss_fn=task.loss),
