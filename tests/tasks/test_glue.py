@@ -66,13 +66,17 @@ EXPECTED_LABELS = {'cola': [1, 0], 'sst2': [1, 0], 'mrpc': [1], 'qqp': [0],
 
 
 @pytest.mark.parametrize('task', sorted(GLUE_FILES))
-def test_official_tsv_layouts(task, tmp_path):
+@pytest.mark.parametrize('encoding', ['utf-8', 'utf-8-sig'])
+def test_official_tsv_layouts(task, tmp_path, encoding):
+  """As published, and saved with a byte-order mark (Excel's 'UTF-8'),
+  which is no part of the header's first column."""
   content, second = GLUE_FILES[task]
-  (tmp_path / 'train.tsv').write_text(content)
+  (tmp_path / 'train.tsv').write_text(content, encoding=encoding)
   rows = glue.read_tsv(task, str(tmp_path / 'train.tsv'))
   assert [label for *_, label in rows] == EXPECTED_LABELS[task]
   assert rows[0][1] == second  # None for single sentences
   assert isinstance(rows[0][0], str) and rows[0][0]
+  assert not rows[0][0].startswith('\ufeff')
 
 
 def test_bad_glue_files_are_named(tmp_path, caplog):

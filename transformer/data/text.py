@@ -61,7 +61,11 @@ def read_utf8(path: str) -> str:
 
 
 def utf8_lines(path: str) -> list[str]:
-  return split_lines(read_utf8(path))
+  """The lines of a UTF-8 file (`split_lines`), without the byte-order
+  mark some editors write first (Excel's 'UTF-8' TSVs): it is no part of
+  the first line, whose first field (a TSV header's column name, say) it
+  would otherwise change."""
+  return split_lines(read_utf8(path).removeprefix('\ufeff'))
 
 
 def _sample_document(rng: random.Random, max_sentences: int) -> str:
