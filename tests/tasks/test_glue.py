@@ -214,3 +214,19 @@ def test_the_glue_table_reads_tsv_folders_from_a_converted_checkpoint(
   assert setup.config.data.tokenizer == 'bert'
   cola = next(row for row in spec.ROWS if row.name == 'cola')
   assert 'data/glue/CoLA' in specs.setup(spec, cola, 'minilm').problem
+
+
+def test_an_empty_split_is_refused_naming_it(tmp_path):
+  """An empty CoLA dev.tsv once ended a run with exit 0 and 'matthews 0',
+  a score over no sentences."""
+  from conftest import load_experiment  # pylint: disable=g-import-not-at-top
+  from transformer.tasks import text_classification  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'train.tsv').write_text(GLUE_FILES['cola'][0])
+  (tmp_path / 'dev.tsv').write_text('')
+  config = load_experiment('glue', f'task=cola,path={tmp_path},runlocal')
+  task = text_classification.TextClassificationTask(config,
+                                                    str(tmp_path / 'w'))
+  assert task.rows('train')
+  with raises_naming(ValueError, "'dev' split", "source='tsv'",
+                     f'config.data.path={tmp_path}', 'has no rows'):
+    task.rows('dev')

@@ -260,7 +260,17 @@ class TextClassificationTask(base.Task):
 
   @functools.cache
   def rows(self, split: str) -> list[Row]:
-    rows = sources.read('labelled_text', self.config.data, split)
+    data = self.config.data
+    rows = sources.read('labelled_text', data, split)
+    if not rows:
+      # Training on nothing fails later; a score over nothing (accuracy
+      # or Matthews 0) would look like a result.
+      where = (f', config.data.path={data.path}' if data.get('path')
+               else '')
+      raise ValueError(
+          f'The {split!r} split of config.data.source={data.source!r}'
+          f'{where} has no rows: nothing to train on or to score. Give a '
+          f'file with rows, or another split.')
     if self.num_classes > 1:
       labels = {label for *_, label in rows}
       if not labels <= set(range(self.num_classes)):
