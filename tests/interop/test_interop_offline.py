@@ -156,12 +156,12 @@ def test_a_decoder_in_our_ids_masks_padding_and_round_trips():
                              logits, atol=1e-5)
   assert (reordered[..., 0] == masks.MASKED_LOGIT).all()
   back_config, back = vocabulary_rows.decoder_in_published_ids(
-      ours_config, ours, ids)
+      ours_config, ours, ids, 'GPT-2')
   assert back_config == config
   jax.tree.map(np.testing.assert_array_equal, back, params)
   with raises_naming(ValueError, '8 ids', 'task.tokenizer.ids'):
     vocabulary_rows.decoder_in_published_ids(
-        ours_config, ours, published_ids.IdOrder.of(8, eos=4))
+        ours_config, ours, published_ids.IdOrder.of(8, eos=4), 'GPT-2')
   with raises_naming(ValueError, 'mask_padding', 'task.tokenizer.ids'):
     gpt2.to_hf(ours, ours_config)
 

@@ -157,13 +157,8 @@ def to_hf(params: dict[str, Any], config: decoder.Config,
   config.json dict and tensors named as GPT2LMHeadModel saves them. A
   converted workdir's parameters (our ids, `mask_padding`) go back to
   GPT-2's ids with its tokenizer's `ids` (`task.tokenizer.ids`)."""
-  if config.mask_padding:
-    if ids is None:
-      raise ValueError('The model has our ids (mask_padding): give the ids '
-                       "of the workdir's tokenizer, `task.tokenizer.ids`, "
-                       "to export it in GPT-2's ids.")
-    config, params = vocabulary_rows.decoder_in_published_ids(
-        config, params, ids)
+  config, params = vocabulary_rows.decoder_in_published_ids(
+      config, params, ids, 'GPT-2')
   if (config.norm_position, config.positional_encoding,
       config.activation) != ('pre', 'learned', 'gelu') or config.num_kv_heads:
     raise ValueError('Only GPT-2-shaped decoders export to the GPT-2 layout '

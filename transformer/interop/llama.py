@@ -273,13 +273,8 @@ def to_hf(params: dict[str, Any], config: decoder.Config,
   config.json dict and tensors named as LlamaForCausalLM saves them. A
   converted workdir's parameters (our ids, `mask_padding`) go back to
   Llama's ids with its tokenizer's `ids` (`task.tokenizer.ids`)."""
-  if config.mask_padding:
-    if ids is None:
-      raise ValueError('The model has our ids (mask_padding): give the ids '
-                       "of the workdir's tokenizer, `task.tokenizer.ids`, "
-                       "to export it in Llama's ids.")
-    config, params = vocabulary_rows.decoder_in_published_ids(
-        config, params, ids)
+  config, params = vocabulary_rows.decoder_in_published_ids(
+      config, params, ids, 'Llama')
   if (config.norm, config.norm_position, config.positional_encoding,
       config.use_bias) != ('rms', 'pre', 'rotary', False) or (
           config.activation not in _GATED.values()):

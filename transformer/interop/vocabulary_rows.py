@@ -50,14 +50,22 @@ def decoder_in_our_ids(config: decoder.Config, params: dict[str, Any],
 
 
 def decoder_in_published_ids(config: decoder.Config, params: dict[str, Any],
-                             ids: published_ids.IdOrder
+                             ids: published_ids.IdOrder | None, family: str
                              ) -> tuple[decoder.Config, dict[str, Any]]:
-  """The inverse of `decoder_in_our_ids`.
+  """The inverse of `decoder_in_our_ids`; a decoder that never was in our
+  ids (no `mask_padding`: trained here) as it is.
 
   Raises:
-    ValueError: the model's vocabulary is not the order's.
+    ValueError: a converted decoder without its tokenizer's `ids`, or with
+      another vocabulary's (naming `family`, e.g. 'GPT-2', for the fix).
   """
-  if config.vocab_size != len(ids) or config.mask_padding != ids.added_padding:
+  if not config.mask_padding:
+    return config, params
+  if ids is None:
+    raise ValueError('The model has our ids (mask_padding): give the ids '
+                     "of the workdir's tokenizer, `task.tokenizer.ids`, "
+                     f"to export it in {family}'s ids.")
+  if config.vocab_size != len(ids) or not ids.added_padding:
     raise ValueError(
         f'The model has {config.vocab_size:,} ids (mask_padding='
         f'{config.mask_padding}) but the tokenizer\'s order {len(ids):,} '
