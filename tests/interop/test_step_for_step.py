@@ -92,31 +92,37 @@ def _our_losses(workdir, batches, tmp_path):
   return losses, jax.device_get(state.params), ids
 
 
+def _trains_alike(model, workdir, tmp_path):
+  """Both sides' losses at steps 1, 10 and 50 agree and fall; returns our
+  parameters after the last step and the tokenizer's ids."""
+  batches = _batches(model.config.vocab_size)
+  ours, params, ids = _our_losses(workdir, batches, tmp_path)
+  theirs = _torch_losses(model, batches)
+  for step in (1, 10, 50):
+    assert ours[step - 1] == pytest.approx(theirs[step - 1], rel=1e-4), step
+  assert theirs[-1] < theirs[0] - 0.3  # it did learn the batches
+  return params, ids
+
+
+def _assert_close(mine, torch_weight):
+  """An updated matrix. Adam moves a weight by up to the learning rate a
+  step, whatever its gradient's size (0.15 over these steps), so float32
+  rounding in tiny gradients shows as up to ~1e-4 after 50 steps."""
+  difference = np.abs(np.asarray(mine) - torch_weight.detach().numpy())
+  assert difference.max() < 2e-4
+  assert np.median(difference) < 2e-5
+
+
 def test_gpt2_fine_tunes_as_transformers_does(published, converted,
                                               tmp_path):
   model, _, _ = published
   _, _, workdir = converted
-  batches = _batches(model.config.vocab_size)
-  ours, params, ids = _our_losses(workdir, batches, tmp_path)
-  theirs = _torch_losses(model, batches)
-  print('step, ours, transformers:', [(s, ours[s - 1], theirs[s - 1])
-                                        for s in (1, 10, 50)])
-  for step in (1, 10, 50):
-    assert ours[step - 1] == pytest.approx(theirs[step - 1], rel=1e-4), step
-  assert theirs[-1] < theirs[0] - 0.3  # it did learn the batches
-  # Updated matrices: block 1's MLP input kernel (Conv1D: [in, out]) and
-  # the embedding. Adam moves a weight by up to the learning rate a step,
-  # whatever its gradient's size (0.15 over these steps), so float32
-  # rounding in tiny gradients shows as up to ~1e-4 after 50 steps.
-  for mine, torch_weight in (
-      (params['blocks']['layer_1']['mlp']['wi']['kernel'],
-       model.transformer.h[1].mlp.c_fc.weight),
-      (ids.published_rows(params['embed']['embed']['embedding']),
-       model.transformer.wte.weight)):
-    difference = np.abs(np.asarray(mine) - torch_weight.detach().numpy())
-    print('largest difference', difference.max())
-    assert difference.max() < 2e-4
-    assert np.median(difference) < 2e-5
+  params, ids = _trains_alike(model, workdir, tmp_path)
+  # Block 1's MLP input kernel (Conv1D: [in, out]) and the embedding.
+  _assert_close(params['blocks']['layer_1']['mlp']['wi']['kernel'],
+                model.transformer.h[1].mlp.c_fc.weight)
+  _assert_close(ids.published_rows(params['embed']['embed']['embedding']),
+                model.transformer.wte.weight)
 
 
 @pytest.fixture(scope='module')
@@ -133,16 +139,7 @@ def test_llama_fine_tunes_as_transformers_does(llama_converted, tmp_path):
   """Grouped-query attention, rotary positions with llama3 scaling, an
   untied output layer."""
   model, workdir = llama_converted
-  batches = _batches(model.config.vocab_size)
-  ours, params, ids = _our_losses(workdir, batches, tmp_path)
-  theirs = _torch_losses(model, batches)
-  print('step, ours, transformers:', [(s, ours[s - 1], theirs[s - 1])
-                                        for s in (1, 10, 50)])
-  for step in (1, 10, 50):
-    assert ours[step - 1] == pytest.approx(theirs[step - 1], rel=1e-4), step
-  assert theirs[-1] < theirs[0] - 0.3
+  params, ids = _trains_alike(model, workdir, tmp_path)
   # The output layer ([D, V] here, [V, D] there), in Llama's ids.
-  head = ids.published_rows(params['lm_head']['kernel'], axis=1).T
-  difference = np.abs(head - model.lm_head.weight.detach().numpy())
-  print('largest difference', difference.max())
-  assert difference.max() < 2e-4 and np.median(difference) < 2e-5
+  _assert_close(ids.published_rows(params['lm_head']['kernel'], axis=1).T,
+                model.lm_head.weight)
