@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import json
 import os
+import sys
 import tempfile
 
 # With libtpu installed (the `tpu` extra, which plans compile with) and no
@@ -55,6 +56,15 @@ def convert_and_restore(published_dir: str, workdir: str):
   restored = workdir_lib.restore(workdir)
   assert restored.step == 0
   return restored, restored.params, workdir
+
+
+def convert_command(*flags):
+  """`python -m transformer.tools.convert` with `flags`, in a process of
+  its own (e2e tests): its CompletedProcess, output captured."""
+  import subprocess  # pylint: disable=g-import-not-at-top
+  return subprocess.run(
+      [sys.executable, '-m', 'transformer.tools.convert', *map(str, flags)],
+      capture_output=True, text=True, check=False)
 
 
 def randomised(model, seed: int = 0, std: float = 0.2):

@@ -8,6 +8,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import convert_command
 from conftest import PROMPTS
 from conftest import publish_gpt2
 from conftest import published_and_converted
@@ -106,10 +107,8 @@ def _exports_to_what_transformers_loads(workdir, output, reference, lines):
   generations are the fine-tuned workdir's."""
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   from transformer import workdir as workdir_lib  # pylint: disable=g-import-not-at-top
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--to=hf',
-       f'--workdir={workdir}', f'--output={output}'],
-      capture_output=True, text=True, check=False)
+  result = convert_command('--to=hf', f'--workdir={workdir}',
+                           f'--output={output}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'the published tokenizer (gpt2)' in result.stdout
   model, info = transformers.AutoModelForCausalLM.from_pretrained(

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import sentencepiece as spm
 
+from conftest import convert_command
 from conftest import LLAMA_TEXTS as TEXTS
 from conftest import llama_sentencepiece_model
 from conftest import publish_llama
@@ -36,10 +37,8 @@ tokenizers_lib = pytest.importorskip('tokenizers')
 
 KINDS = ('tokenizer.json', 'tokenizer.model')
 def _convert_command(source, output):
-  return subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--from=hf',
-       f'--input={source}', f'--output={output}'],
-      capture_output=True, text=True, check=False)
+  return convert_command('--from=hf', f'--input={source}',
+                         f'--output={output}')
 
 
 def _published_and_converted(tmp_path_factory, kind: str):
@@ -236,10 +235,8 @@ def test_convert_to_hf_gives_back_what_transformers_loads(converted,
   special ids of config.json."""
   model, reference, directory, *_, workdir = converted
   output = tmp_path / 'exported'
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--to=hf',
-       f'--workdir={workdir}', f'--output={output}'],
-      capture_output=True, text=True, check=False)
+  result = convert_command('--to=hf', f'--workdir={workdir}',
+                           f'--output={output}')
   assert result.returncode == 0, result.stderr[-2000:]
   assert 'Llama' in result.stdout and 'published tokenizer' in result.stdout
   loaded, info = transformers.AutoModelForCausalLM.from_pretrained(

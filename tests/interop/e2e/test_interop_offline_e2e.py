@@ -3,22 +3,19 @@ honour is refused in one line, leaving no workdir."""
 
 import json
 import os
-import subprocess
-import sys
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from conftest import convert_command
 from transformer.interop import gpt2
 from transformer.models import decoder
 
 
 def _convert_command(source, output):
-  return subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--from=hf',
-       f'--input={source}', f'--output={output}'],
-      capture_output=True, text=True, check=False)
+  return convert_command('--from=hf', f'--input={source}',
+                         f'--output={output}')
 
 
 def test_convert_command_refuses_a_field_it_cannot_honour(tmp_path):
@@ -49,10 +46,7 @@ def test_convert_command_refuses_a_field_it_cannot_honour(tmp_path):
 def test_convert_command_needs_one_direction(tmp_path):
   for args, named in ((['--from=hf', '--to=hf'], '--to=hf with --workdir'),
                       (['--to=hf'], '--workdir is missing')):
-    result = subprocess.run(
-        [sys.executable, '-m', 'transformer.tools.convert', *args,
-         f'--output={tmp_path / "out"}'],
-        capture_output=True, text=True, check=False)
+    result = convert_command(*args, f'--output={tmp_path / "out"}')
     assert result.returncode == 2 and named in result.stderr, (args,
                                                                result.stderr)
     assert 'Traceback' not in result.stderr

@@ -6,14 +6,13 @@ every layer's hidden states and the mean-pooled sentence embeddings.
 Installs nothing at run time: skipped unless the package, torch and
 transformers are importable (`.ci/run` installs them)."""
 
-import subprocess
-import sys
 import zipfile
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import convert_command
 from transformer import workdir as workdir_lib
 
 minilm = pytest.importorskip('all_minilm_l6_v2')
@@ -42,10 +41,8 @@ def published(tmp_path_factory):
 def converted(published, tmp_path_factory):
   """The workdir `python -m transformer.tools.convert` writes."""
   workdir = str(tmp_path_factory.mktemp('converted') / 'minilm')
-  result = subprocess.run(
-      [sys.executable, '-m', 'transformer.tools.convert', '--from=hf',
-       f'--input={published}', f'--output={workdir}'],
-      capture_output=True, text=True, check=False)
+  result = convert_command('--from=hf', f'--input={published}',
+                           f'--output={workdir}')
   assert result.returncode == 0, result.stderr[-3000:]
   assert 'BertModel' in result.stdout
   return workdir_lib.restore(workdir)
