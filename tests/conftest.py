@@ -326,7 +326,9 @@ def server(tmp_path):
                               directory=str(folder))
   handler.log_message = lambda *args: None
   httpd = http.server.ThreadingHTTPServer(('127.0.0.1', 0), handler)
-  thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+  # `shutdown` waits for the next poll: 0.5 s by default, per test.
+  thread = threading.Thread(target=httpd.serve_forever, args=(0.02,),
+                            daemon=True)
   thread.start()
   yield f'http://127.0.0.1:{httpd.server_address[1]}', folder
   httpd.shutdown()
@@ -365,7 +367,8 @@ def explorer_serve(explorer, *args) -> tuple[str, int]:
   import threading  # pylint: disable=g-import-not-at-top
   from transformer.tools import explorer_server  # pylint: disable=g-import-not-at-top
   server = explorer_server.make_server(explorer, 0, *args)
-  threading.Thread(target=server.serve_forever, daemon=True).start()
+  threading.Thread(target=server.serve_forever, args=(0.02,),
+                   daemon=True).start()
   return server, server.server_address[1]
 
 

@@ -230,7 +230,8 @@ def test_the_served_form_sends_the_chosen_image_file(vit_page, browser):
   path, [view] = vit_page
   root = pathlib.Path(path).parent
   server = explorer_server.make_server(explore.Explorer(str(root / 'run')), 0)
-  threading.Thread(target=server.serve_forever, daemon=True).start()
+  threading.Thread(target=server.serve_forever, args=(0.02,),
+                   daemon=True).start()
   page = browser.new_page()
   try:
     page.goto(f'http://localhost:{server.server_address[1]}/')
