@@ -59,7 +59,9 @@ setuptools.setup(
         # (jax's) define the GLUE metrics the tests check ours against.
         'test': ['pytest>=9.0', 'pytest-xdist>=3.8',
                  'gcp-storage-emulator>=2024.8', 'playwright>=1.40',
-                 'scikit-learn>=1.3'],
+                 'scikit-learn>=1.3',
+                 # Fuzzing the file readers with random damage.
+                 'hypothesis>=6.100'],
         'gpu': ['jax[cuda12]>=0.10.2,<0.12'],
         # The libtpu of the jax the tests ran (jax[tpu] pins it): TPU VMs
         # train with it, and transformer-plan compiles for TPU topologies
