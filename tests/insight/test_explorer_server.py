@@ -1,10 +1,13 @@
 """`explore --serve` of stand-in explorers: an image is sent as a file and
 never opened from a path a request names, a stalled client holds up no
-other, and one gone before its answer is a line on the console (the server
-of a trained workdir: e2e/test_explorer_server_e2e.py)."""
+other, one gone before its answer is a line on the console, and requests
+fired together are all answered (the server of a trained workdir:
+e2e/test_explorer_server_e2e.py)."""
 
+import collections
 import socket
 import struct
+import threading
 import time
 import urllib.request
 
@@ -111,3 +114,33 @@ def test_a_client_gone_before_the_answer_is_one_line(capsys):
   [line] = [l for l in err.splitlines() if 'went away' in l]
   assert line.startswith('explorer: 127.0.0.1:') and (
       'went away before the answer' in line), err
+
+
+def test_forty_forms_posted_at_once_are_all_answered():
+  """A page fires its requests together: none is reset by a listen queue
+  shorter than them (socketserver's default of 5 reset most of 40)."""
+  server, port = serve(_Slow())
+  url = f'http://127.0.0.1:{port}'
+  body, headers = multipart({'input': 'a cat'})
+  together = threading.Barrier(40)
+  answers = []
+
+  def post():
+    together.wait()
+    try:
+      answers.append(request(url, 'POST', host='localhost', body=body,
+                             headers=headers)[0])
+    except OSError as e:
+      answers.append(type(e).__name__)
+
+  try:
+    assert server.request_queue_size >= 64
+    posters = [threading.Thread(target=post) for _ in range(40)]
+    for poster in posters:
+      poster.start()
+    for poster in posters:
+      poster.join(60)
+  finally:
+    server.shutdown()
+    server.server_close()
+  assert collections.Counter(answers) == {200: 40}

@@ -53,6 +53,10 @@ class _Server(http.server.ThreadingHTTPServer):
 
   # Ctrl-C does not wait for a stalled client's thread.
   block_on_close = False
+  # A page fires its requests together (a form, its images, a reload):
+  # socketserver's listen queue of 5 made the kernel reset all but a
+  # handful of 40 connections opened at once.
+  request_queue_size = 128
 
   def handle_error(self, request, client_address) -> None:
     error = sys.exc_info()[1]
