@@ -11,6 +11,7 @@ import subprocess
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import pytest
 
 from conftest import _parsed
 from conftest import raises_naming
@@ -21,6 +22,8 @@ from transformer import faults
 from transformer.reproduce import outcomes
 from transformer.reproduce import rows as reproduce_rows
 from transformer.reproduce import specs
+from transformer.tools import cli
+from transformer.tools import reproduce as reproduce_tool
 
 TABLE2 = os.path.join(REPO, 'experiments', 'paper', 'vaswani2017_table2.py')
 
@@ -205,3 +208,71 @@ def test_value_head_dim_resizes_only_values_and_output():
   assert shapes['value']['kernel'] == (8, 2, 5)
   assert shapes['out']['kernel'] == (2, 5, 8)
   assert layer.apply(variables, x, deterministic=True).shape == (1, 4, 8)
+
+
+# The tiny spec with a row that cannot run (3 heads at width 32) and one
+# the spec gives no equivalent at its scale.
+_WITH_AN_INVALID_ROW = """
+ROWS = ROWS + (Row('h3', 'A', 'h=3', {'paper': {'model.num_heads': 3}}),
+               Row('absent', 'C', 'none here', {}))
+"""
+
+
+@pytest.fixture(name='table')
+def fixture_table(spec_path, tmp_path):
+  path = tmp_path / 'tiny_table.py'
+  path.write_text(open(spec_path).read() + _WITH_AN_INVALID_ROW)
+  return str(path)
+
+
+def _reproduced(table, workdir, rows, launch):
+  """The table `reproduce` gives of `rows`, and the command's exit
+  status."""
+  text = reproduce_rows.reproduce(table, workdir, scale='paper', rows=rows,
+                                  launch=launch)
+  return text, reproduce_tool.report_rows_without_result(
+      table, workdir, scale='paper', rows=rows, extra='', launch=launch)
+
+
+def _finished(unused_workdir, unused_config):
+  return outcomes.Outcome('finished', {'eval/perplexity': 9.0}, 4, 1.0)
+
+
+def test_an_invalid_row_fails_the_command_naming_it(table, tmp_path,
+                                                    monkeypatch, capsys):
+  """Beside a finished row, an invalid one: the table says so and the
+  command exits 1 naming it last; a row with no equivalent at the scale is
+  shown and is no error."""
+  monkeypatch.setattr(outcomes, 'outcome', _finished)
+  text, status = _reproduced(table, str(tmp_path), ['base', 'h3'],
+                             'collect')
+  assert 'invalid: d_model=32 is not divisible by num_heads=3' in text
+  last = capsys.readouterr().err.splitlines()[-1]
+  assert status == cli.RUN_FAILED
+  assert '(invalid: h3)' in last and '--rows' in last, last
+  text, status = _reproduced(table, str(tmp_path), ['base', 'C'],
+                             'collect')
+  assert status == 0 and '| none here |' in text
+
+
+def test_failed_and_missing_rows_fail_the_command_naming_each(
+    table, tmp_path, capsys):
+  broken = tmp_path / 'broken'
+  broken.mkdir()
+  (broken / outcomes.FAILURE_NOTE).write_text('ValueError: no checkpoints\n')
+  _, status = _reproduced(table, str(tmp_path), ['base', 'h3', 'broken'],
+                          'collect')
+  last = capsys.readouterr().err.splitlines()[-1]
+  assert status == cli.RUN_FAILED
+  for named in ('3 row(s)', 'not run: base', 'invalid: h3',
+                'failed: broken', 'collect again'):
+    assert named in last, last
+
+
+def test_print_fails_naming_a_row_that_cannot_run(table, tmp_path, capsys):
+  text, status = _reproduced(table, str(tmp_path), ['base', 'h3', 'C'],
+                             'print')
+  assert status == cli.RUN_FAILED and '# h3: invalid: ' in text
+  last = capsys.readouterr().err.splitlines()[-1]
+  assert 'cannot run (invalid: h3)' in last and 'base' not in last, last
+  assert _reproduced(table, str(tmp_path), ['base', 'C'], 'print')[1] == 0

@@ -182,6 +182,23 @@ def _unrunnable(problem: str) -> outcomes.Outcome:
   return outcomes.Outcome(status, detail=detail)
 
 
+def unrunnable_rows(table: str, scale: str, rows: list[str],
+                    extra: str = '') -> list[tuple[str, str, str]]:
+  """(row, status, detail) of each selected row of the spec file `table`
+  that cannot run at `scale` (invalid, not expressible, not ready), as
+  the table shows it; a row the spec gives no equivalent there is not
+  among them (`tables.rows_without_result`)."""
+  spec = specs.load_spec(table)
+  setups = [specs.setup(spec, row, scale, extra)
+            for row in specs.select_rows(spec, rows)]
+  problems = []
+  for setup in setups:
+    if setup.problem and setup.problem != specs.no_equivalent(scale):
+      unrunnable = _unrunnable(setup.problem)
+      problems.append((setup.row.name, unrunnable.status, unrunnable.detail))
+  return problems
+
+
 def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
               launch: str, extra: str = '', launcher: str = 'slurm_gpu',
               launcher_args: str = '', command: str = '',

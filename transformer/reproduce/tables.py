@@ -179,9 +179,15 @@ def write(spec, scale: str, setups: Sequence[specs.RowSetup],
   return text
 
 
-def failed_rows(workdir: str) -> list[tuple[str, str]]:
-  """(row, reason) of each row WORKDIR/table.csv records as failed."""
+def rows_without_result(workdir: str,
+                        scale: str) -> list[tuple[str, str, str]]:
+  """(row, status, detail) of each row WORKDIR/table.csv records without
+  a result (failed, invalid, not expressible, not ready, not run,
+  unfinished or finished with another config), in the table's order. A
+  row the spec gives no equivalent at `scale` is not among them: the
+  table says so, and no run would give it one."""
   table = storage.read_text(storage.join(workdir, 'table.csv'))
-  return [(record['row'], record['detail'])
+  return [(record['row'], record['status'], record['detail'])
           for record in csv.DictReader(io.StringIO(table, newline=''))
-          if record.get('status') == 'failed']
+          if record.get('status') not in ('finished',
+                                          specs.no_equivalent(scale))]

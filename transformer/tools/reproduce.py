@@ -25,8 +25,12 @@ into the same workdirs, --launch=collect (which runs nothing) writes the
 table. Every mode ends by writing WORKDIR/table.md and WORKDIR/table.csv;
 the parameter column is computed from each row's config (jax.eval_shape),
 so `--launch=collect` on an empty workdir already gives it. The command
-exits 1, after writing the table, when a selected row failed, naming each
-with its reason.
+exits 1, after writing the table, when a selected row has no result
+(failed, invalid, not expressible, not ready, not run, unfinished, or
+finished with another config), naming each with its reason, and all of
+them in its last line; --launch=print, when a row cannot run (invalid,
+not expressible, not ready). A row the spec gives no equivalent at the
+scale is shown as such and is no error.
 """
 
 import shlex
@@ -34,9 +38,10 @@ import sys
 
 from absl import flags
 
-from transformer.reproduce import rows
+from transformer.reproduce import rows as rows_lib
 from transformer.reproduce import tables
 from transformer.tools import cli
+
 
 def define_flags() -> None:
   """The command's flags, defined when it runs (`run`): importing the
@@ -50,7 +55,7 @@ def define_flags() -> None:
                       '(the published setting) or reduced.')
   flags.DEFINE_list('rows', [], 'Groups or row names (default all), e.g. '
                     'base,A,C.')
-  flags.DEFINE_enum('launch', 'local', rows.LAUNCHES, 'local: train here; '
+  flags.DEFINE_enum('launch', 'local', rows_lib.LAUNCHES, 'local: train here; '
                     'print: print launch commands; collect: only read '
                     'results.')
   flags.DEFINE_string('set', '', 'Overrides for every row, e.g. '
@@ -62,7 +67,7 @@ def define_flags() -> None:
   flags.DEFINE_integer('parallel', 1, 'With --launch=local: rows trained at '
                        'a time, each in a process of its own sharing this '
                        "machine's accelerator (0.9 / N of its memory each).")
-  flags.DEFINE_enum('launcher', 'slurm_gpu', rows.LAUNCHERS,
+  flags.DEFINE_enum('launcher', 'slurm_gpu', rows_lib.LAUNCHERS,
                     'The launch/ script of --launch=print.')
   flags.DEFINE_string(
       'launcher_args', '', 'Words put into every printed command: sbatch '
@@ -73,7 +78,7 @@ def define_flags() -> None:
 def main(argv):
   cli.no_arguments(argv)
   args = flags.FLAGS
-  text = rows.reproduce(
+  text = rows_lib.reproduce(
       args.table, args.workdir, scale=args.scale, rows=args.rows,
       launch=args.launch, extra=args.set, launcher=args.launcher,
       launcher_args=args.launcher_args, seeds=args.seeds,
@@ -81,17 +86,53 @@ def main(argv):
       command='python -m transformer.tools.reproduce ' +
       shlex.join(sys.argv[1:]))
   print(text)
-  if args.launch == 'print':
-    return
-  print(f'Written: {args.workdir}/table.md, {args.workdir}/table.csv')
-  failed = tables.failed_rows(args.workdir)
-  if failed:  # the table is written; the command still fails, naming them
-    for row, reason in failed:
-      print(f'Row {row} failed: {reason}', file=sys.stderr)
-    print(f'{len(failed)} row(s) failed; fix what each says and rerun the '
-          'same command: finished rows are not trained again.',
-          file=sys.stderr, flush=True)
-    sys.exit(cli.RUN_FAILED)
+  if args.launch != 'print':
+    print(f'Written: {args.workdir}/table.md, {args.workdir}/table.csv')
+  status = report_rows_without_result(
+      args.table, args.workdir, scale=args.scale, rows=args.rows,
+      extra=args.set, launch=args.launch)
+  if status:  # the table is written; the command still fails, naming them
+    sys.exit(status)
+
+
+# Statuses of rows that a run may still give a result, as they are.
+_WAITING = ('not run', 'unfinished')
+
+
+def report_rows_without_result(table: str, workdir: str, *, scale: str,
+                               rows: list[str], extra: str,
+                               launch: str) -> int:
+  """After `rows.reproduce`: a line on stderr per selected row without a
+  result (with --launch=print: per row that cannot run), then one naming
+  them all by status and what to do. Returns the command's exit status:
+  cli.RUN_FAILED where there is such a row, else 0."""
+  if launch == 'print':
+    without = rows_lib.unrunnable_rows(table, scale, rows, extra)
+  else:
+    without = tables.rows_without_result(workdir, scale)
+  if not without:
+    return 0
+  by_status = {}
+  for row, status, detail in without:
+    print(f'Row {row} {status}' + (f': {detail}' if detail else ''),
+          file=sys.stderr)
+    by_status.setdefault(status, []).append(row)
+  named = '; '.join(f'{status}: {", ".join(names)}'
+                    for status, names in by_status.items())
+  todo = []
+  if set(by_status) - set(_WAITING):
+    todo.append('fix what each line above says, or leave those rows out '
+                'with --rows')
+  if launch == 'collect' and set(by_status) & set(_WAITING):
+    todo.append('train the rows not run (--launch=local, or the commands of '
+                '--launch=print), then collect again')
+  if launch == 'local':
+    todo.append('rerun the same command: finished rows are not trained '
+                'again')
+  what = 'cannot run' if launch == 'print' else 'without a result'
+  print(f'{len(without)} row(s) {what} ({named}): {"; ".join(todo)}.',
+        file=sys.stderr, flush=True)
+  return cli.RUN_FAILED
 
 
 def run() -> None:

@@ -90,7 +90,10 @@ def test_the_command_fails_naming_each_failed_row(ran, spec_path, tmp_path):
   assert run.returncode == 1, run.stderr[-2000:]
   assert 'Row broken' in run.stderr
   assert 'config.train.keep_checkpoints=0' in run.stderr
-  assert '1 row(s)' in run.stderr and 'rerun the same command' in run.stderr
+  # The last line names every row without a result, the inexpressible too.
+  last = run.stderr.splitlines()[-1]
+  assert '2 row(s)' in last and 'failed: broken' in last, last
+  assert 'not expressible: novel' in last
   assert 'Traceback' not in run.stderr
   assert f'Written: {workdir}/table.md' in run.stdout  # written all the same
   ok = subprocess.run(  # the rows that finished alone: success
@@ -282,11 +285,14 @@ def test_command_line_prints_slurm_lines(spec_path, tmp_path):
        '--launch=print'],
       cwd=REPO, capture_output=True, text=True, check=False,
       env={**os.environ, 'PYTHONPATH': REPO})
-  assert result.returncode == 0, result.stderr
   lines = result.stdout.splitlines()
   assert lines[0].startswith('sbatch --job-name=tiny-table-h2 '
                              'launch/slurm_gpu.sbatch --config=')
   assert lines[1].startswith('# novel: not expressible')
+  # A row that cannot run fails the command, named last.
+  assert result.returncode == 1, result.stderr
+  assert 'cannot run (not expressible: novel)' in (
+      result.stderr.splitlines()[-1])
   result = subprocess.run(
       [sys.executable, '-m', 'transformer.tools.reproduce',
        f'--table={spec_path}', f'--workdir={tmp_path}', '--rows=Z'],
