@@ -125,6 +125,35 @@ def test_the_layout_names_every_module_and_follows_a_new_one(tmp_path):
   assert 'More.' not in moved
 
 
+def test_a_module_that_does_not_parse_is_one_line_naming_it(tmp_path,
+                                                            capsys):
+  """A syntax error, a byte that is not UTF-8, a null byte: the layout
+  command's error names the file (and the line) and the fix, in one line,
+  with no traceback."""
+  import pytest  # pylint: disable=g-import-not-at-top
+  from transformer.tools import architecture  # pylint: disable=g-import-not-at-top
+  from transformer.tools import cli  # pylint: disable=g-import-not-at-top
+  room = tmp_path / 'transformer' / 'core'
+  room.mkdir(parents=True)
+  (room / '__init__.py').write_text('"""The core."""\n')
+  page = f'floor 1  core\n{architecture.BEGIN}\n{architecture.END}\n'
+  for source, names in ((b'"""Fine."""\n\ndef f(:\n', ('line 3',)),
+                        (b'"""A\nCaf\xe9."""\n', ('line 2', '0xe9')),
+                        (b'"""Fine."""\nx = 1\x00\n', ('null',))):
+    (room / 'broken.py').write_bytes(source)
+    layout = cli.handle_errors(lambda unused_argv: architecture.with_layout(
+        page, str(tmp_path / 'transformer')))
+    with pytest.raises(SystemExit) as exited:
+      layout([])
+    err = capsys.readouterr().err
+    assert exited.value.code == cli.USER_ERROR, err
+    [line] = err.splitlines()
+    assert line.startswith(f'Error: {room / "broken.py"}'), line
+    assert 'run the command again' in line
+    for name in names:
+      assert name in line, line
+
+
 # Test folders that are not a room: bad input to every command.
 CROSS_CUTTING = {'trust'}
 

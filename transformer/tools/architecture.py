@@ -54,10 +54,9 @@ def floors(page_text: str) -> list[tuple[int, list[str]]]:
 def first_sentence(path: str) -> str:
   """The first sentence of a Python module's docstring, or of the leading
   comment of a .js file; the first line of an HTML file's <title>."""
-  with open(path, encoding='utf-8') as f:
-    text = f.read()
+  text = _source(path)
   if path.endswith('.py'):
-    doc = ast.get_docstring(ast.parse(text)) or ''
+    doc = ast.get_docstring(_parsed(path, text)) or ''
   elif path.endswith('.js'):
     doc = ' '.join(line.removeprefix('//').strip()
                    for line in text.splitlines() if line.startswith('//'))
@@ -68,6 +67,30 @@ def first_sentence(path: str) -> str:
   # A sentence ends at '. ' but not after "et al" or "e.g".
   match = re.search(r'(?<!\bal)(?<!e\.g)(?<!i\.e)\.(\s|$)', paragraph)
   return paragraph[:match.start() + 1] if match else paragraph
+
+
+def _source(path: str) -> str:
+  try:
+    with open(path, encoding='utf-8') as f:
+      return f.read()
+  except UnicodeDecodeError as e:
+    line = e.object[:e.start].count(b'\n') + 1
+    raise ValueError(f'{path}, line {line}: byte {e.object[e.start]:#04x} is '
+                     f'not UTF-8; save the file as UTF-8 and run the command '
+                     f'again.') from e
+
+
+def _parsed(path: str, text: str) -> ast.Module:
+  """The module's syntax tree; one that does not parse is named with its
+  line (the layout needs every module's docstring, so none is skipped)."""
+  try:
+    return ast.parse(text, filename=path)
+  except (SyntaxError, ValueError) as e:  # ValueError: a null byte
+    line = getattr(e, 'lineno', None)
+    where = f'{path}, line {line}' if line else path
+    raise ValueError(f'{where}: {getattr(e, "msg", e)}; the module does not '
+                     f'parse: fix it (python -m py_compile {path} shows '
+                     f'where) and run the command again.') from e
 
 
 def _line(name: str, description: str, indent: int) -> list[str]:
