@@ -41,6 +41,11 @@ setuptools.setup(
         'tokenizers>=0.15',
         # Workdirs on gs:// where TensorFlow is not installed (etils.epath).
         'gcsfs>=2024.2',
+        # Dataset downloads (transformer-data fetch): urllib3's retries and
+        # timeouts under requests, and their progress bars.
+        'requests>=2.31',
+        'urllib3>=2.3',  # HTTPResponse.read1: a trickle's bytes as they come
+        'tqdm>=4.64',
     ],
     # python -m transformer.main / transformer.tools.NAME, as commands.
     entry_points={'console_scripts': [

@@ -6,11 +6,27 @@ beside the repository when that exists (the developers' machines), else
 `~/.cache/transformer/data`. Each dataset has a folder there, laid out as
 the experiments read it (`multi30k/train.de.gz`, `glue/RTE/train.tsv`,
 ...), and `fetch` fills it: every file is downloaded under a temporary
-name, checked against its SHA-256 (of the decompressed bytes for a .gz, so
-a re-compressed copy of the same data is accepted; of the extracted member
-for a file inside a .zip) and only then moved into place. Files already
-there and right are not fetched again; wrong ones are refused, named.
-Offline, the error lists each file's URL and where to put it.
+name (`NAME.part`), checked against its SHA-256 (of the decompressed bytes
+for a .gz, so a re-compressed copy of the same data is accepted; of the
+extracted member for a file inside a .zip) and only then moved into place.
+Files already there and right are not fetched again; wrong ones are
+refused, named. Offline, the error lists each file's URL and where to put
+it.
+
+Downloads go through `requests`, within `Limits`: urllib3 retries a
+connection refused or dropped and a 5xx answer, with backoff; a body cut
+short is asked again from where it stopped (an HTTP Range request
+continuing the .part file, started over where the server sends the whole
+file instead); a download slower than the minimum rate over a window, or
+longer than its deadline, stops with one line naming the URL, what
+happened and the flag to change. A .part file left behind (Ctrl-C, a
+stall) is continued by the next fetch. A terminal shows a progress bar;
+a log gets one line per file.
+
+`Checksums` keeps the SHA-256 of each file of the data folder in
+`.checksums.json` there, by size and modification time, so that `list`
+(and `fetch` finding files already there) verifies every file without
+reading it again while it is unchanged.
 """
 
 from __future__ import annotations
@@ -19,13 +35,22 @@ import contextlib
 import dataclasses
 import gzip
 import hashlib
-import io
+import json
 import os
+import re
+import sys
 import tempfile
-import urllib.error
-import urllib.request
+import time
+import urllib.parse
 import zipfile
-from typing import Callable, Sequence
+import zlib
+from typing import Callable, IO, Sequence
+
+import requests
+from requests import adapters
+import tqdm
+from urllib3 import exceptions as urllib3_errors
+from urllib3.util import retry as urllib3_retry
 
 ENVIRONMENT = 'TRANSFORMER_DATA'
 FETCH_COMMAND = 'python -m transformer.tools.data fetch'
@@ -156,12 +181,11 @@ def names(requested: Sequence[str]) -> list[str]:
   return list(requested)
 
 
-Opener = Callable[[str], bytes]
+# -- Checksums ---------------------------------------------------------------
 
-
-def _download(url: str) -> bytes:
-  with urllib.request.urlopen(url, timeout=60) as response:  # nosec: https
-    return response.read()
+CHECKSUMS = '.checksums.json'  # in the data folder (`Checksums`)
+_CHUNK = 1 << 16
+_NOT_GZIP = 'not gzip data'
 
 
 def content_sha256(data: bytes, name: str) -> str:
@@ -169,80 +193,466 @@ def content_sha256(data: bytes, name: str) -> str:
   if name.endswith('.gz'):
     try:
       data = gzip.decompress(data)
-    except (OSError, EOFError):
-      return 'not gzip data'
+    except (OSError, EOFError, zlib.error):
+      return _NOT_GZIP
   return hashlib.sha256(data).hexdigest()
 
 
+def file_sha256(path: str, name: str) -> str:
+  """`content_sha256` of the file at `path`, read in chunks."""
+  digest = hashlib.sha256()
+  try:
+    with (gzip.open(path, 'rb') if name.endswith('.gz')
+          else open(path, 'rb')) as f:
+      while chunk := f.read(_CHUNK):
+        digest.update(chunk)
+  except (EOFError, zlib.error, gzip.BadGzipFile):
+    return _NOT_GZIP
+  return digest.hexdigest()
+
+
+class Checksums:
+  """The content SHA-256 of the data folder's files, kept in its
+  `.checksums.json` by path, size and modification time: a file is read
+  again only when one of those changed (or the record is lost). Saving is
+  best effort: a data folder one cannot write is verified every time."""
+
+  def __init__(self, folder: str):
+    self.folder = folder
+    self._path = os.path.join(folder, CHECKSUMS)
+    self._entries = self._load()
+    self._changed = False
+
+  def _load(self) -> dict[str, list]:
+    try:
+      with open(self._path, encoding='utf-8') as f:
+        entries = json.load(f)
+    except (OSError, ValueError):
+      return {}
+    return entries if isinstance(entries, dict) else {}
+
+  def _key(self, path: str) -> str:
+    return os.path.relpath(path, self.folder)
+
+  def sha256(self, path: str, name: str) -> str:
+    """`file_sha256(path, name)`, from the record while it holds."""
+    if not os.path.isfile(path):
+      return 'not a file'
+    stat = os.stat(path)
+    stamp = [stat.st_size, stat.st_mtime_ns]
+    entry = self._entries.get(self._key(path))
+    if isinstance(entry, list) and entry[:2] == stamp and len(entry) == 3:
+      return entry[2]
+    found = file_sha256(path, name)
+    self.record(path, found)
+    return found
+
+  def record(self, path: str, sha256: str) -> None:
+    """Notes the SHA-256 of the file now at `path` (one just written)."""
+    stat = os.stat(path)
+    self._entries[self._key(path)] = [stat.st_size, stat.st_mtime_ns, sha256]
+    self._changed = True
+
+  def save(self) -> None:
+    if not self._changed or not os.path.isdir(self.folder):
+      return
+    with contextlib.suppress(OSError):
+      _write(self._path, json.dumps(self._entries, indent=1,
+                                    sort_keys=True).encode())
+      self._changed = False
+
+
+def file_state(path: str, file: File, checksums: Checksums) -> str:
+  """'right', 'damaged' (there, with another SHA-256) or 'missing'."""
+  if not os.path.lexists(path):
+    return 'missing'
+  return ('right' if checksums.sha256(path, file.name) == file.sha256
+          else 'damaged')
+
+
+# -- Downloading -------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+  """How long one file's download may take, how slowly it may go (the
+  fetch command's --deadline, --min_rate and --rate_window), and how often
+  a failing one is tried again."""
+  deadline: float = 1800.0  # seconds per file, all its attempts together
+  min_rate: float = 1024.0  # bytes/s, over each `window`
+  window: float = 30.0  # seconds; also the longest wait for any byte
+  # Tries again after a refused or dropped connection, a 5xx answer or a
+  # body cut short: at once, then after 2, 4, ... times `backoff` seconds
+  # (urllib3's backoff_factor).
+  retries: int = 3
+  backoff: float = 0.5
+
+
+class DownloadError(OSError):
+  """A download stopped, named in one line: its URL, what happened and
+  what to do."""
+
+
+class _CutShort(Exception):
+  """The connection closed before the whole body came."""
+
+  def __init__(self, received: int, expected: int | None):
+    super().__init__(received, expected)
+    self.received, self.expected = received, expected
+
+
+class _Retry(urllib3_retry.Retry):
+  """urllib3's retries, except for a read timed out: a server silent for
+  the whole window is below the minimum rate, and asking it again would
+  only multiply the wait."""
+
+  def increment(self, *args, error=None, **kwargs):
+    if isinstance(error, urllib3_errors.ReadTimeoutError):
+      raise error
+    return super().increment(*args, error=error, **kwargs)
+
+
+def _session(limits: Limits) -> requests.Session:
+  # Each kind of failure counted on its own (no total): redirects are not
+  # failures.
+  retry = _Retry(total=None, connect=limits.retries, read=limits.retries,
+                 status=limits.retries, other=limits.retries, redirect=10,
+                 backoff_factor=limits.backoff, allowed_methods={'GET'},
+                 status_forcelist={429, 500, 502, 503, 504},
+                 raise_on_status=False,
+                 # A Retry-After of an hour would outlast any deadline.
+                 respect_retry_after_header=False)
+  session = requests.Session()
+  for scheme in ('http://', 'https://'):
+    session.mount(scheme, adapters.HTTPAdapter(max_retries=retry))
+  return session
+
+
+@dataclasses.dataclass
+class _Download:
+  """One URL downloaded into a .part file: the words its errors use."""
+  url: str
+  part: str
+  by_hand: str  # 'put the file at PATH by hand', or the archive's member
+  limits: Limits
+  progress: IO[str]
+
+  def fail(self, what: str, fix: str, kept: int) -> DownloadError:
+    """The error for `what` happened, `kept` bytes being in the .part
+    file (once it is closed)."""
+    resume = (f' (the {kept} bytes received are kept in {self.part}; the '
+              f'next fetch continues them)') if kept else ''
+    return DownloadError(f'{self.url}: {what}{resume}; {fix}, fetch from a '
+                         f'--mirror, or {self.by_hand}.')
+
+
+class _Meter:
+  """Holds one file's download to its deadline (all attempts together)
+  and to the minimum rate over each window of an attempt."""
+
+  def __init__(self, download: _Download):
+    self.download = download
+    self.limits = download.limits
+    self.started = time.monotonic()
+    self.restart()
+
+  def restart(self) -> None:
+    self.window_started, self.window_bytes = time.monotonic(), 0
+
+  def remaining(self) -> float:
+    return self.limits.deadline - (time.monotonic() - self.started)
+
+  def timeout(self) -> float:
+    """The longest wait for any byte: the window, within the deadline."""
+    return max(0.001, min(self.limits.window, self.remaining()))
+
+  def check_deadline(self, received: int, total: int | None) -> None:
+    if self.remaining() <= 0:
+      raise self.late(received, total)
+
+  def late(self, received: int, total: int | None) -> DownloadError:
+    of = f' of {total}' if total is not None else ''
+    return self.download.fail(
+        f'not complete after {self.limits.deadline:g} s ({received}{of} '
+        f'bytes)', 'raise --deadline', received)
+
+  def add(self, count: int, received: int, total: int | None) -> None:
+    """Counts `count` bytes just received (`received` so far)."""
+    self.window_bytes += count
+    elapsed = time.monotonic() - self.window_started
+    if elapsed >= self.limits.window:
+      if self.window_bytes < self.limits.min_rate * elapsed:
+        raise self.download.fail(
+            f'{self.window_bytes} bytes in {elapsed:.1f} s, below the '
+            f'minimum rate {self.limits.min_rate:g} B/s',
+            'lower --min_rate', received)
+      self.restart()
+    self.check_deadline(received, total)
+
+  def silent(self, received: int, total: int | None) -> DownloadError:
+    """The error for a server that sent nothing for a whole timeout:
+    the window's, or what was left of the deadline."""
+    if self.remaining() <= 0:
+      return self.late(received, total)
+    return self.download.fail(
+        f'nothing received for {self.limits.window:g} s, below the minimum '
+        f'rate {self.limits.min_rate:g} B/s', 'lower --min_rate', received)
+
+
+def _download(session: requests.Session, download: _Download) -> int:
+  """Completes `download.part` with the URL's bytes, continuing what is
+  there; returns the bytes received. Raises DownloadError for a stall, a
+  deadline, or a body cut short every time; requests' errors for a server
+  not reached or answering an HTTP error."""
+  meter = _Meter(download)
+  limits = download.limits
+  for attempt in range(limits.retries + 1):
+    if attempt:  # as urllib3 backs off
+      pause = limits.backoff * 2 ** (attempt - 1) if attempt > 1 else 0
+      time.sleep(max(min(pause, meter.remaining()), 0))
+      meter.check_deadline(_size(download.part), None)
+    meter.restart()
+    try:
+      return _attempt(session, download, meter)
+    except _CutShort as e:
+      cut = e
+  expected = f' of {cut.expected}' if cut.expected is not None else ''
+  raise download.fail(
+      f'the connection closed after {cut.received}{expected} bytes, '
+      f'{limits.retries + 1} times', 'try again later', _size(download.part))
+
+
+def _size(path: str) -> int:
+  return os.path.getsize(path) if os.path.exists(path) else 0
+
+
+def _attempt(session: requests.Session, download: _Download,
+             meter: _Meter) -> int:
+  """One request for the rest of `download.part`."""
+  have = _size(download.part)
+  # Identity: the bytes as stored (a .gz stays gzip), which ranges count.
+  headers = {'Accept-Encoding': 'identity'}
+  if have:
+    headers['Range'] = f'bytes={have}-'
+  try:
+    response = session.get(download.url, headers=headers, stream=True,
+                           timeout=(meter.timeout(), meter.timeout()))
+  except requests.exceptions.ReadTimeout:
+    raise meter.silent(have, None) from None
+  with response:
+    if response.status_code == 416 and have:  # nothing left after `have`
+      if _range_total(response) == have:
+        return have
+      os.unlink(download.part)
+      raise _CutShort(have, _range_total(response))
+    response.raise_for_status()
+    if have and response.status_code != 206:
+      have = 0  # the server sends the whole file: start over
+    elif have and not _continues(response, have):
+      os.unlink(download.part)  # another part than asked: start over
+      raise _CutShort(have, _range_total(response))
+    total = _total(response, have)
+    os.makedirs(os.path.dirname(download.part), exist_ok=True)
+    with open(download.part, 'ab' if have else 'wb') as f, \
+        _bar(download, total, have) as bar:
+      received = _receive(response, f, meter, have, total, bar.update)
+  if total is not None and received < total:
+    raise _CutShort(received, total)
+  return received
+
+
+def _range_total(response: requests.Response) -> int | None:
+  """The full size a Content-Range header gives ('bytes 5-9/10': 10)."""
+  match = re.fullmatch(r'bytes (?:\d+-\d+|\*)/(\d+)',
+                       response.headers.get('Content-Range', '').strip())
+  return int(match.group(1)) if match else None
+
+
+def _continues(response: requests.Response, have: int) -> bool:
+  """Whether a 206 response is the file from byte `have` on."""
+  return response.headers.get('Content-Range', '').strip().startswith(
+      f'bytes {have}-')
+
+
+def _total(response: requests.Response, have: int) -> int | None:
+  if response.status_code == 206 and _range_total(response) is not None:
+    return _range_total(response)
+  length = response.headers.get('Content-Length', '')
+  return have + int(length) if length.isdigit() else None
+
+
+def _receive(response: requests.Response, f: IO[bytes], meter: _Meter,
+             received: int, total: int | None,
+             shown: Callable[[int], object]) -> int:
+  """Copies the body into `f`; returns the bytes the file then has."""
+  # read1: whatever one read of the socket gives, so that a trickle of
+  # bytes comes back to the meter instead of filling a buffer for ever.
+  read = response.raw.read1
+  while True:
+    try:
+      chunk = read(_CHUNK, decode_content=False)
+    except urllib3_errors.ReadTimeoutError:
+      raise meter.silent(received, total) from None
+    except (urllib3_errors.ProtocolError, urllib3_errors.SSLError,
+            OSError):
+      raise _CutShort(received, total) from None
+    if not chunk:
+      return received
+    f.write(chunk)
+    received += len(chunk)
+    shown(len(chunk))
+    meter.add(len(chunk), received, total)
+
+
+def _bar(download: _Download, total: int | None, have: int) -> tqdm.tqdm:
+  """A progress bar on a terminal; elsewhere (a log) none, the line saying
+  the file was fetched being enough."""
+  stream = download.progress
+  return tqdm.tqdm(total=total, initial=have, unit='B', unit_scale=True,
+                   unit_divisor=1024, file=stream, leave=False,
+                   dynamic_ncols=True, disable=not stream.isatty(),
+                   desc=os.path.basename(download.part)[:-len('.part')])
+
+
+# -- Fetching datasets -------------------------------------------------------
+
+
 def fetch(requested: Sequence[str], folder: str | None = None, *,
-          mirror: str | None = None, opener: Opener = _download,
-          say: Callable[[str], None] = print) -> list[str]:
+          mirror: str | None = None, limits: Limits = Limits(),
+          say: Callable[[str], None] = print,
+          progress: IO[str] | None = None) -> list[str]:
   """Fetches each dataset into `folder` (default: `data_dir()`); returns
   the paths written. A file already there with the right content is kept;
-  one with other content is refused (move it away). Offline (or a URL
-  failing), raises OSError listing each file still missing, its URL and
-  where it goes. `mirror`: a URL laid out as the data folder is
-  (MIRROR/multi30k/train.de.gz, MIRROR/glue/RTE/train.tsv, ...), read
-  instead of the original sources; the same checksums hold."""
+  one with other content is refused (move it away). A server that cannot
+  be reached or answers an error: raises OSError listing each file still
+  missing, its URL and where it goes. A stall, a deadline passed or a body
+  cut short every time: DownloadError, at once. `mirror`: a URL laid out
+  as the data folder is (MIRROR/multi30k/train.de.gz,
+  MIRROR/glue/RTE/train.tsv, ...), read instead of the original sources;
+  the same checksums hold. `progress`: where a terminal's progress bars go
+  (default standard error)."""
   folder = folder or data_dir()
-  written, failures, archives = [], [], {}
-  for name in names(requested):
-    dataset = DATASETS[name]
-    for file in dataset.files:
-      if mirror:
-        file = dataclasses.replace(
-            file, member='',
-            url=f'{mirror.rstrip("/")}/{dataset.folder}/{file.name}')
-      path = os.path.join(folder, dataset.folder, file.name)
-      if _present(path, file, say):
-        continue
-      try:
-        data = _content(file, opener, archives)
-      except (OSError, urllib.error.URLError, zipfile.BadZipFile,
-              KeyError) as e:
-        failures.append((file, path, _reason(e)))
-        continue
-      _check(data, file, f'{file.url}' + (f' ({file.member})'
-                                          if file.member else ''))
-      _write(path, data)
-      written.append(path)
-      say(f'Fetched {path}')
-  if failures:
-    raise OSError(_offline_message(failures))
-  return written
+  checksums = Checksums(folder)
+  fetcher = _Fetcher(limits, progress or sys.stderr, say, checksums)
+  try:
+    for name in names(requested):
+      dataset = DATASETS[name]
+      for file in dataset.files:
+        if mirror:
+          file = dataclasses.replace(
+              file, member='',
+              url=f'{mirror.rstrip("/")}/{dataset.folder}/{file.name}')
+        fetcher.get(file, os.path.join(folder, dataset.folder, file.name))
+  finally:
+    fetcher.close()
+    checksums.save()
+  if fetcher.failures:
+    raise OSError(_offline_message(fetcher.failures))
+  return fetcher.written
 
 
-def _present(path: str, file: File, say: Callable[[str], None]) -> bool:
-  if not os.path.exists(path):
-    return False
-  with open(path, 'rb') as f:
-    found = content_sha256(f.read(), file.name)
-  if found != file.sha256:
-    raise ValueError(f'{path} is there but is not the expected file (its '
-                     f'SHA-256 {found[:16]}..., expected '
-                     f'{file.sha256[:16]}...): move it away and fetch again.')
-  say(f'Already there: {path}')
-  return True
+class _Fetcher:
+  """What one `fetch` downloads: the files written, those that failed, and
+  the archives shared by their members."""
+
+  def __init__(self, limits: Limits, progress: IO[str],
+               say: Callable[[str], None], checksums: Checksums):
+    self.limits, self.progress = limits, progress
+    self.say, self.checksums = say, checksums
+    self.session = _session(limits)
+    self.written: list[str] = []
+    self.failures: list[tuple[File, str, str]] = []
+    self.archives: dict[str, str] = {}  # URL: the downloaded .zip
+    self.unreachable: dict[str, str] = {}  # host: why
+
+  def close(self) -> None:
+    self.session.close()
+    for archive in self.archives.values():
+      with contextlib.suppress(FileNotFoundError):
+        os.unlink(archive)
+
+  def get(self, file: File, path: str) -> None:
+    if self._present(path, file):
+      return
+    host = urllib.parse.urlsplit(file.url).netloc
+    if host in self.unreachable:  # offline: the first try said so
+      self.failures.append((file, path, self.unreachable[host]))
+      return
+    started = time.monotonic()
+    try:
+      size = (self._member(file, path) if file.member
+              else self._whole(file, path))
+    except requests.exceptions.ConnectionError as e:
+      self.unreachable[host] = f'{file.url}: {_reason(e)}'
+      self.failures.append((file, path, self.unreachable[host]))
+      return
+    except (requests.RequestException, _BadArchive) as e:
+      self.failures.append((file, path, f'{file.url}: {_reason(e)}'))
+      return
+    self.written.append(path)
+    self.say(f'Fetched {path} ({size} bytes in '
+             f'{time.monotonic() - started:.1f} s)')
+
+  def _present(self, path: str, file: File) -> bool:
+    state = file_state(path, file, self.checksums)
+    if state == 'missing':
+      return False
+    if state == 'damaged':
+      found = self.checksums.sha256(path, file.name)
+      raise ValueError(f'{path} is there but is not the expected file (its '
+                       f'SHA-256 {found[:16]}..., expected '
+                       f'{file.sha256[:16]}...): move it away and fetch '
+                       f'again.')
+    self.say(f'Already there: {path}')
+    return True
+
+  def _download(self, url: str, part: str, by_hand: str) -> int:
+    return _download(self.session, _Download(url, part, by_hand,
+                                             self.limits, self.progress))
+
+  def _whole(self, file: File, path: str) -> int:
+    part = f'{path}.part'
+    size = self._download(file.url, part, f'put the file at {path} by hand')
+    found = file_sha256(part, file.name)
+    if found != file.sha256:
+      os.unlink(part)  # the next fetch starts over
+      raise _wrong(file, file.url, found)
+    os.replace(part, path)
+    self.checksums.record(path, found)
+    return size
+
+  def _member(self, file: File, path: str) -> int:
+    if file.url not in self.archives:  # one download for all its members
+      archive = os.path.join(os.path.dirname(path), '.' + os.path.basename(
+          urllib.parse.urlsplit(file.url).path) + '.part')
+      self._download(file.url, archive, f'put {file.member} from it at '
+                     f'{path} by hand')
+      self.archives[file.url] = archive
+    try:
+      with zipfile.ZipFile(self.archives[file.url]) as archive:
+        data = archive.read(file.member)
+    except zipfile.BadZipFile:
+      raise _BadArchive('not a zip archive') from None
+    except KeyError:
+      raise _BadArchive(f'the archive has no {file.member}') from None
+    found = content_sha256(data, file.name)
+    if found != file.sha256:
+      raise _wrong(file, f'{file.url} ({file.member})', found)
+    _write(path, data)
+    self.checksums.record(path, found)
+    return len(data)
 
 
-def _content(file: File, opener: Opener, archives: dict[str, bytes]
-             ) -> bytes:
-  if not file.member:
-    return opener(file.url)
-  if file.url not in archives:  # one download for the archive's members
-    archives[file.url] = opener(file.url)
-  with zipfile.ZipFile(io.BytesIO(archives[file.url])) as archive:
-    return archive.read(file.member)
+class _BadArchive(Exception):
+  """A .zip downloaded whole that is not one, or lacks a member."""
 
 
-def _check(data: bytes, file: File, source: str) -> None:
-  found = content_sha256(data, file.name)
-  if found != file.sha256:
-    raise ValueError(f'{source} did not give the expected {file.name} (its '
-                     f'SHA-256 {found[:16]}..., expected '
-                     f'{file.sha256[:16]}...): nothing was written. The '
-                     f'source may have changed; put the right file there by '
-                     f'hand.')
+def _wrong(file: File, source: str, found: str) -> ValueError:
+  return ValueError(f'{source} did not give the expected {file.name} (its '
+                    f'SHA-256 {found[:16]}..., expected '
+                    f'{file.sha256[:16]}...): nothing was written. The '
+                    f'source may have changed; put the right file there by '
+                    f'hand.')
 
 
 def _write(path: str, data: bytes) -> None:
@@ -261,14 +671,27 @@ def _write(path: str, data: bytes) -> None:
 
 
 def _reason(error: BaseException) -> str:
-  reason = getattr(error, 'reason', None) or getattr(error, 'strerror',
-                                                     None) or error
-  return str(reason)
+  """The innermost cause of a requests or urllib3 error, in words:
+  'Connection refused', 'HTTP 404 Not Found', not the chain of wrappers."""
+  response = getattr(error, 'response', None)
+  if isinstance(error, requests.HTTPError) and response is not None:
+    return f'HTTP {response.status_code} {response.reason}'
+  while True:
+    inner = getattr(error, 'reason', None)
+    if not isinstance(inner, BaseException):
+      inner = next((a for a in error.args if isinstance(a, BaseException)),
+                   None)
+    if inner is None:
+      break
+    error = inner
+  # urllib3 starts with the connection: "HTTPConnection(host=..., ...): ".
+  return re.sub(r'^\w+\(host=[^)]*\): ', '', str(error))
 
 
 def _offline_message(failures: list[tuple[File, str, str]]) -> str:
   lines = [f'Could not download {len(failures)} file(s) ({failures[0][2]}). '
-           f'Offline, put each file there yourself:']
+           f'Offline, put each file there yourself (or fetch from a '
+           f'--mirror):']
   for file, path, _ in failures:
     what = f'{file.member} from {file.url}' if file.member else file.url
     lines.append(f'  {path}  <-  {what}')

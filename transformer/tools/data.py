@@ -11,10 +11,15 @@ beside the repository where it exists, else `~/.cache/transformer/data`
 (`transformer.data.downloads`). Files already there and right are kept.
 Without network access it says which file to put where; `--mirror=URL`
 reads a copy of a data folder served elsewhere (a lab's server) instead of
-the original sources. `list` shows each dataset, its folder and whether it
-is complete there.
+the original sources. A download slower than `--min_rate` bytes/s over
+`--rate_window` seconds, or longer than `--deadline` seconds, stops with a
+line saying so; what it got is kept, and the next fetch continues it.
+`list` shows each dataset, its folder and whether it is complete there:
+every file checked against its SHA-256 (remembered while the file's size
+and time are unchanged), a damaged file named apart from missing ones.
 """
 
+import logging
 import os
 
 from absl import flags
@@ -33,19 +38,54 @@ def define_flags() -> None:
   flags.DEFINE_string('mirror', None, 'Fetch from this URL instead of the '
                       'original sources: a copy of a data folder '
                       '(MIRROR/multi30k/train.de.gz, ...).')
+  limits = downloads.Limits()
+  flags.DEFINE_float('deadline', limits.deadline, 'Give up a file whose '
+                     'download takes longer than this many seconds (all '
+                     'its retries together).')
+  flags.DEFINE_float('min_rate', limits.min_rate, 'Give up a download '
+                     'slower than this many bytes per second over '
+                     '--rate_window.')
+  flags.DEFINE_float('rate_window', limits.window, 'The seconds over which '
+                     '--min_rate is measured; also the longest wait for any '
+                     'byte.')
+
+
+def _limits() -> downloads.Limits:
+  """The download limits the flags give, refused when not positive."""
+  for name in ('deadline', 'min_rate', 'rate_window'):
+    cli.check_flag(name, getattr(flags.FLAGS, name), above=0)
+  return downloads.Limits(deadline=flags.FLAGS.deadline,
+                          min_rate=flags.FLAGS.min_rate,
+                          window=flags.FLAGS.rate_window)
 
 
 def listing(folder: str) -> str:
-  """One line per dataset: name, completeness in `folder`, description."""
-  lines = [f'Data folder: {folder}']
+  """One line per dataset: name, state in `folder` (complete, or how many
+  files are damaged and missing), description; then each damaged file and
+  what to do. Checksums are remembered in the folder (`Checksums`)."""
+  checksums = downloads.Checksums(folder)
+  lines, damaged = [f'Data folder: {folder}'], []
   for name, dataset in downloads.DATASETS.items():
-    there = sum(os.path.exists(os.path.join(folder, dataset.folder, f.name))
-                for f in dataset.files)
-    state = ('complete' if there == len(dataset.files)
-             else f'{there} of {len(dataset.files)} files')
-    lines.append(f'  {name:<12} {dataset.folder + "/":<17} {state:<16} '
-                 f'{dataset.about}')
+    states = {}
+    for file in dataset.files:
+      path = os.path.join(folder, dataset.folder, file.name)
+      states[path] = downloads.file_state(path, file, checksums)
+    damaged += [(path, name) for path, state in states.items()
+                if state == 'damaged']
+    lines.append(f'  {name:<12} {dataset.folder + "/":<17} '
+                 f'{_summary(list(states.values())):<22} {dataset.about}')
+  checksums.save()
+  lines += [f'Damaged: {path} is not the expected file; move it away and '
+            f'run {downloads.FETCH_COMMAND} {name}.' for path, name in damaged]
   return '\n'.join(lines)
+
+
+def _summary(states: list[str]) -> str:
+  """'complete', or e.g. '1 damaged, 2 missing'."""
+  if all(state == 'right' for state in states):
+    return 'complete'
+  return ', '.join(f'{states.count(kind)} {kind}'
+                   for kind in ('damaged', 'missing') if kind in states)
 
 
 def main(argv):
@@ -59,7 +99,11 @@ def main(argv):
     cli.no_arguments(words)
     print(listing(folder))
     return
-  written = downloads.fetch(words[1:], folder, mirror=flags.FLAGS.mirror)
+  # urllib3 warns of each retry with its chain of exceptions: the
+  # command's one line says what failed in the end.
+  logging.getLogger('urllib3').setLevel(logging.ERROR)
+  written = downloads.fetch(words[1:], folder, mirror=flags.FLAGS.mirror,
+                            limits=_limits())
   print(f'{len(written)} file(s) fetched into {folder}.')
 
 
