@@ -315,13 +315,29 @@ def set_aside(workdir: str, step: int) -> str:
 
 
 def save(mngr: ocp.CheckpointManager, step: int, params: Any,
-         opt_state: Any, progress: dict[str, float] | None = None) -> None:
+         opt_state: Any, progress: dict[str, float] | None = None, *,
+         base: dict[str, Any] | None = None) -> None:
   """Starts writing checkpoint `step` (asynchronously); `progress` holds
-  the training seconds and units counted up to it."""
+  the training seconds and units counted up to it. `base`: for low-rank
+  adapters saved alone, the checkpoint their base weights are read from,
+  {'workdir': ..., 'step': ...} (as peft's adapter_config names its base
+  model), or {} for the base of the config's seed."""
   mngr.save(step, args=ocp.args.Composite(
       params=ocp.args.StandardSave(params),
       opt_state=ocp.args.StandardSave(opt_state),
-      **{PROGRESS: ocp.args.JsonSave(dict(progress or {}))}))
+      **{PROGRESS: ocp.args.JsonSave(dict(progress or {}))}),
+            custom_metadata=None if base is None else {_BASE: base})
+
+
+_BASE = 'lora_base'
+
+
+def adapters_base(mngr: ocp.CheckpointManager, step: int
+                  ) -> dict[str, Any] | None:
+  """The `base` checkpoint `step` was saved with (None: it holds every
+  parameter)."""
+  metadata = mngr.metadata(step).custom_metadata or {}
+  return metadata.get(_BASE)
 
 
 def saved_progress(mngr: ocp.CheckpointManager, step: int
@@ -476,9 +492,11 @@ def averaged_params(mngr: ocp.CheckpointManager, abstract_params: Any,
 
 
 def restore_params(workdir: str, abstract_params: Any, average: int = 1, *,
-                   vocabulary: Vocabulary | None = None) -> tuple[Any, int]:
+                   vocabulary: Vocabulary | None = None,
+                   step: int | None = None) -> tuple[Any, int]:
   """The latest parameters of a workdir (or the mean of its last `average`
-  checkpoints) onto the shardings of `abstract_params`, and the step.
+  checkpoints, or those of checkpoint `step`) onto the shardings of
+  `abstract_params`, and the step.
 
   A checkpoint of other parameter shapes is refused before it is read (the
   message names `vocabulary` when that is what no longer matches). One
@@ -497,16 +515,31 @@ def restore_params(workdir: str, abstract_params: Any, average: int = 1, *,
         params, steps = averaged_params(mngr, abstract_params, average,
                                         vocabulary)
         return params, steps[-1]
-      step = _latest_intact(mngr)
-      with _reading(mngr, step):
-        _check_readable_shapes(mngr, step, abstract_params, {}, vocabulary)
-        return restore(mngr, step, {'params': abstract_params})['params'], step
+      if step is None:
+        chosen = _latest_intact(mngr)
+      else:
+        chosen = _kept(mngr, step)
+        verified(mngr, chosen)
+      with _reading(mngr, chosen):
+        _check_readable_shapes(mngr, chosen, abstract_params, {}, vocabulary)
+        return (restore(mngr, chosen, {'params': abstract_params})['params'],
+                chosen)
     except _Vanished as e:
       if attempt:
         raise CheckpointsChanged(workdir, e.step) from None
     finally:
       mngr.close()
   raise AssertionError('unreachable')
+
+
+def _kept(mngr: ocp.CheckpointManager, step: int) -> int:
+  """`step`, if the manager's folder still holds it."""
+  steps = sorted(mngr.all_steps())
+  if step not in steps:
+    raise FileNotFoundError(
+        f'Checkpoint {step} is no longer in {mngr.directory} (it holds '
+        f'{", ".join(map(str, steps)) or "none"}).')
+  return step
 
 
 def _latest_intact(mngr: ocp.CheckpointManager) -> int:
@@ -641,10 +674,12 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
 # -- Warm starts --------------------------------------------------------------
 
 
-def warm_start(params: Any, loaded: Any, *, source: str, step: int) -> Any:
+def warm_start(params: Any, loaded: Any, *, source: str, step: int,
+               quiet: bool = False) -> Any:
   """`params` with every array that `loaded` (the parameters of workdir
   `source` at `step`, as the task adapted them) has at the same path and
-  shape, e.g. a pretrained encoder under a new head."""
+  shape, e.g. a pretrained encoder under a new head; what was copied is
+  printed unless `quiet`."""
   flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
   copied, new, mismatched = [], [], []
 
@@ -668,7 +703,8 @@ def warm_start(params: Any, loaded: Any, *, source: str, step: int) -> Any:
     raise ValueError(f'{source} (step {step}) shares no parameter with this '
                      f'model: it is not a checkpoint of the same architecture.')
   unused = sorted(set(map(jax.tree_util.keystr, flat_loaded)) - set(copied))
-  print(f'Initialised {len(copied)} parameter arrays from {source} (step '
-        f'{step}); newly initialised: {new or "none"}; not used: '
-        f'{unused or "none"}', flush=True)
+  if not quiet:
+    print(f'Initialised {len(copied)} parameter arrays from {source} (step '
+          f'{step}); newly initialised: {new or "none"}; not used: '
+          f'{unused or "none"}', flush=True)
   return params

@@ -13,6 +13,7 @@ from __future__ import annotations
 import collections
 import functools
 import math
+import os
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -30,8 +31,10 @@ from transformer import faults
 from transformer import metrics
 from transformer import optimizers
 from transformer import sharding
+from transformer import storage
 from transformer import tasks
 from transformer import workdir as workdir_lib
+from transformer.attention import lora
 from transformer.core import losses
 from transformer.core import ranges
 from transformer.insight import attention_figures
@@ -244,6 +247,12 @@ def _validate(config: ml_collections.ConfigDict) -> None:
   if train_cfg.nonfinite not in faults.POLICIES:
     raise ValueError(f'config.train.nonfinite={train_cfg.nonfinite!r}; '
                      f'choose one of {faults.POLICIES}.')
+  if config.model.get('lora_rank', 0) and config.eval.average_checkpoints > 1:
+    raise ValueError(
+        f'config.eval.average_checkpoints={config.eval.average_checkpoints} '
+        f'with low-rank adapters (config.model.lora_rank): averaging their '
+        f'A and B apart does not average the updates they make; set it to '
+        f'1.')
   if config.eval.average_checkpoints > train_cfg.keep_checkpoints:
     raise ValueError(
         f'config.eval.average_checkpoints={config.eval.average_checkpoints} '
@@ -267,12 +276,21 @@ class Trainer:
     self.task = attention_figures.wire(tasks.build(
         config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *
         config.train.microbatches))
+    # Low-rank adapters train alone, and checkpoints hold them alone: the
+    # base weights are those of `base` ({'workdir', 'step'} of the
+    # init_from checkpoint; {} for the seed's draw), as peft saves them.
+    self.adapters_only = workdir_lib.adapters_of(self.task) is not None
+    self.base = None
     self.tx, self.schedule = optimizers.build(
         config.optimizer, config.train.num_steps,
-        adapters_only=bool(config.model.get('lora_rank', 0)))
+        adapters_only=self.adapters_only)
     (self.initialise, self.abstract, self.train_step,
      self.eval_step) = jit_steps(config, self.task, self.tx, self.mesh,
                                  self.rules)
+
+  def saved(self, params: Any) -> Any:
+    """What a checkpoint holds of `params`."""
+    return lora.adapters(params) if self.adapters_only else params
 
   def evaluate(self, params: Any, label: str) -> dict[str, float]:
     """Loss metrics on the evaluation batches, then the task's own; `label`
@@ -413,10 +431,11 @@ class _TrainLog:
             f'batch shape{"s" if self.new_shapes > 1 else ""}; '
             f'{len(self.shapes)} so far)')
 
-  def save(self, mngr, step: int, state: TrainState) -> None:
+  def save(self, mngr, step: int, state: TrainState, trainer: Trainer
+           ) -> None:
     """Starts writing checkpoint `step` with the counts so far."""
-    checkpoints.save(mngr, step, state.params, state.opt_state,
-                     self.progress)
+    checkpoints.save(mngr, step, trainer.saved(state.params),
+                     state.opt_state, self.progress, base=trainer.base)
     workdir_lib.save_progress(self.workdir, {'step': step, **self.progress})
 
 
@@ -430,16 +449,23 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
   if mngr.all_steps():
     workdir_lib.check_config_change(changes)
   restored, start = checkpoints.restore_latest(
-      workdir, mngr, {'params': trainer.abstract.params,
+      workdir, mngr, {'params': trainer.saved(trainer.abstract.params),
                       'opt_state': trainer.abstract.opt_state}, changes,
       workdir_lib.vocabulary(workdir, trainer.task))
   workdir_lib.save_config(config, workdir)
   if restored is not None:  # step 0 too: a converted checkpoint's
     logging.info('Resumed from %s at step %d.', mngr.directory, start)
     progress = restored.pop(checkpoints.PROGRESS)
+    if trainer.adapters_only:  # onto the base they were trained on
+      trainer.base = checkpoints.adapters_base(mngr, start)
+      with sharding.active(trainer.mesh, trainer.rules):
+        restored['params'] = lora.with_adapters(workdir_lib.adapters_base(
+            trainer.task, lambda: trainer.initialise().params,
+            trainer.base), restored['params'])
     return (TrainState(step=jnp.asarray(start, jnp.int32), **restored),
             start, progress)
   state = trainer.initialise()
+  trainer.base = {} if trainer.adapters_only else None
   if config.train.init_from:
     state = state.replace(params=warm_start(trainer, state.params))
   return state, 0, None
@@ -448,13 +474,30 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
 def warm_start(trainer: Trainer, params: Any) -> Any:
   """`params` with every array of the latest checkpoint of
   `config.train.init_from` that has the same path and shape, after the task
-  adapted them (`Task.adapt_pretrained`: e.g. positions resized)."""
+  adapted them (`Task.adapt_pretrained`: e.g. positions resized); the
+  trainer's adapters, if any, record that checkpoint as their base."""
   source = workdir_lib.restore(trainer.config.train.init_from)
+  if trainer.adapters_only:
+    trainer.base = {'workdir': source.workdir, 'step': source.step}
   with sharding.active(trainer.mesh, trainer.rules):
-    loaded = trainer.task.adapt_pretrained(source.params, params, source.task)
-  return checkpoints.warm_start(params, loaded,
-                                source=trainer.config.train.init_from,
-                                step=source.step)
+    return workdir_lib.warm_started(trainer.task, params, source)
+
+
+def check_adapters_workdir(config: ml_collections.ConfigDict,
+                           workdir: str) -> None:
+  """Refuses low-rank adapters trained into their own base's workdir: their
+  checkpoints would hold the adapters alone, over the base's."""
+  source = config.train.init_from
+  if not (source and config.model.get('lora_rank')):
+    return
+  same = (source.rstrip('/') == workdir.rstrip('/') if
+          storage.is_remote(source) or storage.is_remote(workdir) else
+          os.path.realpath(source) == os.path.realpath(workdir))
+  if same:
+    raise ValueError(
+        f'--workdir={workdir} is config.train.init_from: low-rank adapters '
+        f'(config.model.lora_rank) are saved alone, apart from the weights '
+        f'they adapt. Give them a new --workdir.')
 
 
 def _train(trainer: Trainer, state: TrainState, start: int, mngr,
@@ -501,7 +544,7 @@ def _train_steps(trainer: Trainer, state: TrainState, start: int, mngr,
         mngr.raise_write_errors()
       if step % train_cfg.checkpoint_every == 0 or last or preempted:
         monitor.flush()
-        log.save(mngr, step, state)
+        log.save(mngr, step, state, trainer)
       if preempted:
         mngr.wait_until_finished()
         mngr.close()
@@ -529,7 +572,7 @@ def _evaluate_step(trainer: Trainer, state: TrainState, step: int, mngr,
       result = trainer.evaluate(state.params, f'step{step}')
   except faults.Interrupted:
     if save_first:
-      log.save(mngr, step, state)
+      log.save(mngr, step, state, trainer)
     mngr.wait_until_finished()
     mngr.close()
     writer.close()
@@ -574,6 +617,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     workdir.WorkdirBusy: another run trains into the workdir.
   """
   check_config(config)  # before anything is written into the workdir
+  check_adapters_workdir(config, workdir)
   workdir_lib.check_writable(workdir)
   with workdir_lib.lock(workdir):
     return _train_and_evaluate(config, workdir)

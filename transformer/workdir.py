@@ -28,6 +28,7 @@ import contextlib
 import dataclasses
 import datetime
 import fcntl
+import functools
 import json
 import math
 import os
@@ -39,9 +40,11 @@ import jax
 import ml_collections
 
 from transformer import checkpoints
+from transformer import errors
 from transformer import sharding
 from transformer import storage
 from transformer import tasks
+from transformer.attention import lora
 from transformer.tasks import base
 from transformer.tasks import vocabularies
 
@@ -504,6 +507,7 @@ class Restored:
   step: int
   mesh: jax.sharding.Mesh
   rules: tuple[tuple[str, Any], ...]
+  workdir: str = ''
 
   @contextlib.contextmanager
   def active(self) -> Iterator[None]:
@@ -512,25 +516,108 @@ class Restored:
 
 
 def restore(workdir: str, *, average: int = 1,
-            devices: Sequence[jax.Device] | None = None) -> Restored:
+            devices: Sequence[jax.Device] | None = None,
+            step: int | None = None) -> Restored:
   """The task, latest parameters (or the mean of the last `average`
-  checkpoints) and step of a trained workdir, sharded over `devices`
-  (default all) as its config says."""
+  checkpoints, or those of checkpoint `step`) and step of a trained
+  workdir, sharded over `devices` (default all) as its config says.
+
+  A run of low-rank adapters (`model.lora_rank`) saved them alone: they
+  are read onto their base weights and folded into the kernels
+  (`lora.merged`), so the task restored is its base model's, as fast."""
   config = load_config(workdir)
   mesh = sharding.make_mesh(config.mesh.to_dict(), devices)
   rules = sharding.rules_from_config(config.axis_rules)
   task = tasks.build(config, workdir,
                      batch_divisor=sharding.batch_divisor(mesh))
   with sharding.active(mesh, rules):
-    _, abstract = sharding.sharded_init(task.init, jax.random.key(config.seed),
-                                        mesh, rules)
+    initialise, abstract = sharding.sharded_init(
+        task.init, jax.random.key(config.seed), mesh, rules)
+  adapted = adapters_of(task) is not None
+  if adapted and average > 1:
+    raise ValueError(
+        f'{workdir} trained low-rank adapters: averaging their A and B '
+        f'apart does not average the updates they make. Restore one '
+        f'checkpoint (average=1).')
   try:
     params, step = checkpoints.restore_params(
-        workdir, abstract, average, vocabulary=vocabulary(workdir, task))
+        workdir, lora.adapters(abstract) if adapted else abstract, average,
+        vocabulary=vocabulary(workdir, task), step=step)
   except checkpoints.CheckpointsChanged as e:  # naming the run, if any
     raise checkpoints.CheckpointsChanged(
         workdir, e.step, _lock_record(*_lock_bytes(workdir))[0]) from None
-  return Restored(config, task, params, step, mesh, rules)
+  if adapted:
+    with sharding.active(mesh, rules):
+      params = lora.with_adapters(
+          adapters_base(task, initialise, _saved_base(workdir, step)),
+          params)
+    return _merged(Restored(config, task, params, step, mesh, rules,
+                            workdir))
+  return Restored(config, task, params, step, mesh, rules, workdir)
+
+
+def adapters_of(task: tasks.Task) -> lora.Lora | None:
+  """The low-rank adapters a task's model has (None: every weight trains;
+  models without the lora_* fields never have them)."""
+  return getattr(task.model_config, 'lora', None)
+
+
+def _saved_base(workdir: str, step: int) -> dict[str, Any]:
+  """The base checkpoint a LoRA checkpoint's adapters were trained on."""
+  mngr = checkpoints.manager(workdir, read_only=True)
+  try:
+    record = checkpoints.adapters_base(mngr, step)
+  finally:
+    mngr.close()
+  if record is None:
+    raise checkpoints.IncompatibleCheckpoint(
+        f'Checkpoint {step} of {workdir} holds every weight, but its config '
+        f'trains low-rank adapters alone (model.lora_rank): it was written '
+        f'by a run without them. Train the adapters into a new workdir.')
+  return record
+
+
+def adapters_base(task: tasks.Task, initialise: Callable[[], Any],
+                  record: dict[str, Any]) -> Any:
+  """The parameters low-rank adapters train on: the config's seed's draw,
+  with the weights of `record`'s checkpoint ({'workdir', 'step'}: the one
+  of `train.init_from` they started from; {} for none) copied in."""
+  params = initialise()
+  if not record:
+    return params
+  try:
+    source = restore(record['workdir'], step=record['step'])
+  except (OSError, ValueError) as e:
+    raise FileNotFoundError(
+        f'The base weights of these adapters, checkpoint {record["step"]} '
+        f'of {record["workdir"]}, cannot be read ({errors.first_line(e)}): '
+        f'put that workdir back where it was, or retrain the adapters.'
+    ) from None
+  return warm_started(task, params, source, quiet=True)
+
+
+def warm_started(task: tasks.Task, params: Any, source: Restored, *,
+                 quiet: bool = False) -> Any:
+  """`params` with every array of `source` (a restored workdir) of the
+  same path and shape, after `task` adapted them
+  (`Task.adapt_pretrained`): what `train.init_from` starts from."""
+  loaded = task.adapt_pretrained(source.params, params, source.task)
+  return checkpoints.warm_start(params, loaded,
+                                source=source.workdir, step=source.step,
+                                quiet=quiet)
+
+
+def _merged(restored: Restored) -> Restored:
+  """A LoRA run restored as its base model with the adapters folded in."""
+  config = ml_collections.ConfigDict(restored.config.to_dict())
+  config.model.lora_rank = 0
+  task = tasks.build(config, restored.workdir,
+                     batch_divisor=sharding.batch_divisor(restored.mesh))
+  with restored.active():
+    params = jax.jit(functools.partial(
+        lora.merged, lora=adapters_of(restored.task)))(restored.params)
+  return dataclasses.replace(restored, config=config, task=task,
+                             params=params)
 
 
 def vocabulary(workdir: str, task: tasks.Task

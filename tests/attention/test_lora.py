@@ -94,3 +94,21 @@ def test_adapter_dropout_draws_only_while_training():
 def test_bad_settings_are_refused_by_name(fields, named):
   with raises_naming(ValueError, *named):
     BASE.replace(**fields)
+
+
+def test_a_checkpoint_of_adapters_goes_back_onto_its_base():
+  """`adapters` keeps what a LoRA checkpoint holds; `with_adapters` puts it
+  back onto a base tree, and refuses adapters of another rank or set."""
+  config = BASE.replace(lora_rank=2)
+  trained = _with_random_b(_init(config))
+  saved = lora.adapters(trained)
+  flat = traverse_util.flatten_dict(saved)
+  assert flat and all(lora.is_adapter(k) for k in flat)
+  fresh = _init(config)
+  back = traverse_util.flatten_dict(lora.with_adapters(fresh, saved))
+  for key, value in traverse_util.flatten_dict(trained).items():
+    np.testing.assert_array_equal(back[key], value, err_msg=str(key))
+  with raises_naming(ValueError, 'lora_rank'):
+    lora.with_adapters(_init(BASE.replace(lora_rank=3)), saved)
+  with raises_naming(ValueError, 'lora_targets'):
+    lora.with_adapters(_init(config.replace(lora_targets='query')), saved)

@@ -92,6 +92,37 @@ def is_adapter(path: tuple[str, ...]) -> bool:
   return path[-1] in (A, B)
 
 
+def adapters(params: Any) -> Any:
+  """The adapters of a parameter tree alone (what a LoRA checkpoint holds:
+  the base weights are those it started from)."""
+  flat = traverse_util.flatten_dict(params)
+  return traverse_util.unflatten_dict(
+      {path: leaf for path, leaf in flat.items() if is_adapter(path)})
+
+
+def with_adapters(base: Any, trained: Any) -> Any:
+  """`base` (a tree with adapters, e.g. freshly initialised ones) with the
+  adapters of `trained` in their places.
+
+  Raises:
+    ValueError: when the two trees do not hold the same adapters.
+  """
+  flat = traverse_util.flatten_dict(base)
+  given = traverse_util.flatten_dict(trained)
+  expected = {path for path in flat if is_adapter(path)}
+  if set(given) != expected:
+    odd = sorted('/'.join(p) for p in set(given) ^ expected)
+    raise ValueError(f'The adapters saved are not those of this model '
+                     f'(lora_rank or lora_targets changed?): {odd[:3]}')
+  for path, leaf in given.items():
+    if leaf.shape != flat[path].shape:
+      raise ValueError(f'The adapter {"/".join(path)} is {leaf.shape}, '
+                       f'this model\'s {flat[path].shape} (lora_rank '
+                       f'changed?).')
+  flat.update(given)
+  return traverse_util.unflatten_dict(flat)
+
+
 def merged(params: Any, lora: Lora) -> Any:
   """`params` with each adapter folded into its kernel, W + (alpha / r) A
   B, and the adapters removed: the base model's tree, computing what the

@@ -26,7 +26,6 @@ import numpy as np
 
 from transformer import storage
 from transformer import workdir as workdir_lib
-from transformer.attention import lora
 from transformer.data import published_tokenizers
 from transformer.data import tokenization
 from transformer.interop import bert
@@ -58,15 +57,13 @@ def export(workdir: str, output: str) -> str:
                                  or os.listdir(output)):
     raise ValueError(f'{output} is not empty: export into a new (or empty) '
                      f'--output.')
+  # Low-rank adapters come back folded into the kernels.
   restored = workdir_lib.restore(workdir)
   task = restored.task
   tokenizer = task.tokenizer
   ids = getattr(tokenizer, 'ids', None)
   params = jax.tree.map(np.asarray, jax.device_get(restored.params))
   model_config = task.model_config
-  if model_config.lora is not None:  # folded into the kernels
-    params = jax.tree.map(np.asarray, lora.merged(params, model_config.lora))
-    model_config = model_config.replace(lora_rank=0)
   if config.task == 'language_modeling':
     family = (llama if model_config.positional_encoding == 'rotary'
               else gpt2)

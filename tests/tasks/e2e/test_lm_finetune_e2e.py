@@ -2,6 +2,7 @@
 the run starts from the checkpoint, reads the text with its vocabulary
 (none is built), evaluates before the first step and learns the text."""
 
+import jax
 import pytest
 
 from conftest import load_experiment
@@ -83,11 +84,16 @@ def test_a_checkpoint_without_its_tokenizer_is_refused(pretrained, tmp_path):
   assert not (tmp_path / 'finetuned' / 'checkpoints').exists()
 
 
-def test_lora_fine_tuning_exports_the_merged_model(pretrained, tmp_path):
-  """Adapters train (the base stays), and export folds them into the
-  kernels: the exported model, read back, computes the adapted logits."""
+def test_lora_checkpoints_hold_the_adapters_and_export_merges_them(
+    pretrained, tmp_path):
+  """Adapters train (the base stays) and checkpoints hold them alone, on
+  the base they name; a rerun resumes them, and restoring (for generate)
+  and export fold them into the kernels: the exported model, read back,
+  computes the adapted logits."""
+  import shutil  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from transformer.attention import lora  # pylint: disable=g-import-not-at-top
   from transformer.interop import export  # pylint: disable=g-import-not-at-top
   from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
   from transformer.models import decoder  # pylint: disable=g-import-not-at-top
@@ -96,9 +102,30 @@ def test_lora_fine_tuning_exports_the_merged_model(pretrained, tmp_path):
                            f'init_from={source},path={corpus},runlocal')
   config.model.update(dict(lora_rank=4, lora_targets='query,key,value,out'))
   config.optimizer.learning_rate = 1e-2
+  config.train.update(num_steps=2)
   workdir = str(tmp_path / 'lora')
   train.train_and_evaluate(config, workdir)
+  mngr = checkpoints.manager(workdir, read_only=True)
+  saved = checkpoints.param_shapes(mngr, 2)
+  assert saved and all(name.endswith(("['lora_a']", "['lora_b']"))
+                       for name in saved), saved
+  base_step = load_experiment('lm_offline', 'runlocal').train.num_steps
+  assert checkpoints.adapters_base(mngr, 2) == {'workdir': source,
+                                                'step': base_step}
+  mngr.close()
+  config.train.update(num_steps=4)  # resumed onto the same base
+  train.train_and_evaluate(config, workdir)
   restored = workdir_lib.restore(workdir)
+  assert restored.step == 4 and restored.task.model_config.lora is None
+  # `generate` runs the merged model: greedy, it continues as the
+  # adapted model's logits say.
+  from transformer.tools import generate  # pylint: disable=g-import-not-at-top
+  generated = generate.generate(workdir, ['a b'], greedy=True,
+                                max_new_tokens=2)
+  assert generated.step == 4 and len(generated.samples) == 1
+  assert not any(lora.is_adapter(tuple(str(getattr(k, 'key', k)) for k in p))
+                 for p, _ in jax.tree_util.tree_flatten_with_path(
+                     restored.params)[0])
   written = export.export(workdir, str(tmp_path / 'hf'))
   assert written.startswith('GPT-2')
   hf_config, hf_params = gpt2.load(str(tmp_path / 'hf'))
@@ -111,3 +138,25 @@ def test_lora_fine_tuning_exports_the_merged_model(pretrained, tmp_path):
   base = workdir_lib.restore(source)
   assert np.abs(np.asarray(adapted) - np.asarray(base.task.model.apply(
       {'params': base.params}, tokens, deterministic=True))).max() > 1e-4
+  # Adapters without their base cannot be read: named, with the fix.
+  moved = tmp_path / 'moved'
+  shutil.move(source, moved)
+  try:
+    with raises_naming(FileNotFoundError,
+                       f'checkpoint {base_step} of {source}',
+                       'put that workdir back'):
+      workdir_lib.restore(workdir)
+  finally:
+    shutil.move(moved, source)
+
+
+def test_adapters_are_not_trained_into_their_base(pretrained):
+  source, corpus = pretrained
+  config = load_experiment('lm_finetune',
+                           f'init_from={source},path={corpus},runlocal')
+  config.model.lora_rank = 2
+  with raises_naming(ValueError, f'--workdir={source}', 'new --workdir'):
+    train.train_and_evaluate(config, source)
+  config.eval.average_checkpoints = 2
+  with raises_naming(ValueError, 'average_checkpoints=2', 'set it to 1'):
+    train.train_and_evaluate(config, source + '_other')
