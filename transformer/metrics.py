@@ -8,6 +8,8 @@ are exact however batches and devices split the data.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -186,25 +188,113 @@ class MetricWriter:
 
 def read_scalars(workdir: str) -> dict[str, dict[int, float]]:
   """{tag: {step: value}} of every TensorBoard event file in `workdir`,
-  oldest file first, so a rerun's values win. Event files are TFRecords
-  (length, crc, data, crc) of Event protos; a record still being written is
-  left out."""
+  oldest file first, so a rerun's values win (`read_events`; a last record
+  cut short, as a run still writing leaves it, is left out)."""
+  return read_events(workdir).scalars
+
+
+class DamagedEventFile(ValueError):
+  """An event file record whose checksum fails, or that is no event: one
+  line naming the file, the record's byte offset and what to do."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Events:
+  """A workdir's scalars ({tag: {step: value}}), and a line for each event
+  file whose last record is cut short (a run stopped while writing it, or
+  still writing): the records before it are read."""
+  scalars: dict[str, dict[int, float]]
+  cut_short: list[str]
+
+
+def read_events(workdir: str) -> Events:
+  """The scalars of every TensorBoard event file in `workdir`, oldest file
+  first, so a rerun's values win. Each record's length and data are
+  checked against their CRCs: a damaged record raises DamagedEventFile; a
+  last record cut short is left out, with a line in `cut_short`."""
+  from google.protobuf import message  # pylint: disable=g-import-not-at-top
   from tensorboardX.proto import event_pb2  # pylint: disable=g-import-not-at-top
   scalars: dict[str, dict[int, float]] = {}
+  cut_short = []
   folder = storage.path(workdir)
   names = sorted((n for n in storage.listdir(workdir)
                   if n.startswith('events.out.tfevents')),
                  key=lambda n: (folder / n).stat().mtime)
   for name in names:
-    data = (folder / name).read_bytes()
-    offset = 0
-    while offset + 12 <= len(data):
-      length = int.from_bytes(data[offset:offset + 8], 'little')
-      end = offset + 12 + length
-      if end + 4 > len(data):
-        break
-      event = event_pb2.Event.FromString(data[offset + 12:end])
+    path = str(folder / name)
+    records, cut = _records((folder / name).read_bytes(), path, workdir)
+    if cut is not None:
+      cut_short.append(f'{path}: its last record (byte {cut}) is cut short, '
+                       f'as a run stopped while writing leaves it; the '
+                       f'{len(records)} record(s) before it are read.')
+    for before, (offset, data) in enumerate(records):
+      try:
+        event = event_pb2.Event.FromString(data)
+      except message.DecodeError as e:  # whole, and still no event
+        raise _damaged(path, workdir, offset, before, 'not an event') from e
       for value in event.summary.value:
         scalars.setdefault(value.tag, {})[event.step] = value.simple_value
-      offset = end + 4
-  return scalars
+  return Events(scalars, cut_short)
+
+
+# An event file is a TFRecord file: each record a little-endian uint64
+# length, the masked CRC-32C of those 8 bytes, the data, and the masked
+# CRC-32C of the data.
+_HEADER, _FOOTER = 12, 4
+
+
+def _records(data: bytes, path: str, workdir: str
+             ) -> tuple[list[tuple[int, bytes]], int | None]:
+  """[(byte offset, data), ...] of the file's records, and the offset of
+  a last record cut short (None where the file ends with a whole one)."""
+  records, offset = [], 0
+  while offset < len(data):
+    if len(data) - offset < _HEADER:
+      return records, offset
+    length = data[offset:offset + 8]
+    if _masked_crc32c(length) != _uint32(data, offset + 8):
+      # A crash can leave zeros where a file system had allocated the
+      # blocks of a record not yet written.
+      if not data[offset:].strip(b'\0'):
+        return records, offset
+      raise _damaged(path, workdir, offset, len(records),
+                     'its length fails its checksum')
+    end = offset + _HEADER + int.from_bytes(length, 'little')
+    if end + _FOOTER > len(data):
+      return records, offset
+    if _masked_crc32c(data[offset + _HEADER:end]) != _uint32(data, end):
+      raise _damaged(path, workdir, offset, len(records),
+                     'its data fails its checksum')
+    records.append((offset, data[offset + _HEADER:end]))
+    offset = end + _FOOTER
+  return records, None
+
+
+def _damaged(path: str, workdir: str, offset: int, before: int,
+             why: str) -> DamagedEventFile:
+  return DamagedEventFile(
+      f'{path}: the event record at byte {offset} is damaged ({why}); keep '
+      f'the {before} record(s) before it (truncate -s {offset} {path}), or '
+      f'move the file out of {workdir} to read the run without it.')
+
+
+def _uint32(data: bytes, offset: int) -> int:
+  return int.from_bytes(data[offset:offset + 4], 'little')
+
+
+def _masked_crc32c(data: bytes) -> int:
+  """TFRecord's masked CRC-32C (a CRC of data holding CRCs is masked)."""
+  crc = _crc32c()(data)
+  return (((crc >> 15) | (crc << 17)) + 0xa282ead8) & 0xffffffff
+
+
+@functools.cache
+def _crc32c():
+  """CRC-32C: google-crc32c's (C, under gcsfs's Google Cloud client), else
+  tensorboardX's own (Python, a few MB a second)."""
+  try:
+    import google_crc32c  # pylint: disable=g-import-not-at-top
+  except ImportError:
+    from tensorboardX import crc32c  # pylint: disable=g-import-not-at-top
+    return crc32c.crc32c
+  return google_crc32c.value

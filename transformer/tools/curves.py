@@ -12,7 +12,11 @@ without starting TensorBoard. A run's evaluation of averaged checkpoints
 Prints each tag's last value per run, with the mean and range over the runs
 (an evaluation's last value is the one at the run's last evaluated step).
 --tags takes shell-style patterns (`eval/*`); the figure is refused before
-any reading if it is already there, unless --overwrite.
+any reading if it is already there, unless --overwrite. Each event record
+is checked against its CRCs: a last record cut short (a run killed while
+writing it) is left out with a note, and a damaged record stops the
+command with one line naming the file, the record's byte offset and what
+to do.
 """
 
 from __future__ import annotations
@@ -69,11 +73,16 @@ def _check(workdirs: list[str], labels: list[str] | None) -> list[str]:
 
 def read(workdirs: list[str], labels: list[str] | None = None
          ) -> dict[str, dict[str, dict[int, float]]]:
-  """{label: {tag: {step: value}}} of each workdir's scalars."""
+  """{label: {tag: {step: value}}} of each workdir's scalars; a line on
+  stderr for each event file whose last record is cut short (read without
+  it), and `metrics.DamagedEventFile` for one damaged."""
   labels = _check(workdirs, labels)
   runs = {}
   for label, workdir in zip(labels, workdirs):
-    runs[label] = metrics.read_scalars(workdir)
+    events = metrics.read_events(workdir)
+    for line in events.cut_short:
+      print(f'Note: {line}', file=sys.stderr, flush=True)
+    runs[label] = events.scalars
     if not runs[label]:
       raise ValueError(f'--workdirs: {workdir} has no TensorBoard scalars '
                        f'(events.out.tfevents.*); train into it first.')
