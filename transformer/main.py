@@ -39,6 +39,7 @@ from ml_collections import config_flags
 from transformer import checkpoints
 from transformer import configs
 from transformer import storage
+from transformer import tasks
 from transformer import train
 from transformer import workdir as workdir_lib
 from transformer.tools import cli
@@ -89,6 +90,8 @@ def main(argv):
   workdir = _workdir()
   # A refused config or workdir leaves nothing behind, not even a log.
   train.check_config(_CONFIG.value)
+  tasks.check_data_fields(_CONFIG.value, config_flags.get_override_values(
+      flags.FLAGS['config']))
   workdir_lib.check_layout(workdir)
   if _multi_process():
     # CPU processes (tests, laptops) exchange data over gloo; GPUs and TPUs

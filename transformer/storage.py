@@ -29,6 +29,14 @@ def is_remote(path: str | os.PathLike) -> bool:
   return '://' in os.fspath(path)
 
 
+def same_place(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+  """Whether two paths name one folder (links and '..' resolved where
+  they are local)."""
+  if is_remote(a) or is_remote(b):
+    return os.fspath(a).rstrip('/') == os.fspath(b).rstrip('/')
+  return os.path.realpath(a) == os.path.realpath(b)
+
+
 def check_remote(url: str) -> None:
   """Refuses, in one line, a URL this installation cannot open: a scheme
   epath does not know, or gs:// without gcsfs or TensorFlow."""

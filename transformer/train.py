@@ -13,7 +13,6 @@ from __future__ import annotations
 import collections
 import functools
 import math
-import os
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -490,10 +489,7 @@ def check_adapters_workdir(config: ml_collections.ConfigDict,
   source = config.train.init_from
   if not (source and config.model.get('lora_rank')):
     return
-  same = (source.rstrip('/') == workdir.rstrip('/') if
-          storage.is_remote(source) or storage.is_remote(workdir) else
-          os.path.realpath(source) == os.path.realpath(workdir))
-  if same:
+  if storage.same_place(source, workdir):
     raise ValueError(
         f'--workdir={workdir} is config.train.init_from: low-rank adapters '
         f'(config.model.lora_rank) are saved alone, apart from the weights '

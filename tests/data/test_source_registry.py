@@ -58,6 +58,24 @@ def test_every_experiments_source_is_registered(name):
   assert config.data.source in sources.names(KINDS[config.task]), name
 
 
+def test_an_override_the_source_would_ignore_is_refused():
+  """`--config.data.path` on the generated corpus would train on the
+  corpus and leave the path out of config.json: refused, naming the source
+  that reads it; the advice given is accepted."""
+  config = load_experiment('lm_offline', 'runlocal')
+  config.data.path = 'input.txt'
+  overrides = {'data.path': 'input.txt', 'train.num_steps': 3}
+  with raises_naming(ValueError, "config.data.source='offline'",
+                     'config.data.path', 'config.data.source: local'):
+    tasks.check_data_fields(config, overrides)
+  config.data.source = 'local'
+  tasks.check_data_fields(config, {**overrides, 'data.source': 'local'})
+  # A source's own fields and the fields no source claims are read.
+  config = load_experiment('lm_offline', 'runlocal')
+  tasks.check_data_fields(config, {'data.num_train': 5,
+                                   'data.tokens_per_batch': 64})
+
+
 def test_an_unknown_source_names_the_kinds_choices():
   config = load_experiment('mt_offline')
   config.data.source = 'ftp'

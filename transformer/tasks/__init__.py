@@ -9,7 +9,7 @@ class `TASK` and the kind of examples it reads, `DATA_KIND`, a kind of
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from typing import Callable, Iterable
 
 import ml_collections
 
@@ -68,6 +68,29 @@ def saved_config(config: ml_collections.ConfigDict
            else ml_collections.ConfigDict(config.to_dict()))
   saved.data = sources.in_use(module.DATA_KIND, config.data)
   return saved
+
+
+def check_data_fields(config: ml_collections.ConfigDict,
+                      overrides: Iterable[str]) -> None:
+  """Refuses an override (a dotted name, `--config.data.path=...`) of a
+  config.data field that only sources other than the chosen one read: it
+  would be ignored, and left out of the workdir's config.json. (A model
+  field of another family is refused by the family's `model_config`.)"""
+  if config.get('task') not in TASKS:
+    return
+  kind = _module(config.task).DATA_KIND
+  kept = sources.in_use(kind, config.data)
+  ignored = sorted(name for name in overrides if name.startswith('data.')
+                   and name.split('.')[1] not in kept)
+  if ignored:
+    source = config.data.get('source')
+    fields = [name.split('.')[1] for name in ignored]
+    raise ValueError(
+        f'config.data.source={source!r} does not read '
+        f'{", ".join(f"config.{k}" for k in ignored)}: choose a source that '
+        f'does (config.data.source: '
+        f'{", ".join(sources.sources_reading(kind, fields))}), or drop the '
+        f'override.')
 
 
 def restore_config(config: ml_collections.ConfigDict,

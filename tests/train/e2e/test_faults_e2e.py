@@ -431,3 +431,19 @@ def test_sigint_during_start_up_ends_in_one_line(tmp_path):
   assert process.returncode == 130, stderr[-3000:]
   assert 'Traceback' not in stderr and 'KeyboardInterrupt' not in stderr
   assert stderr.strip().splitlines()[-1].startswith('Interrupted (SIGINT)')
+
+
+def test_an_override_the_source_ignores_is_refused_before_any_file(tmp_path):
+  """`--config.data.path` on the generated corpus: refused at once,
+  naming the source that reads it, and nothing is written."""
+  workdir = tmp_path / 'run'
+  refused = subprocess.run(
+      [sys.executable, '-m', 'transformer.main', f'--workdir={workdir}',
+       '--config=experiments/lm_offline.py:runlocal',
+       '--config.data.path=input.txt'], cwd=REPO, capture_output=True,
+      text=True, check=False, env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
+  assert refused.returncode == 2, refused.stderr[-2000:]
+  assert 'config.data.path' in refused.stderr
+  assert 'config.data.source: local' in refused.stderr
+  assert 'Traceback' not in refused.stderr
+  assert not workdir.exists()
