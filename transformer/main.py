@@ -92,6 +92,7 @@ def main(argv):
   train.check_config(_CONFIG.value)
   tasks.check_data_fields(_CONFIG.value, config_flags.get_override_values(
       flags.FLAGS['config']))
+  train.check_start(_CONFIG.value, workdir)
   workdir_lib.check_layout(workdir)
   if _multi_process():
     # CPU processes (tests, laptops) exchange data over gloo; GPUs and TPUs

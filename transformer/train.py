@@ -482,14 +482,21 @@ def warm_start(trainer: Trainer, params: Any) -> Any:
     return workdir_lib.warm_started(trainer.task, params, source)
 
 
-def check_adapters_workdir(config: ml_collections.ConfigDict,
-                           workdir: str) -> None:
-  """Refuses low-rank adapters trained into their own base's workdir: their
-  checkpoints would hold the adapters alone, over the base's."""
+def check_start(config: ml_collections.ConfigDict, workdir: str) -> None:
+  """Refuses, before anything is built or written, a `train.init_from`
+  this run cannot start from (`tasks.check_init_from`; one without a
+  checkpoint), and low-rank adapters trained into their own base's workdir
+  (their checkpoints would hold the adapters alone, over the base's)."""
   source = config.train.init_from
-  if not (source and config.model.get('lora_rank')):
+  if not source:
     return
-  if storage.same_place(source, workdir):
+  tasks.check_init_from(config)
+  if not checkpoints.exist(source):
+    raise FileNotFoundError(
+        f'config.train.init_from={source} holds no checkpoint: train it '
+        f'first (python -m transformer.main --workdir={source} with its '
+        f'experiment).')
+  if config.model.get('lora_rank') and storage.same_place(source, workdir):
     raise ValueError(
         f'--workdir={workdir} is config.train.init_from: low-rank adapters '
         f'(config.model.lora_rank) are saved alone, apart from the weights '
@@ -613,7 +620,7 @@ def train_and_evaluate(config: ml_collections.ConfigDict,
     workdir.WorkdirBusy: another run trains into the workdir.
   """
   check_config(config)  # before anything is written into the workdir
-  check_adapters_workdir(config, workdir)
+  check_start(config, workdir)
   workdir_lib.check_writable(workdir)
   with workdir_lib.lock(workdir):
     return _train_and_evaluate(config, workdir)

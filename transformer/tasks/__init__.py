@@ -13,6 +13,7 @@ from typing import Callable, Iterable
 
 import ml_collections
 
+from transformer import storage
 from transformer.data import sources
 from transformer.tasks import base
 from transformer.tasks.base import Task
@@ -91,6 +92,40 @@ def check_data_fields(config: ml_collections.ConfigDict,
         f'does (config.data.source: '
         f'{", ".join(sources.sources_reading(kind, fields))}), or drop the '
         f'override.')
+
+
+def check_init_from(config: ml_collections.ConfigDict) -> None:
+  """Refuses a `train.init_from` that is not a workdir this task can start
+  from, before anything is built: one that does not exist, a folder no run
+  wrote (no config.json), or a run of a task (or model family) the task's
+  module does not list in `STARTS_FROM` (default: its own task). The error
+  names what the folder is and what would fit."""
+  source = config.train.get('init_from')
+  if not source or config.get('task') not in TASKS:
+    return
+  fits = getattr(_module(config.task), 'STARTS_FROM', (config.task,))
+  wanted = f'a {" or ".join(fits)} workdir'
+  if not storage.exists(source):
+    raise FileNotFoundError(
+        f'config.train.init_from={source} does not exist: give {wanted} '
+        f'(a run trained, or one `transformer.tools.convert` wrote).')
+  try:
+    task = base.trained_task(source)
+  except (OSError, ValueError) as e:
+    raise type(e)(f'config.train.init_from={source}: {e} Give {wanted}.'
+                  ) from None
+  if task not in fits:
+    raise ValueError(f'config.train.init_from={source} is a {task!r} '
+                     f'workdir; {config.task} starts from {wanted}.')
+  family = config.model.get('family')
+  model = storage.read_record(storage.join(source, 'config.json'),
+                              lambda saved: '').get('model')
+  trained = model.get('family') if isinstance(model, dict) else None
+  if family and trained and family != trained:
+    raise ValueError(
+        f'config.train.init_from={source} trained a {trained!r} model; '
+        f'this config.model.family is {family!r}: set '
+        f'--config.model.family={trained} to start from it.')
 
 
 def restore_config(config: ml_collections.ConfigDict,

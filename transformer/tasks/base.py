@@ -87,6 +87,18 @@ class Task(Protocol):
     return loaded
 
 
+def trained_task(workdir: str) -> str:
+  """The task a workdir's config.json names (read here, below the module
+  that reads whole workdirs, `transformer.workdir`, which builds tasks)."""
+  path = storage.join(workdir, 'config.json')
+  if not storage.exists(path):
+    raise FileNotFoundError(f'{path} not found: {workdir} is not a training '
+                            f'workdir.')
+  return storage.read_record(path, lambda saved: '' if isinstance(
+      saved, dict) and isinstance(saved.get('task'), str) else
+                           'not an experiment config (no "task")')['task']
+
+
 def batch_shapes(rows: int, **arrays: tuple[tuple[int, ...], Any]
                  ) -> dict[str, jax.ShapeDtypeStruct]:
   """{name: ShapeDtypeStruct} of a batch of `rows` rows, from each array's

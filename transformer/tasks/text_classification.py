@@ -55,6 +55,7 @@ Row = tuple[str, 'str | None', float]
 # The tasks whose workdirs fine-tuning starts from: BERT pretraining, or a
 # classifier (a converted BertForSequenceClassification, or one of ours).
 PRETRAINED_TASKS = ('masked_language_modeling', 'text_classification')
+STARTS_FROM = PRETRAINED_TASKS  # `tasks.check_init_from`
 
 
 def default_config() -> ml_collections.ConfigDict:
@@ -130,25 +131,13 @@ def restore_config(config: ml_collections.ConfigDict,
       take_pretrained(config, pretrained)
 
 
-def trained_task(workdir: str) -> str:
-  """The task a workdir's config.json names (read here, below the module
-  that reads whole workdirs, `transformer.workdir`, which builds tasks)."""
-  path = storage.join(workdir, 'config.json')
-  if not storage.exists(path):
-    raise FileNotFoundError(f'{path} not found: {workdir} is not a training '
-                            f'workdir.')
-  return storage.read_record(path, lambda saved: '' if isinstance(
-      saved, dict) and isinstance(saved.get('task'), str) else
-                           'not an experiment config (no "task")')['task']
-
-
 def check_pretrained_task(source: str, task: str | None = None) -> None:
   """Refuses a `train.init_from` workdir that did not train a task this one
   fine-tunes from (a masked LM or a classifier), naming the task it
   trained; `task` is read from its config.json where not given."""
   if task is None:
     try:
-      task = trained_task(source)
+      task = base.trained_task(source)
     except (OSError, ValueError) as e:
       raise type(e)(f'config.train.init_from={source}: {e}') from None
   if task not in PRETRAINED_TASKS:

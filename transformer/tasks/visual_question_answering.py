@@ -36,6 +36,8 @@ from transformer.tasks import vision_language
 
 # The kind of examples the task reads (`data.sources`).
 DATA_KIND = 'scenes'
+# Fine-tuned from a pretraining run (`tasks.check_init_from`).
+STARTS_FROM = ('vision_language', 'visual_question_answering')
 
 
 def default_config() -> ml_collections.ConfigDict:
