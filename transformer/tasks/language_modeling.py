@@ -531,10 +531,14 @@ class LanguageModelingTask(CorpusTask):
                for p in prompts]
     longest = max(map(len, windows))
     if longest + max_new_tokens - 1 > context:
+      fits = context - longest + 1
       raise ValueError(
           f'Beam search stays within the context of {context} tokens: the '
-          f'longest prompt takes {longest} (with the start token), so '
-          f'--max_new_tokens is at most {max(context - longest + 1, 0)}.')
+          f'longest prompt takes {longest} (with the start token), so ' + (
+              f'--max_new_tokens is at most {fits}.' if fits >= 1 else
+              f'no token fits after it: shorten it to at most {context - 1} '
+              f'tokens, or sample without --beam_size (samples read the '
+              f'last {context // 2} tokens of a longer prompt).'))
     tokens, pad = self._left_padded(windows)
     output = multihost_utils.process_allgather(self._beam(
         params, tokens, pad, alpha, beam_size=beam_size,

@@ -152,11 +152,17 @@ def _note_past_context(task, prompts: Sequence[str],
   context = task.model_config.max_length
   longest = 1 + max(len(task.tokenizer.encode(p, add_eos=False))
                     for p in prompts)  # the start token and the prompt
-  if longest + max_new_tokens > context:
+  if longest >= context:
+    print(f'Note: the longest prompt takes {longest} tokens (with the start '
+          f'token), past the model\'s context of {context}: each sample '
+          f'continues from its last {context // 2} tokens only; a prompt of '
+          f'at most {context - 2} tokens is read whole.', file=sys.stderr,
+          flush=True)
+  elif longest + max_new_tokens > context:
     print(f'Note: --max_new_tokens={max_new_tokens} runs past the model\'s '
           f'context of {context} tokens (with the prompt): from there each '
           f'sample continues from its last {context // 2} tokens only; '
-          f'--max_new_tokens={max(context - longest, 1)} stays within it.',
+          f'--max_new_tokens={context - longest} stays within it.',
           file=sys.stderr, flush=True)
 
 

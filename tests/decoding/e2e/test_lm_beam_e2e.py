@@ -53,3 +53,26 @@ def test_the_command_refuses_what_a_beam_cannot_mean(lm_workdir, flag,
   for part in message:
     assert part in run.stderr, run.stderr
   assert 'Traceback' not in run.stderr
+
+
+def test_the_context_advice_can_be_followed(lm_workdir):
+  """The --max_new_tokens the refusal proposes is accepted; a prompt past
+  the context gets no impossible count (0) but how to shorten it."""
+  import re  # pylint: disable=g-import-not-at-top
+  args = [f'--workdir={lm_workdir}', '--prompt=the', '--beam_size=2']
+  run = generate(*args, '--max_new_tokens=500')
+  assert run.returncode == 2, run.stderr[-2000:]
+  [fits] = re.findall(r'--max_new_tokens is at most (\d+)', run.stderr)
+  assert int(fits) >= 1
+  run = generate(*args, f'--max_new_tokens={fits}')
+  assert run.returncode == 0, run.stderr[-2000:]
+  long_prompt = '--prompt=' + ' '.join(['the red'] * 200)
+  run = generate(f'--workdir={lm_workdir}', long_prompt, '--beam_size=2',
+                 '--max_new_tokens=1')
+  assert run.returncode == 2, run.stderr[-2000:]
+  assert 'shorten it to at most' in run.stderr
+  assert 'at most 0' not in run.stderr and 'Traceback' not in run.stderr
+  run = generate(f'--workdir={lm_workdir}', long_prompt, '--greedy',
+                 '--max_new_tokens=1')
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert 'is read whole' in run.stderr and 'stays within' not in run.stderr
