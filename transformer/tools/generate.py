@@ -32,6 +32,7 @@ from typing import NamedTuple, Sequence
 from absl import flags
 
 from transformer import workdir as workdir_lib
+from transformer.data import tokenization
 from transformer.insight import attention_figures
 from transformer.tools import cli
 
@@ -125,6 +126,7 @@ def generate(workdir: str, prompts: Sequence[str], *,
       for i in range(len(prompts))]
   cli.check_outputs(outputs, overwrite=overwrite)
   restored = workdir_lib.restore(workdir, average=average)
+  _note_unknown(restored.task.tokenizer, prompts)
   if beam_size is None:  # beam search refuses to run past the context
     _note_past_context(restored.task, prompts, max_new_tokens)
   with cli.Writing(outputs, overwrite=overwrite) as writing, \
@@ -142,6 +144,25 @@ def generate(workdir: str, prompts: Sequence[str], *,
             writing.path(os.path.join(attention_dir, 'sample_')),
             last=attention_tokens)]
   return Generated(samples, restored.step, figures)
+
+
+def _note_unknown(tokenizer, prompts: Sequence[str]) -> None:
+  """Says once when the prompts hold text the vocabulary lacks (a
+  character vocabulary's missing characters, listed): it is read as the
+  unknown id, which the model never trained on."""
+  count = sum(tokenizer.encode(p, add_eos=False).count(tokenization.UNK_ID)
+              for p in prompts)
+  if not count:
+    return
+  missing = ''
+  if isinstance(tokenizer, tokenization.CharTokenizer):
+    missing = ' (' + ' '.join(dict.fromkeys(  # in the order they come
+        c for p in prompts for c in p if tokenizer.encode(
+            c, add_eos=False) == [tokenization.UNK_ID])) + ')'
+  print(f'Note: {count} piece{"s" if count > 1 else ""} of the prompts '
+        f'{"are" if count > 1 else "is"} not in the model\'s vocabulary'
+        f'{missing}: read as the unknown id, which the model never trained '
+        f'on.', file=sys.stderr, flush=True)
 
 
 def _note_past_context(task, prompts: Sequence[str],
