@@ -274,6 +274,34 @@ def test_read_parallel_errors_say_what_and_how(tmp_path):
     parallel_text.read_parallel(str(tmp_path), 'train', 'de', 'en')
 
 
+def test_an_empty_or_fully_filtered_split_is_refused_naming_it(tmp_path):
+  """No evaluation over nothing: an empty split, or one whose every pair
+  has an empty side, is named with its files and what to do."""
+  write(tmp_path / 'val.de', [])
+  write(tmp_path / 'val.en', [])
+  with raises_naming(ValueError, 'val.de', 'val.en', "'val' split",
+                     'config.data.path'):
+    parallel_text.read_parallel(str(tmp_path), 'val', 'de', 'en')
+  write(tmp_path / 'val.de', ['a', ''])
+  write(tmp_path / 'val.en', ['', 'B'])
+  with raises_naming(ValueError, 'no line pair', '2 lines'):
+    parallel_text.read_parallel(str(tmp_path), 'val', 'de', 'en')
+
+
+def test_empty_validation_text_names_the_field_that_points_at_it(tmp_path):
+  import ml_collections  # pylint: disable=g-import-not-at-top
+  from transformer.data import sources  # pylint: disable=g-import-not-at-top
+  (tmp_path / 'train.txt').write_text('the cat sat\n')
+  (tmp_path / 'eval.txt').write_text('\n \n')
+  data = ml_collections.ConfigDict(dict(
+      source='local', path=str(tmp_path / 'train.txt'), per='line',
+      eval_path=str(tmp_path / 'eval.txt'), train_fraction=0.9))
+  assert sources.read('documents', data, 'train') == ['the cat sat']
+  with raises_naming(ValueError, 'eval.txt holds no text',
+                     'config.data.eval_path'):
+    sources.read('documents', data, 'validation')
+
+
 def test_multi30k():
   if not os.path.isdir(MULTI30K):
     pytest.skip(f'{MULTI30K} is absent')

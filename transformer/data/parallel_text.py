@@ -78,7 +78,9 @@ def read_parallel(folder: str, split: str, source_lang: str,
   sources = [line.rstrip() for line in text.utf8_lines(source_path)]
   targets = [line.rstrip() for line in text.utf8_lines(target_path)]
   if not sources and not targets:
-    raise ValueError(f'{source_path} and {target_path} are empty.')
+    raise ValueError(f'{source_path} and {target_path} are empty: the '
+                     f'{split!r} split needs a sentence per line in each. '
+                     f'Fill them, or point config.data.path at the corpus.')
   if len(sources) != len(targets):
     raise ValueError(
         f'Line counts differ: {len(sources)} in {source_path} and '
@@ -91,5 +93,7 @@ def read_parallel(folder: str, split: str, source_lang: str,
                     source_lang, target_lang)
   if not pairs:
     raise ValueError(f'{source_path} and {target_path} have no line pair '
-                     f'with both sides non-empty.')
+                     f'with both sides non-empty ({len(sources)} lines, each '
+                     f'with an empty side): line i of one must translate line '
+                     f'i of the other.')
   return pairs

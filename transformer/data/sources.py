@@ -163,12 +163,14 @@ def _tfds_documents(data, split):
                            max_examples=_max_examples(data))
 
 
-def _nonempty_documents(path: str, per: str) -> list[str]:
-  """`text.read_documents`, refused naming `path` when it holds no text."""
+def _nonempty_documents(path: str, per: str, field: str = 'path'
+                        ) -> list[str]:
+  """`text.read_documents`, refused naming `path` (config.data.`field`)
+  when it holds no text."""
   documents = text.read_documents(path, per=per)
   if not documents:
     raise ValueError(f'{path} holds no text: every {per} is empty or '
-                     f'blank. Point config.data.path at the corpus.')
+                     f'blank. Point config.data.{field} at the text.')
   return documents
 
 
@@ -180,8 +182,9 @@ def _local_documents(data, split):
   them (of its text, for one document) and the rest."""
   check_split(split, ('train', 'validation'), 'local text')
   if data.eval_path:
-    return _nonempty_documents(data.path if split == 'train'
-                               else data.eval_path, data.per)
+    if split == 'train':
+      return _nonempty_documents(data.path, data.per)
+    return _nonempty_documents(data.eval_path, data.per, 'eval_path')
   ranges.check('config.data.train_fraction', data.train_fraction, low=0,
                low_in=False, high=1,
                why=f': the rest of {data.path} is the validation text (or '
