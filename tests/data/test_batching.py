@@ -545,7 +545,7 @@ def test_bucketed_rejects_bad_examples():
   with raises_naming(ValueError, 'source of 71 tokens', 'max_length=64',
                      'filter_long'):
     bucketed([([3] * 70 + [EOS], [EOS])])
-  with pytest.raises(ValueError, match='No training examples'):
+  with raises_naming(ValueError, 'No training examples', 'config.data'):
     bucketed([])
   with pytest.raises(ValueError, match='length_multiple=0'):
     bucketed([([3, EOS], [EOS])], length_multiple=0)

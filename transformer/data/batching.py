@@ -301,7 +301,10 @@ class BucketedTrainBatches(Iterator[dict[str, np.ndarray]]):
                        ' must be positive.')
     self._source, self._target = as_sides(examples, max_length)
     if not len(self._source.lengths):
-      raise ValueError('No training examples to batch.')
+      raise ValueError('No training examples to batch: the training '
+                       'split is empty. Check config.data (its source '
+                       'and path; the lines above count what reading '
+                       'dropped).')
     self.max_length = max_length
     self.seed = seed
     self.step = start_step

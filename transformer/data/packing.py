@@ -177,7 +177,10 @@ class PackedTrainBatches(Iterator[dict[str, np.ndarray]]):
     self._source, self._target = as_sides(examples, max_length)
     self._recut = recut
     if not len(self._source.lengths):
-      raise ValueError('No training examples to batch.')
+      raise ValueError('No training examples to batch: the training '
+                       'split is empty. Check config.data (its source '
+                       'and path; the lines above count what reading '
+                       'dropped).')
     self.max_length = max_length
     self.seed = seed
     self.step = start_step
