@@ -264,7 +264,8 @@ def read_record(name: str, problem_of: Callable[[Any], str], *,
                 is_json: bool = True, raw: bytes | None = None) -> Any:
   """The content of a small file, its JSON value (or, not `is_json`, its
   text stripped), read from `name` unless `raw` is given, refused unless
-  `problem_of(value)` finds no problem ('').
+  `problem_of(value)` finds no problem (''). UTF-8, with or without a
+  byte-order mark before it.
 
   Raises:
     DamagedFile: '{name} is damaged: <the problem, naming the field>'.
@@ -272,15 +273,20 @@ def read_record(name: str, problem_of: Callable[[Any], str], *,
   if raw is None:
     raw = path(name).read_bytes()
   try:
-    value = raw.decode('utf-8')
+    # A byte-order mark before the text (an editor's) is no part of it.
+    value = raw.decode('utf-8').removeprefix('\ufeff')
   except UnicodeDecodeError as e:
+    line = raw.count(b'\n', 0, e.start) + 1
     raise DamagedFile(f'{name} is damaged: not UTF-8 text (byte {e.start} '
-                      f'is {raw[e.start]:#04x})') from e
+                      f'is {raw[e.start]:#04x}, line {line})') from e
   if is_json:
     try:
       value = json.loads(value)
-    except json.JSONDecodeError as e:
+    except json.JSONDecodeError as e:  # its text names the line and column
       raise DamagedFile(f'{name} is damaged: not valid JSON ({e})') from e
+    except RecursionError as e:
+      raise DamagedFile(f'{name} is damaged: not valid JSON (nested too '
+                        f'deeply to read)') from e
   else:
     value = value.strip()
   problem = problem_of(value)

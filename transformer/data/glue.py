@@ -17,7 +17,7 @@ import random
 
 from absl import logging
 
-from transformer.data import text
+from transformer.data import reading
 from transformer.data.generated import offline_mt
 
 Row = tuple[str, 'str | None', float]
@@ -121,7 +121,7 @@ def read_tsv(name: str, path: str) -> list[Row]:
   not the task's is an error naming the line."""
   task = spec(name)
   lines = [(number, line.rstrip('\r').split('\t'))
-           for number, line in enumerate(text.utf8_lines(path), 1)
+           for number, line in enumerate(reading.lines(path), 1)
            if line.strip()]
   columns = task.tsv_columns
   if task.tsv_header:

@@ -24,48 +24,19 @@ import random
 from absl import logging
 import numpy as np
 
-from transformer import storage
 from transformer.data import batching
+from transformer.data import reading
 from transformer.data import tokenization
 from transformer.data.generated import offline_mt
 
 _PER = ('file', 'line')
 
 
-def decode_utf8(raw: bytes, name: str) -> str:
-  """`raw` as UTF-8 text; invalid UTF-8 is refused with the line and byte
-  (`name` says where the bytes came from)."""
-  try:
-    return raw.decode('utf-8')
-  except UnicodeDecodeError as e:
-    line = raw.count(b'\n', 0, e.start) + 1
-    raise ValueError(
-        f'{name} is not valid UTF-8: byte {raw[e.start]:#04x} at line {line} '
-        f'(offset {e.start}). Convert it, e.g. iconv -f latin1 -t utf-8 '
-        f'FILE > FILE.utf8') from None
-
-
-def split_lines(text: str) -> list[str]:
-  """Lines split on '\\n' only, as `wc -l` counts them (a stray '\\r' inside
-  a sentence must not shift the lines); a final newline ends the last."""
-  lines = text.split('\n')
-  if lines and not lines[-1]:
-    lines.pop()
-  return lines
-
-
-def read_utf8(path: str) -> str:
-  """The text of a UTF-8 file (gzipped if it ends in .gz), as on disk
-  ('\\r\\n' kept)."""
-  return decode_utf8(storage.read_bytes(path), path)
-
-
-def utf8_lines(path: str) -> list[str]:
-  """The lines of a UTF-8 file (`split_lines`), without the byte-order
-  mark some editors write first (Excel's 'UTF-8' TSVs): it is no part of
-  the first line, whose first field (a TSV header's column name, say) it
-  would otherwise change."""
-  return split_lines(read_utf8(path).removeprefix('\ufeff'))
+# User text is read by `reading`; the commands and data sources know its
+# readers by these names too.
+decode_utf8 = reading.decode_text
+split_lines = reading.split_lines
+utf8_lines = reading.lines
 
 
 def _sample_document(rng: random.Random, max_sentences: int) -> str:
@@ -155,9 +126,9 @@ def read_documents(path: str, *, per: str = 'file') -> list[str]:
   for file in _text_files(path):
     # The text as it is on disk: byte counts are the file's.
     if per == 'file':
-      documents.append(read_utf8(file))
+      documents.append(reading.text(file))
     else:
-      documents += [line.strip() for line in utf8_lines(file)]
+      documents += [line.strip() for line in reading.lines(file)]
   kept = [document for document in documents if document]
   if dropped := len(documents) - len(kept):
     logging.info('Dropped %d empty of %d %ss in %s.', dropped,

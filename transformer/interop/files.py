@@ -14,6 +14,7 @@ from typing import Any, Callable
 import numpy as np
 
 from transformer import errors
+from transformer.data import reading
 
 
 # Hugging Face activation names -> ours ('gelu' is the tanh approximation
@@ -139,21 +140,13 @@ def square(hf: dict, field: str) -> int:
 
 
 def read_json(path: str) -> dict:
-  """A JSON object from a file, or an error naming the file."""
-  try:
-    with open(path, encoding='utf-8') as f:
-      data = json.load(f)
-  except FileNotFoundError as e:
+  """A JSON object from a file (`reading.json_object`), or an error
+  naming the file."""
+  if not os.path.exists(path):
     raise FileNotFoundError(f'{path} not found: download the whole model '
                             f'repository (weights, config and tokenizer '
-                            f'files).') from e
-  except (json.JSONDecodeError, UnicodeDecodeError) as e:
-    raise ValueError(f'{path} is not valid JSON ({e}): the file is damaged '
-                     f'or cut short; download it again.') from e
-  if not isinstance(data, dict):
-    raise ValueError(f'{path} holds a {type(data).__name__}, not a JSON '
-                     f'object.')
-  return data
+                            f'files).')
+  return reading.json_object(path)
 
 
 def read_config(directory: str) -> dict:
@@ -208,23 +201,6 @@ def fitted(hf: dict, defaults: dict, load: Callable[[], Any]) -> Any:
         f'of this checkpoint?') from e
 
 
-def _load_safetensors(path: str) -> dict[str, np.ndarray]:
-  """The tensors of one safetensors file; a malformed file (header length
-  beyond the file, offsets outside the data, an unknown dtype, ...) is
-  refused in one line naming it."""
-  import safetensors  # pylint: disable=g-import-not-at-top
-  from safetensors.numpy import load_file  # pylint: disable=g-import-not-at-top
-  if not os.path.isfile(path):
-    raise FileNotFoundError(f'{path} not found: the checkpoint is '
-                            f'incomplete; download it again.')
-  try:
-    return load_file(path)
-  except safetensors.SafetensorError as e:
-    raise ValueError(f'{path} is not a valid safetensors file '
-                     f'({errors.first_line(e, None)}): the file is damaged '
-                     f'or cut short; download it again.') from e
-
-
 def _allowed_roots(directory: str) -> list[str]:
   """Where a checkpoint's files may lie once symlinks are resolved: the
   directory itself and, for a snapshot of the Hugging Face cache
@@ -266,8 +242,7 @@ def snapshot(directory: str) -> str:
   ref = os.path.join(directory, 'refs', 'main')
   if os.path.isdir(os.path.join(directory, 'snapshots')) and os.path.isfile(
       ref):
-    with open(ref, encoding='utf-8') as f:
-      name = f.read().strip()
+    name = reading.text(ref).strip()
     path = os.path.join(directory, 'snapshots', name)
     if not name or os.path.basename(name) != name or not os.path.isdir(path):
       raise FileNotFoundError(f'{ref} names the snapshot {name!r}, which '
@@ -288,11 +263,11 @@ def read_safetensors(directory: str) -> dict[str, np.ndarray]:
           f'download of the Hugging Face cache cut short): download the '
           f'model again.')
   if os.path.exists(single):
-    return _load_safetensors(single)
+    return reading.safetensors(single)
   if os.path.exists(index):
     tensors = {}
     for shard in _shard_paths(directory, index):
-      tensors.update(_load_safetensors(shard))
+      tensors.update(reading.safetensors(shard))
     return tensors
   fix = ''
   if os.path.exists(os.path.join(directory, 'pytorch_model.bin')):
