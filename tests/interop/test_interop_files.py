@@ -241,10 +241,20 @@ def test_a_config_without_its_sizes_names_the_omitted_fields(tmp_path):
 
 
 def test_garbage_tokenizer_files_are_named(tmp_path):
+  """Each file is named when it is the one damaged (with its line), both
+  when they do not fit together."""
   pytest.importorskip('tokenizers')
   from transformer.data import published_tokenizers  # pylint: disable=g-import-not-at-top
   (tmp_path / 'vocab.json').write_text('not json at all')
   (tmp_path / 'merges.txt').write_bytes(b'\xff\xfe garbage')
+  with raises_naming(ValueError, str(tmp_path / 'vocab.json'),
+                     'line 1 column 1', 'download it again') as error:
+    published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
+  assert 'merges.txt' not in str(error.value)
+  (tmp_path / 'vocab.json').write_text('{"a": 0}')
+  with raises_naming(ValueError, str(tmp_path / 'merges.txt'), 'UTF-16'):
+    published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
+  (tmp_path / 'merges.txt').write_text('#version: 0.2\na b\n')
   with raises_naming(ValueError, str(tmp_path / 'vocab.json'),
                      str(tmp_path / 'merges.txt'), 'download them again'):
     published_tokenizers.published_bpe(str(tmp_path), 'gpt2')
@@ -294,6 +304,23 @@ def test_a_tokenizer_larger_than_the_embedding_is_refused(tmp_path):
                      'correct vocab_size'):
     workdirs.convert('hf', str(tmp_path / 'big'), str(tmp_path / 'out'))
   assert not (tmp_path / 'out').exists()
+
+
+def test_a_unigram_tokenizer_beside_gpt2_weights_is_refused_first(tmp_path):
+  """Reported: it ended in KeyError: '▁' while the workdir was written;
+  it is refused by name, and nothing is written."""
+  tokenizers_lib = pytest.importorskip('tokenizers')
+  from transformer.data import text  # pylint: disable=g-import-not-at-top
+  from transformer.interop import workdirs  # pylint: disable=g-import-not-at-top
+  _tiny_gpt2(tmp_path / 'gpt2', 260, 250)
+  unigram = tokenizers_lib.SentencePieceUnigramTokenizer()
+  unigram.train_from_iterator(text.offline_splits(50, 0, seed=0)['train'],
+                              vocab_size=100, show_progress=False)
+  unigram.save(str(tmp_path / 'gpt2' / 'tokenizer.json'))
+  with raises_naming(ValueError, str(tmp_path / 'gpt2' / 'tokenizer.json'),
+                     'is a Unigram model', 'byte-level BPE'):
+    workdirs.convert('hf', str(tmp_path / 'gpt2'), str(tmp_path / 'out'))
+  assert sorted(os.listdir(tmp_path)) == ['gpt2']
 
 
 def test_convert_names_what_is_missing_or_left_behind(tmp_path, capsys):

@@ -18,6 +18,7 @@ import sentencepiece as spm
 
 from transformer import errors
 from transformer.data import published_ids
+from transformer.data import reading
 from transformer.data import tokenization
 
 MARIAN_PIECES = 'marian_pieces.json'
@@ -35,9 +36,49 @@ def _workdir_files(folder: str, names: Sequence[str], kind: str
   return paths
 
 
+# The fix for a damaged file of a converted workdir's vocab/.
+_CONVERT_AGAIN = ('convert the checkpoint again (python -m '
+                  'transformer.tools.convert)')
+
+
 def _read_ids(path: str) -> dict:
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+  """A converted workdir's ids file (`PublishedIds.ids` and its settings)."""
+  return reading.json_object(path, fix=_CONVERT_AGAIN)
+
+
+def _tokenizer_json(path: str, fix: str = reading.REDOWNLOAD):
+  """A tokenizer.json as the `tokenizers` library's `Tokenizer`, with its
+  settings (the JSON object); a file that is not JSON, or not a tokenizer
+  the library reads, is refused naming it.
+
+  Raises:
+    reading.Unreadable: naming the file (and where it stops being JSON, or
+      what the library did not read) and `fix`.
+  """
+  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
+  raw = reading.read_bytes(path)
+  settings = reading.json_object(path, raw=raw, fix=fix)
+  try:
+    # The text as in the file, so that the library's line and column are
+    # the file's.
+    return Tokenizer.from_str(raw.decode('utf-8-sig')), settings
+  except Exception as e:  # pylint: disable=broad-except
+    raise reading.Unreadable(
+        f'{path} is not a tokenizer the `tokenizers` library reads '
+        f'({errors.first_line(e)}): {fix}.') from e
+
+
+def _byte_level_bpe_problem(tokenizer, settings: dict) -> str:
+  """Why a tokenizer is not GPT-2's byte-level BPE ('' if it is), in
+  words: GPT-2's tokens spell bytes in its byte-level alphabet, which
+  `GPT2Tokenizer.token_bytes` reads back."""
+  kind = type(tokenizer.model).__name__
+  if kind != 'BPE':
+    return f'is a {kind} model'
+  if 'ByteLevel' not in json.dumps([settings.get('pre_tokenizer'),
+                                    settings.get('decoder')]):
+    return 'is a BPE model without byte-level pre-tokenization'
+  return ''
 
 
 class MarianTokenizer(tokenization.Batches):
@@ -57,8 +98,8 @@ class MarianTokenizer(tokenization.Batches):
         folder, ('source.spm', 'target.spm', MARIAN_PIECES), 'Marian')
     self._source = spm.SentencePieceProcessor(model_file=paths[0])
     self._target = spm.SentencePieceProcessor(model_file=paths[1])
-    with open(paths[2], encoding='utf-8') as f:
-      self.pieces = json.load(f)['pieces']
+    self.pieces = reading.json_value(
+        paths[2], _pieces_problem, fix=_CONVERT_AGAIN)['pieces']
     self._ids = {piece: i for i, piece in enumerate(self.pieces)}
 
   @staticmethod
@@ -100,6 +141,13 @@ class MarianTokenizer(tokenization.Batches):
 
   def id_to_piece(self, token_id: int) -> str:
     return self.pieces[int(token_id)]
+
+
+def _pieces_problem(value) -> str:
+  pieces = value.get('pieces') if isinstance(value, dict) else None
+  if isinstance(pieces, list) and all(isinstance(p, str) for p in pieces):
+    return ''
+  return 'it holds no {"pieces": [strings...]}'
 
 
 GPT2_FILES = ('gpt2_tokenizer.json', 'gpt2_ids.json')
@@ -158,9 +206,12 @@ class GPT2Tokenizer(PublishedIds):
   one: every text encodes."""
 
   def __init__(self, folder: str):
-    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
     paths = _workdir_files(folder, GPT2_FILES, 'GPT-2')
-    self._bpe = Tokenizer.from_file(paths[0])
+    self._bpe, settings = _tokenizer_json(paths[0], _CONVERT_AGAIN)
+    problem = _byte_level_bpe_problem(self._bpe, settings)
+    if problem:
+      raise reading.Unreadable(f'{paths[0]} {problem}, not GPT-2\'s '
+                               f'byte-level BPE: {_CONVERT_AGAIN}.')
     meta = _read_ids(paths[1])
     self.ids = published_ids.IdOrder.of(meta['vocab_size'],
                                         eos=meta['eos_id'])
@@ -193,7 +244,9 @@ class GPT2Tokenizer(PublishedIds):
       self._alphabet = _byte_level_alphabet()
     # None: a row of a table padded past the tokenizer (no text).
     piece = self.id_to_piece(token_id) or ''
-    return bytes(self._alphabet[c] for c in piece)
+    if all(c in self._alphabet for c in piece):
+      return bytes(self._alphabet[c] for c in piece)
+    return piece.encode()  # an added token that is text as it stands
 
 
 def published_bpe(source: str, family: str):
@@ -206,17 +259,19 @@ def published_bpe(source: str, family: str):
 
   Raises:
     FileNotFoundError: naming the files the directory lacks.
+    reading.Unreadable: naming the file that is damaged (and its line), or
+      a GPT-2 tokenizer.json that is not byte-level BPE.
   """
-  from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
   path = os.path.join(source, 'tokenizer.json')
   if os.path.exists(path):
-    try:
-      tokenizer = Tokenizer.from_file(path)
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f'{path} is not a tokenizer the `tokenizers` library '
-                       f'reads ({errors.first_line(e)}): '
-                       f'the file is damaged or cut short; download it '
-                       f'again.') from e
+    tokenizer, settings = _tokenizer_json(path)
+    problem = (_byte_level_bpe_problem(tokenizer, settings)
+               if family == 'gpt2' else '')
+    if problem:
+      raise reading.Unreadable(
+          f'{path} {problem}; GPT-2 checkpoints need a byte-level BPE '
+          f'tokenizer.json (or vocab.json and merges.txt): download the '
+          f'tokenizer files of this checkpoint.')
   else:
     tokenizer = _from_older_files(source, family)
   tokenizer.no_truncation()
@@ -237,29 +292,100 @@ def _from_older_files(source: str, family: str):
         f'{" and ".join(n for n, p in zip(names, paths) if not os.path.exists(p))}'
         f': download the tokenizer files with the weights (the whole model '
         f'repository).')
-  try:
-    if family == 'gpt2':
-      from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
-      return ByteLevelBPETokenizer(*paths)._tokenizer  # pylint: disable=protected-access
+  # Each file read first, so that a damaged one is named itself; what the
+  # library refuses then is their combination.
+  if family == 'gpt2':
+    from tokenizers import ByteLevelBPETokenizer  # pylint: disable=g-import-not-at-top
+    vocab, merges = _vocab_json(paths[0]), _merges(paths[1])
+    build = lambda: ByteLevelBPETokenizer(vocab, merges)
+  else:
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
-    settings = _tokenizer_config(source)
-    return BertWordPieceTokenizer(
-        paths[0], lowercase=settings.get('do_lower_case', True),
-        strip_accents=settings.get('strip_accents'),
-        handle_chinese_chars=settings.get('tokenize_chinese_chars', True)
-    )._tokenizer  # pylint: disable=protected-access
+    vocab, settings = _vocab_txt(paths[0]), _wordpiece_settings(source)
+    build = lambda: BertWordPieceTokenizer(vocab, **settings)
+  try:
+    return build()._tokenizer  # pylint: disable=protected-access
   except Exception as e:  # pylint: disable=broad-except
-    raise ValueError(f'{" and ".join(paths)} do not make a tokenizer '
-                     f'({errors.first_line(e)}): damaged or '
-                     f'cut short; download them again.') from e
+    raise reading.Unreadable(
+        f'{" and ".join(paths)} do{"es" if len(paths) == 1 else ""} not make '
+        f'a tokenizer ({errors.first_line(e)}): damaged or cut short; '
+        f'download {"it" if len(paths) == 1 else "them"} again.') from e
+
+
+def _vocab_json(path: str) -> dict[str, int]:
+  """GPT-2's vocab.json: token -> id."""
+  def problem(value) -> str:
+    if not isinstance(value, dict):
+      return f'it holds a {type(value).__name__}, not a JSON object'
+    for token, i in value.items():
+      if not isinstance(i, int) or isinstance(i, bool) or i < 0:
+        return f'the token {token!r} has the id {i!r}, not a number >= 0'
+    return ''
+  return reading.json_value(path, problem)
+
+
+def _merges(path: str) -> list[tuple[str, str]]:
+  """GPT-2's merges.txt: a '#version' line, then one merge a line, two
+  tokens and a space between them."""
+  merges = []
+  for number, line in enumerate(reading.lines(path), 1):
+    line = line.removesuffix('\r')
+    if line.startswith('#version'):
+      continue
+    pair = line.split(' ')
+    if len(pair) != 2:
+      raise reading.Unreadable(
+          f'{path}, line {number}: {line[:40]!r} is not a merge (two tokens, '
+          f'one space between them): {reading.REDOWNLOAD}.')
+    merges.append((pair[0], pair[1]))
+  return merges
+
+
+# Unicode's White_Space, which the `tokenizers` library strips from the end
+# of each line of a vocab.txt (Python's str.isspace differs: it takes
+# \x1c-\x1f, which may end a token).
+_WHITE_SPACE = ('\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003'
+                '\u2004\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029'
+                '\u202f\u205f\u3000')
+
+
+def _vocab_txt(path: str) -> dict[str, int]:
+  """BERT's vocab.txt: one token a line, its id the line's index (a token
+  that repeats keeps its last), as the library reads it."""
+  return {line.rstrip(_WHITE_SPACE): i
+          for i, line in enumerate(reading.lines(path))}
+
+
+# tokenizer_config.json's WordPiece settings -> (BertWordPieceTokenizer's
+# argument, its default, the values it takes).
+_WORDPIECE_SETTINGS = {
+    'do_lower_case': ('lowercase', True, (True, False)),
+    'strip_accents': ('strip_accents', None, (None, True, False)),
+    'tokenize_chinese_chars': ('handle_chinese_chars', True, (True, False)),
+}
+
+
+def _wordpiece_settings(source: str) -> dict:
+  """BertWordPieceTokenizer's arguments from tokenizer_config.json (its
+  casing, accents, Chinese characters); a value of another type is refused
+  naming the file and the field."""
+  path = os.path.join(source, 'tokenizer_config.json')
+  settings = _tokenizer_config(source)
+  arguments = {}
+  for field, (argument, default, values) in _WORDPIECE_SETTINGS.items():
+    value = settings.get(field, default)
+    if not any(value is v for v in values):
+      raise reading.Unreadable(
+          f'{path}: {field}={value!r} is not one of '
+          f'{", ".join(map(json.dumps, values))}; correct it, or download '
+          f'the file again.')
+    arguments[argument] = value
+  return arguments
 
 
 def _tokenizer_config(source: str) -> dict:
+  """A model directory's tokenizer_config.json ({} without one)."""
   path = os.path.join(source, 'tokenizer_config.json')
-  if not os.path.exists(path):
-    return {}
-  with open(path, encoding='utf-8') as f:
-    return json.load(f)
+  return reading.json_object(path) if os.path.exists(path) else {}
 
 
 def token_list(tokenizer) -> list[str]:
@@ -295,16 +421,15 @@ class BertTokenizer(PublishedIds):
 
   def __init__(self, folder: str):
     from tokenizers import BertWordPieceTokenizer  # pylint: disable=g-import-not-at-top
-    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
     if os.path.exists(os.path.join(folder, OLD_BERT_FILES[0])):
       paths = _workdir_files(folder, OLD_BERT_FILES, 'BERT')
       meta = _read_ids(paths[1])
       self._wordpiece = BertWordPieceTokenizer(
-          paths[0], lowercase=meta['lowercase'])
+          _vocab_txt(paths[0]), lowercase=meta['lowercase'])
     else:
       paths = _workdir_files(folder, BERT_FILES, 'BERT')
       meta = _read_ids(paths[1])
-      self._wordpiece = Tokenizer.from_file(paths[0])
+      self._wordpiece, _ = _tokenizer_json(paths[0], _CONVERT_AGAIN)
     self.ids = published_ids.IdOrder(meta['order'])
 
   @staticmethod
@@ -374,8 +499,9 @@ class _LlamaJson:
 
   @classmethod
   def load(cls, folder: str) -> _LlamaJson:
-    from tokenizers import Tokenizer  # pylint: disable=g-import-not-at-top
-    return cls(Tokenizer.from_file(os.path.join(folder, cls.file)))
+    tokenizer, _ = _tokenizer_json(os.path.join(folder, cls.file),
+                                   _CONVERT_AGAIN)
+    return cls(tokenizer)
 
   def save(self, folder: str) -> None:
     self._bpe.save(os.path.join(folder, self.file))
@@ -448,8 +574,7 @@ class _LlamaSentencePiece:
   file = LLAMA_SPM
 
   def __init__(self, path: str):
-    with open(path, 'rb') as f:
-      self._proto = f.read()
+    self._proto = reading.read_bytes(path)
     try:
       self._sp = spm.SentencePieceProcessor(model_proto=self._proto)
     except Exception as e:  # pylint: disable=broad-except
@@ -516,8 +641,11 @@ def published_llama(source: str):
 
 
 def _token_text(value) -> str | None:
-  """A tokenizer_config.json token: a string, or a dict with its content."""
-  return value.get('content') if isinstance(value, dict) else value
+  """A tokenizer_config.json token: a string, or a dict with its content
+  (None for anything else)."""
+  if isinstance(value, dict):
+    value = value.get('content')
+  return value if isinstance(value, str) else None
 
 
 def llama_special_ids(hf: dict, source: str, published
