@@ -4,10 +4,14 @@ logits) as the reference does (fine-tuning from it:
 e2e/test_interop_bert_e2e.py). Skipped without `transformers` and `torch`
 (`pip install -e ".[interop]"`)."""
 
+import contextlib
+import io
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from conftest import convert_and_restore
 from conftest import publish_bert
 from conftest import published_and_converted
 
@@ -18,13 +22,33 @@ tokenizers_lib = pytest.importorskip('tokenizers')
 SENTENCES = ['The red house is big.', 'a small cat sees the dog']
 
 
-published, converted = published_and_converted(publish_bert)
+published, _ = published_and_converted(publish_bert)
+
+
+@pytest.fixture(scope='module', name='converted')
+def converted_fixture(published, tmp_path_factory):
+  """(the workdir restored, its parameters, the workdir, what convert
+  printed)."""
+  with contextlib.redirect_stdout(io.StringIO()) as printed:
+    restored = convert_and_restore(
+        published[-1], str(tmp_path_factory.mktemp('converted') / 'workdir'))
+  return (*restored, printed.getvalue())
+
+
+def test_convert_names_the_published_head_it_leaves_out(converted):
+  """BertForPreTraining's next-sentence head has no place in our model:
+  convert says so where it says what it initialises."""
+  from transformer.interop import bert  # pylint: disable=g-import-not-at-top
+  assert ("not converted: cls.seq_relationship (BertForPreTraining's "
+          "next-sentence head)") in converted[-1]
+  assert not bert.left_out(['bert.embeddings.word_embeddings.weight',
+                            'cls.predictions.bias'])  # BertForMaskedLM
 
 
 def test_tokenization_and_mlm_logits_match_the_reference(published,
                                                          converted):
   model, reference, _ = published
-  trainer, params, _ = converted
+  trainer, params, _, _ = converted
   tokenizer = trainer.task.tokenizer
   assert trainer.task.mask_id == tokenizer.ids.order.tolist().index(
       reference.mask_token_id)
@@ -59,7 +83,7 @@ def test_export_gives_back_the_published_tensors_and_tokenizer(published,
   from transformer.interop import export  # pylint: disable=g-import-not-at-top
   from transformer.interop import files  # pylint: disable=g-import-not-at-top
   _, reference, directory = published
-  _, _, workdir = converted
+  _, _, workdir, _ = converted
   written = export.export(workdir, str(tmp_path / 'out'))
   assert written.startswith('BERT (BertForMaskedLM)')
   model, info = transformers.AutoModelForMaskedLM.from_pretrained(

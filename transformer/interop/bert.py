@@ -12,8 +12,8 @@ where present, cls.predictions.transform -> the MLM transform and its norm,
 cls.predictions.bias -> the MLM bias (the decoder is tied to the word
 embeddings), pooler.dense -> the pooler and classifier -> the
 classification head. The next-sentence head (cls.seq_relationship) is not
-part of our model and is left out. Heads a checkpoint lacks are initialised
-where a task needs them (convert reports which). Hugging Face's 'gelu' is
+part of our model and is left out (`left_out`). Heads a checkpoint lacks
+are initialised where a task needs them; convert reports both. Hugging Face's 'gelu' is
 the erf form.
 
 BertConfig, field by field (transformers' defaults, `DEFAULTS`, stand for
@@ -63,6 +63,9 @@ _PREFIX = 'bert.'
 # not parameters, named without the prefix.
 _UNUSED = ('cls.seq_relationship.weight', 'cls.seq_relationship.bias',
            'embeddings.position_ids')
+# The published heads among `_UNUSED`: their prefix -> what they are.
+_HEADS_LEFT_OUT = {
+    'cls.seq_relationship': "BertForPreTraining's next-sentence head"}
 # Copies of other tensors (the MLM decoder tied to the word embeddings and
 # to the MLM bias): dropped once checked equal.
 _TIED = {'cls.predictions.decoder.weight': 'embeddings.word_embeddings'
@@ -126,6 +129,15 @@ def layout(tensors: dict[str, np.ndarray]) -> str:
   if 'cls.predictions.bias' in names:
     return 'BertForMaskedLM'
   return 'BertModel'
+
+
+def left_out(names) -> list[str]:
+  """The published heads of a checkpoint (its tensor `names`) that the
+  conversion leaves out, each with what it is, for convert to report:
+  'cls.seq_relationship (BertForPreTraining's next-sentence head)'."""
+  names = {name.removeprefix(_PREFIX) for name in names}
+  return [f'{head} ({what})' for head, what in _HEADS_LEFT_OUT.items()
+          if any(name.startswith(head + '.') for name in names)]
 
 
 def _without_copies(tensors: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -130,8 +130,8 @@ class ConversionFailed(checkpoints.WriteFailed):
 
 
 def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
-                  params: Any, write_task_files: Callable[[str], None]
-                  ) -> None:
+                  params: Any, write_task_files: Callable[[str], None],
+                  left_out: Sequence[str] = ()) -> None:
   """config.json, the task's files (`write_task_files(folder)`) and
   checkpoint 0 (with the experiment's optimizer state, freshly initialised,
   so that training can go on in the workdir), written into a staging folder
@@ -139,7 +139,9 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   shapes of the model's initialisation before the checkpoint is written,
   then the written workdir restored and its forward pass compared with the
   converted parameters'. Only a workdir that passes becomes `workdir`; a
-  failure leaves nothing there.
+  failure leaves nothing there. What the checkpoint lacks and is
+  initialised is reported, and so are the published weights `left_out`
+  (in words, e.g. a next-sentence head).
 
   Raises:
     ValueError: `workdir` is not new or empty, or the converted tensors do
@@ -164,7 +166,7 @@ def write_workdir(workdir: str, experiment: ml_collections.ConfigDict,
   shutil.rmtree(staging, ignore_errors=True)  # this process's, if any
   os.mkdir(staging)
   try:
-    _write_checked(staging, experiment, params, write_task_files)
+    _write_checked(staging, experiment, params, write_task_files, left_out)
     if storage.is_remote(workdir):
       storage.upload(staging, workdir)
       shutil.rmtree(staging)
@@ -200,8 +202,8 @@ def _alive(pid: int) -> bool:
 
 
 def _write_checked(folder: str, experiment: ml_collections.ConfigDict,
-                   params: Any, write_task_files: Callable[[str], None]
-                   ) -> None:
+                   params: Any, write_task_files: Callable[[str], None],
+                   left_out: Sequence[str]) -> None:
   """`write_workdir` into `folder`, with its checks."""
   write_task_files(folder)
   workdir_lib.save_config(experiment, folder)
@@ -209,6 +211,8 @@ def _write_checked(folder: str, experiment: ml_collections.ConfigDict,
   fresh = check_shapes(params, trainer.abstract.params)
   if fresh:  # e.g. the pooler of a BertForMaskedLM checkpoint
     print(f'Not in the checkpoint, initialised: {", ".join(fresh)}.')
+  if left_out:  # e.g. BertForPreTraining's next-sentence head
+    print(f'In the checkpoint, not converted: {", ".join(left_out)}.')
   with sharding.active(trainer.mesh, trainer.rules):
     state = trainer.initialise()
     params = {**{k: state.params[k] for k in fresh}, **params}
@@ -457,6 +461,7 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   tokenizer = published_tokenizers.published_bpe(source, 'bert')
   tensors = files.read_safetensors(source)
   layout = bert.layout(tensors)
+  left_out = bert.left_out(tensors)
   params = files.fitted(hf, bert.DEFAULTS,
                         lambda: bert.params_from_hf(tensors, config))
   tensors = None  # frees the published arrays (the lambda held them)
@@ -473,6 +478,9 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
     class_names = [str(labels.get(str(i), i))
                    for i in range(config.num_classes)]
     experiment = bert_classifier_experiment(config, class_names)
+    if 'mlm_bias' in params:
+      left_out.append('cls.predictions (the masked-LM head, which a '
+                      'classifier does not use)')
     params = {k: v for k, v in params.items() if not k.startswith('mlm_')}
     kind = f'a classifier of {config.num_classes} classes'
   else:
@@ -480,7 +488,7 @@ def _convert_bert(source: str, workdir: str, hf: dict) -> str:
   write_workdir(
       workdir, experiment, params,
       lambda staging: published_tokenizers.BertTokenizer.save(
-          os.path.join(staging, 'vocab'), tokenizer, ids))
+          os.path.join(staging, 'vocab'), tokenizer, ids), left_out)
   return (f'BERT ({layout}, {kind}), '
           f'{config.num_layers} layers, width {config.d_model}, '
           f'{config.vocab_size:,} WordPiece tokens')
