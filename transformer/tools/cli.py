@@ -62,6 +62,7 @@ import ml_collections
 
 from transformer import checkpoints
 from transformer import configs
+from transformer import errors
 from transformer import faults
 from transformer import storage
 from transformer import workdir as workdir_lib
@@ -706,8 +707,15 @@ def handle_errors(main: Callable[[list[str]], None]
         _exit(MISSING_INPUT, f'{e}{downloads.fetch_hint(str(e))}')
       if isinstance(e, (FloatingPointError, checkpoints.WriteFailed)):
         _exit(RUN_FAILED, e)
+      read = errors.being_read(e)
       if isinstance(e, (OSError, ValueError, app.UsageError)):
-        _exit(USER_ERROR, e)
+        _exit(USER_ERROR, e if read is None or read in str(e) else
+              f'{errors.first_line(e, None)} (while reading {read})')
+      if read is not None:  # a parser's own failure, deep in a library
+        _exit(USER_ERROR, f'{read} could not be read '
+              f'({type(e).__name__}: {errors.first_line(e)}): it is damaged '
+              f'or not the kind of file expected here. --verbosity=1 shows '
+              f'where it failed.')
       raise
   return wrapped
 
