@@ -167,9 +167,13 @@ class TransformerConfig:
           f'{self.num_heads}; change one of them or set head_dim.')
     self.lora  # checks the lora_* fields
     if self.num_heads % (self.num_kv_heads or self.num_heads):
+      divisors = [k for k in range(1, self.num_heads + 1)
+                  if self.num_heads % k == 0]
       raise ValueError(
           f'num_heads={self.num_heads} is not a multiple of num_kv_heads='
-          f'{self.num_kv_heads}.')
+          f'{self.num_kv_heads}: each key/value head serves a whole group '
+          f'of query heads. Set model.num_kv_heads to one of {divisors} (1: '
+          f'multi-query; {self.num_heads}: multi-head).')
 
   def replace(self, **changes) -> TransformerConfig:
     return dataclasses.replace(self, **changes)

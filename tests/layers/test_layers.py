@@ -330,8 +330,13 @@ def test_every_parameter_has_logical_axis_names():
 def test_config_errors_name_the_problem():
   with raises_naming(ValueError, 'd_model=10', 'num_heads=4', 'head_dim'):
     layers.TransformerConfig(d_model=10, num_heads=4)
-  with raises_naming(ValueError, 'num_heads=8', 'num_kv_heads=3'):
+  with raises_naming(ValueError, 'num_heads=8', 'num_kv_heads=3',
+                     '[1, 2, 4, 8]') as refused:
     layers.TransformerConfig(num_heads=8, num_kv_heads=3)
+  # Each value the refusal proposes is accepted.
+  proposed = str(refused.value).split('one of [')[1].split(']')[0]
+  for value in proposed.split(', '):
+    layers.TransformerConfig(d_model=16, num_heads=8, num_kv_heads=int(value))
   with raises_naming(ValueError, "norm_position='sandwich'", "'pre'"):
     layers.TransformerConfig(norm_position='sandwich')
   with raises_naming(ValueError, "activation='tanh'", "'gelu'"):

@@ -217,3 +217,12 @@ def test_cut_or_flipped_bytes_give_the_records_before_or_name_the_record(
     assert events.scalars == _expected(frames, cut)
     boundary = cut in {0} | {end for _, end, _ in frames}
     assert bool(events.cut_short) != boundary
+
+
+
+def test_an_empty_tags_flag_is_refused_with_the_default(two_runs):
+  runs = curves.read(two_runs, ["a", "b"])
+  with raises_naming(ValueError, '--tags is empty',
+                     "--tags=train/loss,eval/*"):
+    curves.select(runs, [])
+  assert curves.select(runs, ['train/loss', 'eval/*'])  # what it proposes

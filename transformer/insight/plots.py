@@ -147,7 +147,7 @@ def plot_runs(runs: dict[str, dict[str, dict[float, float]]],
   tag's panel, in the run's colour (an evaluation of averaged checkpoints
   beside the checkpoints'); writes `path` and returns it."""
   if not tags:
-    raise ValueError('No tags to plot.')
+    raise ValueError('No tags to plot: name at least one scalar.')
   marked = marked or {}
   labelled = any(runs)
   columns = min(len(tags), 3)

@@ -96,6 +96,9 @@ def select(runs: dict[str, dict[str, dict[int, float]]],
   panel. Refuses a pattern that matches nothing, naming the tags there
   are."""
   present = sorted({t for scalars in runs.values() for t in scalars})
+  if not patterns:
+    raise ValueError('--tags is empty: name the scalars to draw, e.g. '
+                     '--tags=train/loss,eval/* (the default).')
   tags = []
   for pattern in patterns:
     matched = [t for t in fnmatch.filter(present, pattern)
