@@ -53,7 +53,7 @@ setuptools.setup(
         *(f'transformer-{tool}=transformer.tools.{tool}:run' for tool in (
             'translate', 'generate', 'predict', 'convert', 'compare', 'sizes',
             'reproduce', 'ask', 'heads', 'explore', 'figure', 'data', 'curves',
-            'plan')),
+            'plan', 'results')),
         'transformer-kernel-regression=transformer.tools.kernel_regression:run',
         'transformer-compare-vision-language='
         'transformer.tools.compare_vision_language:run',

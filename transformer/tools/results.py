@@ -1,0 +1,325 @@
+"""The results registry: every measured figure the docs show, as data.
+
+    python -m transformer.tools.results record --row=ROW --metric=NAME \
+        --workdir=W [--scalar=eval/bleu --scale=1 --seed=S --note=...]
+    python -m transformer.tools.results record --row=ROW --metric=NAME \
+        --value=X --command="python benchmarks/..." [--note=...]
+    python -m transformer.tools.results render
+    python -m transformer.tools.results render --check
+
+The registry is docs/results/*.json, one file per row of a results
+table: what was run (task, model, the command), the experiment file it
+describes, and its records. A record is one metric over the runs made:
+each run's value, seed, commit, date and machine, and its note (threads,
+whether the machine was shared). `record` appends a run: from a
+workdir's last logged value of a scalar, or a value given (benchmark
+output); the commit, date and machine are this checkout's and this
+machine's.
+
+`render` writes each table into the Markdown files between its markers:
+
+    <!-- results: TABLE -->
+    ...rendered rows...
+    <!-- /results -->
+
+(the rows of every registry file that lists TABLE), so a figure is typed
+once. `render --check` (tests/tools/test_results.py) fails when a
+rendered table differs from the registry, or when a row's experiment
+file changed (its code; docstrings and comments aside) since its records
+were made and it is not marked `history`: the figure would describe code
+that no longer exists.
+"""
+
+from __future__ import annotations
+
+import ast
+import datetime
+import glob
+import hashlib
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+from typing import Any, Sequence
+
+from absl import flags
+
+from transformer import metrics
+from transformer.tools import cli
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+REGISTRY = os.path.join(REPO, 'docs', 'results')
+# The Markdown files tables are rendered into.
+PAGES = ('README.md', 'docs/*.md')
+ACTIONS = ('record', 'render')
+_MARKER = re.compile(r'(<!-- results: ([\w-]+) -->\n)(.*?)(<!-- /results -->)',
+                     re.DOTALL)
+HEADER = ('| task | model | command | result |\n'
+          '|---|---|---|---|\n')
+
+
+# -- The registry ---------------------------------------------------------------
+
+
+def rows() -> dict[str, dict[str, Any]]:
+  """{row name: its registry file's content}, checked."""
+  found = {}
+  for path in sorted(glob.glob(os.path.join(REGISTRY, '*.json'))):
+    name = os.path.splitext(os.path.basename(path))[0]
+    with open(path, encoding='utf-8') as f:
+      try:
+        row = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f'{path} is not valid JSON ({e}).') from e
+    _check_row(row, path)
+    found[name] = row
+  return found
+
+
+_ROW_FIELDS = ('task', 'model', 'command', 'tables', 'records')
+_RUN_FIELDS = ('value', 'seed', 'commit', 'date', 'machine')
+
+
+def _check_row(row: Any, path: str) -> None:
+  missing = [k for k in _ROW_FIELDS if k not in row]
+  if missing:
+    raise ValueError(f'{path} lacks {missing}: a row holds '
+                     f'{", ".join(_ROW_FIELDS)}.')
+  for record in row['records']:
+    for run in record.get('runs', ()):
+      lacking = [k for k in _RUN_FIELDS if k not in run]
+      if lacking:
+        raise ValueError(f'{path}: a run of {record.get("metric")!r} lacks '
+                         f'{lacking}: each run holds '
+                         f'{", ".join(_RUN_FIELDS)}.')
+
+
+def code_digest(path: str) -> str:
+  """A digest of a Python file's code, docstrings and comments left out:
+  what a figure describes, which a reworded docstring does not change."""
+  with open(path, encoding='utf-8') as f:
+    tree = ast.parse(f.read(), path)
+  for node in ast.walk(tree):
+    body = getattr(node, 'body', None)
+    if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+        and isinstance(body[0].value, ast.Constant)
+        and isinstance(body[0].value.value, str)):
+      body[0] = ast.Pass()
+  return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+
+
+def stale(row: dict[str, Any], name: str) -> str | None:
+  """Why a row's figures no longer describe the code (None if they do):
+  its experiment file's code changed since they were recorded."""
+  if row.get('history') or not row.get('describes'):
+    return None
+  path = os.path.join(REPO, row['describes'])
+  if not os.path.exists(path):
+    return (f'{name}: {row["describes"]} is gone; measure the row again or '
+            f'mark it "history": true.')
+  if code_digest(path) != row.get('code'):
+    return (f'{name}: the code of {row["describes"]} changed since its '
+            f'figures were recorded; measure them again (`results record`) '
+            f'or mark the row "history": true.')
+  return None
+
+
+# -- Rendering ------------------------------------------------------------------
+
+
+def _number(value: float, digits: int) -> str:
+  return f'{value:,.{digits}f}'
+
+
+def result(record: dict[str, Any]) -> str:
+  """A record as a table cell: 'BLEU 98.93 to 99.95 (mean 99.55; 6
+  runs: 3 seeds x 1 or 2 threads)', or the one value of one run."""
+  values = [run['value'] for run in record['runs']]
+  digits, unit = record.get('digits', 2), record.get('unit', '')
+  shown = lambda v: _number(v, digits) + unit
+  text = f'{record["metric"]} '
+  if len(values) == 1:
+    text += shown(values[0])
+  else:
+    mean = sum(values) / len(values)
+    text += (f'{shown(min(values))} to {shown(max(values))} (mean '
+             f'{shown(mean)}; {len(values)} runs')
+    text += f': {record["over"]})' if record.get('over') else ')'
+  if len(values) == 1 and record.get('over'):
+    text += f' ({record["over"]})'
+  return text
+
+
+def render_row(row: dict[str, Any]) -> str:
+  cells = [row['task'], row['model'], f'`{row["command"]}`',
+           '; '.join(result(r) for r in row['records'])
+           + (f'; {row["note"]}' if row.get('note') else '')]
+  return '| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |\n'
+
+
+def render_table(table: str, registry: dict[str, dict[str, Any]]) -> str:
+  chosen = [row for _, row in sorted(
+      registry.items(), key=lambda item: (item[1].get('order', 0), item[0]))
+            if table in row['tables']]
+  if not chosen:
+    raise ValueError(f'No registry row lists the table {table!r} '
+                     f'({REGISTRY}); add it to a row\'s "tables".')
+  return HEADER + ''.join(map(render_row, chosen))
+
+
+def rendered(text: str, registry: dict[str, dict[str, Any]]) -> str:
+  """`text` with each marked table rendered from the registry."""
+  return _MARKER.sub(lambda m: m.group(1) + render_table(m.group(2), registry)
+                     + m.group(4), text)
+
+
+def pages() -> list[str]:
+  return sorted({path for pattern in PAGES
+                 for path in glob.glob(os.path.join(REPO, pattern))})
+
+
+def render(check: bool = False) -> list[str]:
+  """Renders every marked table; with `check`, writes nothing and returns
+  the problems (tables out of date, stale rows)."""
+  registry = rows()
+  problems = [p for name, row in registry.items()
+              if (p := stale(row, name))]
+  for path in pages():
+    with open(path, encoding='utf-8') as f:
+      text = f.read()
+    new = rendered(text, registry)
+    if new == text:
+      continue
+    if check:
+      problems.append(f'{os.path.relpath(path, REPO)} differs from the '
+                      f'registry: run python -m transformer.tools.results '
+                      f'render')
+    else:
+      with open(path, 'w', encoding='utf-8') as f:
+        f.write(new)
+  return problems
+
+
+# -- Recording ------------------------------------------------------------------
+
+
+def machine() -> str:
+  """'2-core CPU (AMD EPYC 7B13)': what the figure was measured on."""
+  model = platform.processor() or platform.machine()
+  try:
+    with open('/proc/cpuinfo', encoding='utf-8') as f:
+      names = re.findall(r'model name\s*:\s*(.+)', f.read())
+    model = names[0].strip() if names else model
+  except OSError:
+    pass
+  return f'{os.cpu_count()}-core CPU ({model})'
+
+
+def commit() -> str:
+  try:
+    return subprocess.run(['git', 'rev-parse', '--short=10', 'HEAD'],
+                          cwd=REPO, capture_output=True, text=True,
+                          check=True).stdout.strip()
+  except (OSError, subprocess.CalledProcessError):
+    return 'unknown'
+
+
+def last_value(workdir: str, scalar: str) -> float:
+  """The last logged value of `scalar` in a workdir's event files."""
+  scalars = metrics.read_scalars(workdir)
+  if scalar not in scalars:
+    raise ValueError(f'{workdir} logged no {scalar!r}; it has '
+                     f'{sorted(scalars)[:20]}.')
+  steps = scalars[scalar]
+  return steps[max(steps)]
+
+
+def record(name: str, metric: str, value: float, *, seed: int | None,
+           note: str = '', command: str | None = None) -> dict[str, Any]:
+  """Appends a run of `metric` to the row `name` (the row's code digest
+  taken now); returns the row."""
+  path = os.path.join(REGISTRY, f'{name}.json')
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'No registry row {path}: write it first (task, model, command, '
+        f'describes, tables; see an existing one), then record into it.')
+  row = rows()[name]
+  if command and command != row['command']:
+    raise ValueError(f'--command differs from the row\'s {row["command"]!r}'
+                     f': a row is one command.')
+  found = [r for r in row['records'] if r['metric'] == metric]
+  entry = found[0] if found else {'metric': metric, 'runs': []}
+  if not found:
+    row['records'].append(entry)
+  entry['runs'].append(dict(
+      value=value, seed=seed, commit=commit(),
+      date=datetime.date.today().isoformat(), machine=machine(),
+      **({'note': note} if note else {})))
+  if row.get('describes'):
+    row['code'] = code_digest(os.path.join(REPO, row['describes']))
+  with open(path, 'w', encoding='utf-8') as f:
+    f.write(json.dumps(row, indent=2, ensure_ascii=False) + '\n')
+  return row
+
+
+# -- The command ----------------------------------------------------------------
+
+
+def define_flags() -> None:
+  flags.DEFINE_string('row', None, 'The registry row (docs/results/ROW.json).')
+  flags.DEFINE_string('metric', None, 'The metric as the table shows it, '
+                      'e.g. BLEU.')
+  flags.DEFINE_string('workdir', None, 'Read the value from this workdir.')
+  flags.DEFINE_string('scalar', None, 'Its scalar (default eval/METRIC, '
+                      'lower-cased).')
+  flags.DEFINE_float('scale', 1.0, 'Multiply the value (100: a fraction '
+                     'as a percentage).')
+  flags.DEFINE_float('value', None, 'The value itself (benchmark output).')
+  flags.DEFINE_integer('seed', None, 'The run\'s seed.')
+  flags.DEFINE_string('note', '', 'What else describes the run (threads, a '
+                      'shared machine).')
+  flags.DEFINE_string('command', None, 'The command that produced it '
+                      '(checked against the row\'s).')
+  flags.DEFINE_bool('check', False, 'render: write nothing; fail if a table '
+                    'is out of date or a row stale.')
+
+
+def main(argv: Sequence[str]) -> None:
+  words = argv[1:]
+  if not words or words[0] not in ACTIONS:
+    raise ValueError(f'Say what to do: {" or ".join(ACTIONS)}.')
+  cli.no_arguments(words)
+  args = flags.FLAGS
+  if words[0] == 'render':
+    problems = render(check=args.check)
+    for problem in problems:
+      print(problem, file=sys.stderr)
+    if problems:
+      sys.exit(cli.RUN_FAILED)
+    print('The tables are the registry\'s.' if args.check
+          else 'Rendered the tables.')
+    return
+  if not args.row or not args.metric:
+    raise ValueError('record needs --row and --metric.')
+  if (args.workdir is None) == (args.value is None):
+    raise ValueError('Give --workdir (its last logged value) or --value.')
+  value = args.value
+  if value is None:
+    value = args.scale * last_value(
+        args.workdir, args.scalar or f'eval/{args.metric.lower()}')
+  record(args.row, args.metric, value, seed=args.seed, note=args.note,
+         command=args.command)
+  print(f'Recorded {args.metric} {value:g} in {args.row}; run `render` to '
+        f'update the tables.')
+
+
+def run() -> None:
+  define_flags()
+  cli.run(main)
+
+
+if __name__ == '__main__':
+  run()
