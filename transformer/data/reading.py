@@ -122,7 +122,8 @@ def safetensors(path: str) -> dict[str, np.ndarray]:
     raise FileNotFoundError(f'{path} not found: the checkpoint is '
                             f'incomplete; download it again.')
   try:
-    return load_file(path)
+    with errors.reading(path):  # what the library may raise besides
+      return load_file(path)
   except safetensors_lib.SafetensorError as e:
     raise Unreadable(f'{path} is not a valid safetensors file '
                      f'({errors.first_line(e, None)}): {REDOWNLOAD}.') from e
