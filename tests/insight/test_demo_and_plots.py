@@ -1,4 +1,4 @@
-"""Attention plots and metric writers (the README's first command and the
+"""Attention plots and metric writers (the demo command and the
 TensorFlow boundary: e2e/test_demo_and_plots_e2e.py)."""
 
 import os

@@ -1,4 +1,4 @@
-"""The README's first command (it trains two encoders), and the TensorFlow
+"""The demo command (it trains two encoders), and the TensorFlow
 and torch boundaries, checked in processes of their own."""
 
 import subprocess
@@ -9,7 +9,7 @@ import pytest
 from transformer.tools import demo
 
 
-# Trains two encoders for about 15 s (the README demo).
+# Trains two encoders for about 15 s (the demo).
 @pytest.mark.slow
 def test_demo_learns_the_alignment_only_with_positions(tmp_path, capsys):
   results = demo.run(str(tmp_path), steps=300)

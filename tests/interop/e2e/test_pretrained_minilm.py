@@ -107,7 +107,7 @@ def test_every_layer_and_the_sentence_embeddings_match(converted, reference):
 
 
 def test_it_fine_tunes_from_the_converted_workdir(converted, tmp_path):
-  """The README's second command: GLUE fine-tuning starts from it (two
+  """docs/pretrained.md's second command: GLUE fine-tuning starts from it (two
   steps on generated pairs here; the real tasks are in benchmarks/)."""
   from conftest import load_experiment  # pylint: disable=g-import-not-at-top
   from transformer import train  # pylint: disable=g-import-not-at-top
