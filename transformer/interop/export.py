@@ -1,17 +1,21 @@
 """A workdir back into the Hugging Face layout (`convert --to=hf`):
-config.json, model.safetensors and the tokenizer files, which transformers'
-`AutoModel*` and `AutoTokenizer.from_pretrained` load.
+config.json, model.safetensors and the tokenizer (or image processor)
+files, which transformers' `AutoModel*`, `AutoTokenizer` and
+`AutoImageProcessor.from_pretrained` load.
 
 Language models export as GPT-2 (learned positions, LayerNorm, GELU) or
 Llama (rotary positions, RMSNorm, a gated MLP), masked-LM and
-classification encoders as BERT, each through its family's `to_hf`, which
-refuses by name a model it cannot represent. A converted workdir's
-vocabulary goes back to the published ids (`published_ids.IdOrder`), and
-its published tokenizer files are written as they came; the special ids in
-config.json are the published ones. Low-rank adapters are merged into the
-kernels first. A vocabulary built here (SentencePiece,
-characters, bytes, words) has no Hugging Face tokenizer class: its files
-are copied beside the model, and the ids are ours (padding 0, EOS 1).
+classification encoders as BERT, and image classifiers as ViT
+(ViTForImageClassification, with a preprocessor_config.json that prepares
+images as `predict` does, `vit.image_processor`), each through its
+family's `to_hf`, which refuses by name a model it cannot represent before
+anything is written. A converted workdir's vocabulary goes back to the
+published ids (`published_ids.IdOrder`), and its published tokenizer files
+are written as they came; the special ids in config.json are the published
+ones. Low-rank adapters are merged into the kernels first, and scanned
+layers unstacked. A vocabulary built here (SentencePiece, characters,
+bytes, words) has no Hugging Face tokenizer class: its files are copied
+beside the model, and the ids are ours (padding 0, EOS 1).
 """
 
 from __future__ import annotations
@@ -19,11 +23,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import jax
+import ml_collections
 import numpy as np
 
+from transformer import layers
 from transformer import storage
 from transformer import workdir as workdir_lib
 from transformer.data import published_tokenizers
@@ -32,11 +38,23 @@ from transformer.interop import bert
 from transformer.interop import files
 from transformer.interop import gpt2
 from transformer.interop import llama
+from transformer.interop import vit
 
 # Tasks whose models export, and the families they export as.
 EXPORTED_TASKS = {'language_modeling': 'GPT-2 or Llama',
                   'masked_language_modeling': 'BERT',
-                  'text_classification': 'BERT'}
+                  'text_classification': 'BERT',
+                  'image_classification': 'ViT'}
+
+
+class _Export(NamedTuple):
+  """What a workdir exports as: the family in words, config.json, the
+  tensors, and the writer of the other files (given the output folder,
+  it returns what it wrote, in words)."""
+  name: str
+  hf: dict[str, Any]
+  tensors: dict[str, np.ndarray]
+  write_files: Callable[[str], str]
 
 
 def export(workdir: str, output: str) -> str:
@@ -47,32 +65,16 @@ def export(workdir: str, output: str) -> str:
     ValueError: a task or model with no Hugging Face counterpart, named.
   """
   config = workdir_lib.load_config(workdir)
-  if config.task not in EXPORTED_TASKS:
-    raise ValueError(
-        f'{workdir} trained a {config.task!r} task: export writes '
-        + ', '.join(f'{task} ({family})'
-                    for task, family in EXPORTED_TASKS.items())
-        + ' models, which transformers loads.')
+  _check_exported(workdir, config)
   if os.path.exists(output) and (not os.path.isdir(output)
                                  or os.listdir(output)):
     raise ValueError(f'{output} is not empty: export into a new (or empty) '
                      f'--output.')
   # Low-rank adapters come back folded into the kernels.
   restored = workdir_lib.restore(workdir)
-  task = restored.task
-  tokenizer = task.tokenizer
-  ids = getattr(tokenizer, 'ids', None)
-  params = jax.tree.map(np.asarray, jax.device_get(restored.params))
-  model_config = task.model_config
-  if config.task == 'language_modeling':
-    family = (llama if model_config.positional_encoding == 'rotary'
-              else gpt2)
-    hf, tensors = family.to_hf(params, model_config, ids)
-    name = 'Llama' if family is llama else 'GPT-2'
-  else:
-    hf, tensors = bert.to_hf(params, model_config, ids)
-    name = f'BERT ({hf["architectures"][0]})'
-  hf.update(_special_ids(tokenizer, config.task))
+  params = layers.unstack_layers(
+      jax.tree.map(np.asarray, jax.device_get(restored.params)))
+  exported = _EXPORTERS[config.task](restored.task, params, config, workdir)
   # Written beside `output`, renamed into place once whole: a failure
   # leaves no half-written directory there.
   output = os.path.abspath(output)
@@ -80,15 +82,73 @@ def export(workdir: str, output: str) -> str:
                          f'.{os.path.basename(output)}.exporting-{os.getpid()}')
   shutil.rmtree(staging, ignore_errors=True)
   try:
-    files.save_hf(staging, hf, tensors)
-    written = _tokenizer_files(config.data.tokenizer, workdir, staging, hf)
+    files.save_hf(staging, exported.hf, exported.tensors)
+    written = exported.write_files(staging)
     if os.path.isdir(output):
       os.rmdir(output)  # empty, checked above
     os.rename(staging, output)
   finally:
     shutil.rmtree(staging, ignore_errors=True)
-  return (f'{name}, {len(tensors)} tensors, step {restored.step}; '
-          f'{written.replace(staging, output)}')
+  return (f'{exported.name}, {len(exported.tensors)} tensors, step '
+          f'{restored.step}; {written.replace(staging, output)}')
+
+
+def _check_exported(workdir: str, config: ml_collections.ConfigDict) -> None:
+  """Refuses, before anything is restored, a task or model family that
+  has no Hugging Face counterpart."""
+  if config.task not in EXPORTED_TASKS:
+    raise ValueError(
+        f'{workdir} trained a {config.task!r} task: export writes '
+        + ', '.join(f'{task} ({family})'
+                    for task, family in EXPORTED_TASKS.items())
+        + ' models, which transformers loads.')
+
+
+def _language_model(task, params, config, workdir) -> _Export:
+  family = (llama if task.model_config.positional_encoding == 'rotary'
+            else gpt2)
+  hf, tensors = family.to_hf(params, task.model_config,
+                             getattr(task.tokenizer, 'ids', None))
+  return _text_export('Llama' if family is llama else 'GPT-2', hf, tensors,
+                      task, config, workdir)
+
+
+def _bert(task, params, config, workdir) -> _Export:
+  hf, tensors = bert.to_hf(params, task.model_config,
+                           getattr(task.tokenizer, 'ids', None))
+  return _text_export(f'BERT ({hf["architectures"][0]})', hf, tensors, task,
+                      config, workdir)
+
+
+def _text_export(name: str, hf: dict[str, Any],
+                 tensors: dict[str, np.ndarray], task,
+                 config: ml_collections.ConfigDict, workdir: str) -> _Export:
+  hf.update(_special_ids(task.tokenizer, config.task))
+  return _Export(name, hf, tensors, lambda output: _tokenizer_files(
+      config.data.tokenizer, workdir, output, hf))
+
+
+def _vit(task, params, config, workdir) -> _Export:
+  """ViTForImageClassification with the workdir's class names, and the
+  image processor of its task's inputs."""
+  del workdir  # the task holds what the files need
+  hf, tensors = vit.to_hf(params, task.model_config, list(task.class_names))
+  if config.train.loss == 'sigmoid':  # independent classes: pipelines
+    hf['problem_type'] = 'multi_label_classification'  # apply a sigmoid
+  processor = vit.image_processor(config.data.image_size,
+                                  config.data.load_size, task.num_channels)
+
+  def write_files(output: str) -> str:
+    _write_json(os.path.join(output, 'preprocessor_config.json'), processor)
+    return (f'preprocessor_config.json (ViTImageProcessor) in {output}, '
+            f'{len(task.class_names)} class names in config.json')
+  return _Export(f'ViT ({hf["architectures"][0]})', hf, tensors, write_files)
+
+
+_EXPORTERS = {'language_modeling': _language_model,
+              'masked_language_modeling': _bert,
+              'text_classification': _bert,
+              'image_classification': _vit}
 
 
 def _published(tokenizer, our_id: int) -> int:
@@ -158,3 +218,4 @@ def _tokenizer_files(kind: str, workdir: str, output: str, hf: dict) -> str:
             f'class: its files are in {output}/vocab, ids padding 0, EOS 1')
   _write_json(os.path.join(output, 'tokenizer_config.json'), settings)
   return f'the published tokenizer ({kind}) in {output}'
+

@@ -10,6 +10,7 @@ intermediate/output dense -> wi/wo; the final layernorm; the classifier
 (ViTModel has none: convert initialises a head of num_labels classes, to be
 fine-tuned; its pooler, which classification does not use, is left out).
 Hugging Face's 'gelu' is the exact (erf) form: 'gelu_exact' here.
+`to_hf` is the inverse (`convert --to=hf`), for ViTs trained here too.
 
 ViTConfig, field by field (transformers' defaults, `DEFAULTS`, stand for
 the fields a config.json omits):
@@ -166,6 +167,193 @@ def load(directory: str) -> tuple[vit.Config, dict[str, Any]]:
   """(config, parameters) of a Hugging Face ViT directory."""
   return files.load_hf(directory, config_from_hf, params_from_hf,
                        DEFAULTS)
+
+
+# -- Export: our ViT in Hugging Face's layout ---------------------------------
+
+# Our activations -> Hugging Face's name of the same function.
+_HF_ACTIVATIONS = {'gelu': 'gelu_new', 'gelu_exact': 'gelu', 'relu': 'relu',
+                   'swish': 'silu'}
+# `augment.normalize`, which every image task input goes through, maps
+# [0, 1] to [-1, 1]: (x - 0.5) / 0.5 in each channel.
+_MEAN = _STD = 0.5
+
+
+def export_problems(config: vit.Config) -> list[str]:
+  """The settings of `config` that Hugging Face's ViT does not compute, one
+  phrase each (none: the model exports exactly). Fixed 2-D positions, a
+  dense patch embedding and missing biases (`use_bias=False`) are
+  expressible: a position table, the convolution it equals, zeros."""
+  head_size = config.d_model // config.num_heads
+  problems = [
+      f'{field}={value!r} ({reason})' for field, value, ok, reason in (
+          ('pooling', config.pooling, config.pooling == 'token',
+           "the classifier reads the mean of the patch states; Hugging "
+           "Face's reads the class token's"),
+          ('norm_position', config.norm_position,
+           config.norm_position == 'pre', "Hugging Face's ViT normalises "
+           'before each sublayer'),
+          ('norm', config.norm, config.norm == 'layer',
+           "Hugging Face's ViT has LayerNorm"),
+          ('activation', config.activation,
+           config.activation in _HF_ACTIVATIONS,
+           "a gated MLP; Hugging Face's ViT has one dense layer before its "
+           'activation'),
+          ('num_kv_heads', config.num_kv_heads,
+           config.num_kv_heads in (None, config.num_heads),
+           'keys and values shared by groups of query heads'),
+          ('head_dim', config.head_dim, config.head_dim in (None, head_size),
+           f'heads of another width than d_model/num_heads={head_size}'),
+          ('value_head_dim', config.value_head_dim,
+           config.value_head_dim in (None, config.head_dim or head_size),
+           'values of another width than keys'))
+      if not ok]
+  return problems
+
+
+def _linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
+            ) -> dict[str, np.ndarray]:
+  """A flax Dense (our attention projections: heads folded in) as a
+  PyTorch Linear, weight [out, in]; a missing bias (`use_bias=False`) as
+  zeros, which compute the same."""
+  kernel = np.asarray(dense['kernel'])
+  weight = kernel.reshape(int(np.prod(kernel.shape[:in_axes])), -1).T
+  bias = dense.get('bias')
+  bias = (np.zeros(weight.shape[0]) if bias is None
+          else np.asarray(bias).reshape(-1))
+  return {f'{prefix}.weight': weight, f'{prefix}.bias': bias}
+
+
+def _norm(prefix: str, norm: dict[str, Any]) -> dict[str, np.ndarray]:
+  return {f'{prefix}.weight': norm['scale'], f'{prefix}.bias': norm['bias']}
+
+
+def _layer(prefix: str, ours: dict[str, Any]) -> dict[str, np.ndarray]:
+  """One encoder block as ViTLayer's tensors."""
+  attention = ours['self_attention']
+  tensors = {}
+  for name in ('query', 'key', 'value'):
+    tensors.update(_linear(f'{prefix}attention.attention.{name}',
+                           attention[name]))
+  tensors.update({
+      **_linear(f'{prefix}attention.output.dense', attention['out'], 2),
+      **_norm(f'{prefix}layernorm_before', ours['attention_sublayer']['norm']),
+      **_norm(f'{prefix}layernorm_after', ours['mlp_sublayer']['norm']),
+      **_linear(f'{prefix}intermediate.dense', ours['mlp']['wi']),
+      **_linear(f'{prefix}output.dense', ours['mlp']['wo'])})
+  return tensors
+
+
+def _position_embeddings(params: dict[str, Any], config: vit.Config
+                         ) -> np.ndarray:
+  """[1, tokens, D]: learned positions as they are; fixed 2-D sincos ones,
+  which ours adds to the patches before the class token joins them, as a
+  table whose class-token row is zero."""
+  if config.positional_encoding == 'learned':
+    return params['pos_embedding']
+  table = vit.sincos_2d(config.grid_size, config.d_model)
+  return np.concatenate([np.zeros((1, config.d_model), np.float32),
+                         table])[None]
+
+
+def _patch_projection(prefix: str, embedding: dict[str, Any],
+                      config: vit.Config) -> dict[str, np.ndarray]:
+  """The patch embedding as a convolution [D, C, P, P]: a dense one
+  (`patchify` flattens row, column, channel) is the same kernel."""
+  p, c = config.patch_size, config.num_channels
+  kernel = np.asarray(embedding['kernel']).reshape(p, p, c, -1)
+  return {f'{prefix}.weight': kernel.transpose(3, 2, 0, 1),
+          f'{prefix}.bias': embedding['bias']}
+
+
+def to_hf(params: dict[str, Any], config: vit.Config,
+          class_names: list[str] | None = None
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+  """The inverse of `config_from_hf` and `params_from_hf`: a config.json
+  dict and tensors named as ViTForImageClassification saves them (with
+  `class_names` as its id2label), or as ViTModel for parameters without a
+  head (`params_from_hf` of a ViTModel; transformers initialises the
+  pooler it leaves out, which classification does not read).
+
+  Raises:
+    ValueError: naming each setting Hugging Face's ViT cannot compute
+      (`export_problems`), or class names that are not one per class.
+  """
+  problems = export_problems(config)
+  if problems:
+    raise ValueError('; '.join(problems) + ": Hugging Face's ViT cannot "
+                     'compute this model, so it does not export; export a '
+                     'ViT trained without these settings.')
+  headless = 'head' not in params
+  if class_names is not None and len(class_names) != config.num_classes:
+    raise ValueError(f'{len(class_names)} class names for a classifier of '
+                     f'{config.num_classes} classes: give one name per '
+                     f'class, in the order of its outputs.')
+  model = '' if headless else 'vit.'
+  e = f'{model}embeddings.'
+  encoder = params['encoder']
+  tensors = {e + 'cls_token': params['cls'],
+             e + 'position_embeddings': _position_embeddings(params, config),
+             **_patch_projection(e + 'patch_embeddings.projection',
+                                 params['embedding'], config),
+             **_norm(f'{model}layernorm', encoder['final_norm'])}
+  for i in range(config.num_layers):
+    tensors.update(_layer(f'{model}encoder.layer.{i}.', encoder[f'layer_{i}']))
+  if not headless:
+    tensors.update(_linear('classifier', params['head']))
+  hf = _hf_config(config, headless, class_names)
+  return hf, {name: np.ascontiguousarray(np.asarray(value, np.float32))
+              for name, value in tensors.items()}
+
+
+def _hf_config(config: vit.Config, headless: bool,
+               class_names: list[str] | None) -> dict[str, Any]:
+  hf = {'model_type': 'vit',
+        'architectures': ['ViTModel' if headless
+                          else 'ViTForImageClassification'],
+        'hidden_size': config.d_model, 'num_hidden_layers': config.num_layers,
+        'num_attention_heads': config.num_heads,
+        'intermediate_size': config.mlp_dim,
+        'hidden_act': _HF_ACTIVATIONS[config.activation],
+        'layer_norm_eps': config.layer_norm_epsilon,
+        'hidden_dropout_prob': config.dropout_rate,
+        'attention_probs_dropout_prob': config.attention_dropout_rate,
+        'image_size': config.image_size, 'patch_size': config.patch_size,
+        'num_channels': config.num_channels, 'qkv_bias': True}
+  if headless:
+    return hf
+  if class_names is None:
+    hf['num_labels'] = config.num_classes
+  else:
+    hf['id2label'] = {str(i): name for i, name in enumerate(class_names)}
+    hf['label2id'] = {name: i for i, name in enumerate(class_names)}
+  return hf
+
+
+def image_processor(image_size: int, load_size: int, channels: int
+                    ) -> dict[str, Any]:
+  """preprocessor_config.json for transformers 5's ViTImageProcessor that
+  prepares an image file as `predict` does (`images.square` to
+  `load_size`, or `image_size` where that is 0, then `task.inputs`): the
+  shorter side resized (bilinear), the centre `image_size` square cut out,
+  [0, 255] mapped to [-1, 1] in each channel, colour made RGB.
+
+  What it cannot express, to a pixel: ours rounds the longer side where
+  transformers truncates it, and cuts the centre at `load_size` first,
+  which can move the crop by a pixel; transformers' torchvision backend
+  (the default where torchvision is installed) resizes with its own
+  filter. No image processor makes colour images grey: give a grey
+  (1-channel) model grey images.
+  """
+  return {'image_processor_type': 'ViTImageProcessor',
+          'do_convert_rgb': channels == 3,
+          'do_resize': True, 'size': {'shortest_edge': load_size or image_size},
+          'resample': 2,  # PIL's BILINEAR, as `images.square`
+          'do_center_crop': True,
+          'crop_size': {'height': image_size, 'width': image_size},
+          'do_rescale': True, 'rescale_factor': 1 / 255,
+          'do_normalize': True, 'image_mean': [_MEAN] * channels,
+          'image_std': [_STD] * channels}
 
 
 # -- The original google-research/vision_transformer .npz checkpoints ------
