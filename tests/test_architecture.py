@@ -1,9 +1,10 @@
-"""The layout docs/architecture.md describes is the code's: every room (a
-top-level module or folder of the package) on one floor of the page's
-floors block, every import between rooms going down, the page's layout
-block the one `transformer.tools.architecture` writes from the tree, and
-the tests' folders named after the rooms they test. Reads the source
-only (ast); one test runs the layout command."""
+"""The organization docs/architecture.md describes is the code's: every
+room (a top-level module or folder of the package) on one floor of the
+page's floors block, every import between rooms going down, the module
+index of the API reference (docs/api/index.md) the one
+`transformer.tools.architecture` writes from the tree, and the tests'
+folders named after the rooms they test. Reads the source only (ast);
+one test runs the layout command."""
 
 import ast
 import os
@@ -12,6 +13,8 @@ import re
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = os.path.join(REPO, 'transformer')
 PAGE = os.path.join(REPO, 'docs', 'architecture.md')
+# The page that holds the layout block (the module index).
+API_PAGE = os.path.join(REPO, 'docs', 'api', 'index.md')
 
 
 def floors() -> dict[str, int]:
@@ -99,9 +102,11 @@ def test_imports_between_rooms_only_go_down():
 def test_the_layout_on_the_page_is_the_trees():
   from transformer.tools import architecture  # pylint: disable=g-import-not-at-top
   with open(PAGE, encoding='utf-8') as f:
+    floors_text = f.read()
+  with open(API_PAGE, encoding='utf-8') as f:
     page = f.read()
-  assert architecture.with_layout(page) == page, (
-      'docs/architecture.md\'s layout differs from the tree: run python -m '
+  assert architecture.with_layout(page, floors_text=floors_text) == page, (
+      'docs/api/index.md\'s layout differs from the tree: run python -m '
       'transformer.tools.architecture')
 
 
@@ -119,8 +124,10 @@ def test_the_layout_names_every_module_and_follows_a_new_one(tmp_path):
   shutil.copytree(PACKAGE, package)
   (package / 'data' / 'new_source.py').write_text(
       '"""A new source of examples. More."""\n')
-  moved = architecture.with_layout(page, str(package))
-  assert moved != page
+  with open(API_PAGE, encoding='utf-8') as f:
+    api_page = f.read()
+  moved = architecture.with_layout(api_page, str(package), page)
+  assert moved != api_page
   assert 'new_source.py     A new source of examples.\n' in moved
   assert 'More.' not in moved
 
@@ -154,8 +161,9 @@ def test_a_module_that_does_not_parse_is_one_line_naming_it(tmp_path,
       assert name in line, line
 
 
-# Test folders that are not a room: bad input to every command.
-CROSS_CUTTING = {'trust'}
+# Test folders that are not a room: bad input to every command (trust),
+# the documentation site and its recipes (docs).
+CROSS_CUTTING = {'trust', 'docs'}
 
 
 def test_test_folders_are_named_after_rooms():

@@ -1,13 +1,13 @@
-"""The package's layout as docs/architecture.md shows it, written from the
+"""The API reference's module index (docs/api/index.md), written from the
 tree: every room of a floor and every module in it, each with the first
 sentence of its docstring.
 
-    python -m transformer.tools.architecture [--page=docs/architecture.md]
-        [--check]
+    python -m transformer.tools.architecture [--page=docs/api/index.md]
+        [--floors=docs/architecture.md] [--check]
 
-Rewrites the page's block between the two `layout` markers (the floors
-are the page's own, read from its floors block); `--check` changes
-nothing and exits 1 when the block differs from the tree, as
+Rewrites the page's block between the two `layout` markers, floor by
+floor as the floors block of docs/architecture.md has them; `--check`
+changes nothing and exits 1 when the block differs from the tree, as
 tests/test_architecture.py does. Reads the source only: nothing is
 imported or run.
 """
@@ -29,9 +29,14 @@ PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NAME_WIDTH = 24
 WIDTH = 79
 
+DOCS = os.path.join(os.path.dirname(PACKAGE), 'docs')
+
 _PAGE = flags.DEFINE_string(
-    'page', os.path.join(os.path.dirname(PACKAGE), 'docs', 'architecture.md'),
+    'page', os.path.join(DOCS, 'api', 'index.md'),
     'The page whose layout block is written.')
+_FLOORS = flags.DEFINE_string(
+    'floors', os.path.join(DOCS, 'architecture.md'),
+    'The page whose floors block (lines "floor N  a, b") orders the rooms.')
 _CHECK = flags.DEFINE_bool(
     'check', False, 'Change nothing; exit 1 when the page differs from the '
     'tree.')
@@ -142,23 +147,29 @@ def layout(page_text: str, package: str = PACKAGE) -> str:
   return '\n'.join(lines)
 
 
-def with_layout(page_text: str, package: str = PACKAGE) -> str:
-  """The page with its block between the markers written from the tree."""
+def with_layout(page_text: str, package: str = PACKAGE,
+                floors_text: str | None = None) -> str:
+  """The page with its block between the markers written from the tree,
+  its rooms ordered by the floors block of `floors_text` (the page's own
+  where None)."""
   if BEGIN not in page_text or END not in page_text:
     raise ValueError(f'the page has no layout markers; put the lines\n'
                      f'{BEGIN}\n{END}\nwhere the layout goes')
   before, rest = page_text.split(BEGIN, 1)
   after = rest.split(END, 1)[1]
-  block = layout(page_text, package)
+  block = layout(page_text if floors_text is None else floors_text, package)
   return f'{before}{BEGIN}\n```\n{block}\n```\n{END}{after}'
 
 
 def main(argv):
   cli.no_arguments(argv)
   cli.check_input_file('page', _PAGE.value, 'page')
+  cli.check_input_file('floors', _FLOORS.value, 'page')
   with open(_PAGE.value, encoding='utf-8') as f:
     page_text = f.read()
-  written = with_layout(page_text)
+  with open(_FLOORS.value, encoding='utf-8') as f:
+    floors_text = f.read()
+  written = with_layout(page_text, floors_text=floors_text)
   if written == page_text:
     print(f'{_PAGE.value}: the layout matches the tree.')
   elif _CHECK.value:

@@ -5,7 +5,7 @@ import os
 
 from conftest import REPO
 
-PAGE = os.path.join(REPO, 'docs', 'architecture.md')
+PAGE = os.path.join(REPO, 'docs', 'api', 'index.md')
 
 
 def test_the_layout_command_checks_and_writes(tmp_path):
@@ -13,7 +13,7 @@ def test_the_layout_command_checks_and_writes(tmp_path):
   import sys  # pylint: disable=g-import-not-at-top
   with open(PAGE, encoding='utf-8') as f:
     page = f.read()
-  stale = tmp_path / 'architecture.md'
+  stale = tmp_path / 'index.md'
   stale.write_text(page.replace('Entry point: train and evaluate', 'Old'))
   command = [sys.executable, '-m', 'transformer.tools.architecture',
              f'--page={stale}']
