@@ -57,10 +57,13 @@ def nav(names: list[str]) -> list:
 
 
 def on_config(config):
-  """Appends the module pages to the API reference section of the nav."""
+  """Appends the module pages to the API reference section of the nav
+  (once: `mkdocs serve` may build again with the same config)."""
   for entry in config.nav or []:
     if isinstance(entry, dict) and SECTION in entry:
-      entry[SECTION] = list(entry[SECTION]) + nav(modules())
+      generated = nav(modules())
+      entry[SECTION] = [page_entry for page_entry in entry[SECTION]
+                        if page_entry not in generated] + generated
       return config
   raise ValueError(f'mkdocs.yml: the nav has no {SECTION!r} section for '
                    f'the module pages')
