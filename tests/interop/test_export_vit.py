@@ -45,10 +45,11 @@ def _images(config, seed: int = 0) -> np.ndarray:
           np.float32)
 
 
-def _loaded(directory, architecture=transformers.AutoModelForImageClassification,
-            **kwargs):
+def _loaded(directory, architecture=None, **kwargs):
   """The exported model as transformers loads it: nothing missing,
-  unexpected or mis-shaped."""
+  unexpected or mis-shaped (`architecture`: AutoModelForImageClassification
+  unless given)."""
+  architecture = architecture or transformers.AutoModelForImageClassification
   model, info = architecture.from_pretrained(directory,
                                              output_loading_info=True,
                                              **kwargs)

@@ -211,8 +211,8 @@ def export_problems(config: vit.Config) -> list[str]:
   return problems
 
 
-def _linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
-            ) -> dict[str, np.ndarray]:
+def _torch_linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
+                  ) -> dict[str, np.ndarray]:
   """A flax Dense (our attention projections: heads folded in) as a
   PyTorch Linear, weight [out, in]; a missing bias (`use_bias=False`) as
   zeros, which compute the same."""
@@ -224,7 +224,7 @@ def _linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
   return {f'{prefix}.weight': weight, f'{prefix}.bias': bias}
 
 
-def _norm(prefix: str, norm: dict[str, Any]) -> dict[str, np.ndarray]:
+def _torch_norm(prefix: str, norm: dict[str, Any]) -> dict[str, np.ndarray]:
   return {f'{prefix}.weight': norm['scale'], f'{prefix}.bias': norm['bias']}
 
 
@@ -233,14 +233,15 @@ def _layer(prefix: str, ours: dict[str, Any]) -> dict[str, np.ndarray]:
   attention = ours['self_attention']
   tensors = {}
   for name in ('query', 'key', 'value'):
-    tensors.update(_linear(f'{prefix}attention.attention.{name}',
-                           attention[name]))
+    tensors.update(_torch_linear(f'{prefix}attention.attention.{name}',
+                                 attention[name]))
   tensors.update({
-      **_linear(f'{prefix}attention.output.dense', attention['out'], 2),
-      **_norm(f'{prefix}layernorm_before', ours['attention_sublayer']['norm']),
-      **_norm(f'{prefix}layernorm_after', ours['mlp_sublayer']['norm']),
-      **_linear(f'{prefix}intermediate.dense', ours['mlp']['wi']),
-      **_linear(f'{prefix}output.dense', ours['mlp']['wo'])})
+      **_torch_linear(f'{prefix}attention.output.dense', attention['out'], 2),
+      **_torch_norm(f'{prefix}layernorm_before',
+                    ours['attention_sublayer']['norm']),
+      **_torch_norm(f'{prefix}layernorm_after', ours['mlp_sublayer']['norm']),
+      **_torch_linear(f'{prefix}intermediate.dense', ours['mlp']['wi']),
+      **_torch_linear(f'{prefix}output.dense', ours['mlp']['wo'])})
   return tensors
 
 
@@ -296,11 +297,11 @@ def to_hf(params: dict[str, Any], config: vit.Config,
              e + 'position_embeddings': _position_embeddings(params, config),
              **_patch_projection(e + 'patch_embeddings.projection',
                                  params['embedding'], config),
-             **_norm(f'{model}layernorm', encoder['final_norm'])}
+             **_torch_norm(f'{model}layernorm', encoder['final_norm'])}
   for i in range(config.num_layers):
     tensors.update(_layer(f'{model}encoder.layer.{i}.', encoder[f'layer_{i}']))
   if not headless:
-    tensors.update(_linear('classifier', params['head']))
+    tensors.update(_torch_linear('classifier', params['head']))
   hf = _hf_config(config, headless, class_names)
   return hf, {name: np.ascontiguousarray(np.asarray(value, np.float32))
               for name, value in tensors.items()}
