@@ -5,17 +5,22 @@ files, which transformers' `AutoModel*`, `AutoTokenizer` and
 
 Language models export as GPT-2 (learned positions, LayerNorm, GELU) or
 Llama (rotary positions, RMSNorm, a gated MLP), masked-LM and
-classification encoders as BERT, and image classifiers as ViT
+classification encoders as BERT, image classifiers as ViT
 (ViTForImageClassification, with a preprocessor_config.json that prepares
-images as `predict` does, `vit.image_processor`), each through its
-family's `to_hf`, which refuses by name a model it cannot represent before
-anything is written. A converted workdir's vocabulary goes back to the
-published ids (`published_ids.IdOrder`), and its published tokenizer files
+images as `predict` does, `vit.image_processor`) and translation
+Transformers as Marian (MarianMTModel, with MarianTokenizer's files), each
+through its family's `to_hf`, which refuses by name a model it cannot
+represent before anything is written. A converted workdir's vocabulary goes
+back to the published ids (`published_ids.IdOrder`; Marian's to OPUS-MT's
+numbering, `marian.published_order`), and its published tokenizer files
 are written as they came; the special ids in config.json are the published
 ones. Low-rank adapters are merged into the kernels first, and scanned
-layers unstacked. A vocabulary built here (SentencePiece, characters,
-bytes, words) has no Hugging Face tokenizer class: its files are copied
-beside the model, and the ids are ours (padding 0, EOS 1).
+layers unstacked. A translation vocabulary built here (SentencePiece)
+becomes Marian's, the one model on both sides, with our ids (padding 0,
+EOS 1, unknown 2); a language model's or encoder's vocabulary built here
+(SentencePiece, characters, bytes, words) has no Hugging Face tokenizer
+class: its files are copied beside the model, and the ids are ours
+(padding 0, EOS 1).
 """
 
 from __future__ import annotations
@@ -38,13 +43,15 @@ from transformer.interop import bert
 from transformer.interop import files
 from transformer.interop import gpt2
 from transformer.interop import llama
+from transformer.interop import marian
 from transformer.interop import vit
 
 # Tasks whose models export, and the families they export as.
 EXPORTED_TASKS = {'language_modeling': 'GPT-2 or Llama',
                   'masked_language_modeling': 'BERT',
                   'text_classification': 'BERT',
-                  'image_classification': 'ViT'}
+                  'image_classification': 'ViT',
+                  'translation': 'Marian'}
 
 
 class _Export(NamedTuple):
@@ -102,6 +109,12 @@ def _check_exported(workdir: str, config: ml_collections.ConfigDict) -> None:
         + ', '.join(f'{task} ({family})'
                     for task, family in EXPORTED_TASKS.items())
         + ' models, which transformers loads.')
+  family = config.model.get('family', 'transformer')
+  if config.task == 'translation' and family != 'transformer':
+    raise ValueError(
+        f'{workdir} trained a {family!r} translation model, which Marian (a '
+        f'Transformer encoder-decoder) cannot compute: export translation '
+        f"models of model.family='transformer'.")
 
 
 def _language_model(task, params, config, workdir) -> _Export:
@@ -145,10 +158,23 @@ def _vit(task, params, config, workdir) -> _Export:
   return _Export(f'ViT ({hf["architectures"][0]})', hf, tensors, write_files)
 
 
+def _marian(task, params, config, workdir) -> _Export:
+  """MarianMTModel, in OPUS-MT's ids for a converted workdir, in ours for
+  a vocabulary built here."""
+  model = task.model_config
+  ids = (marian.published_order(model.vocab_size)
+         if config.data.tokenizer == 'marian' else None)
+  hf, tensors = marian.to_hf(params, model, ids)
+  return _Export('Marian (MarianMTModel)', hf, tensors,
+                 lambda output: _marian_tokenizer_files(
+                     task.tokenizer, config, workdir, output, ids))
+
+
 _EXPORTERS = {'language_modeling': _language_model,
               'masked_language_modeling': _bert,
               'text_classification': _bert,
-              'image_classification': _vit}
+              'image_classification': _vit,
+              'translation': _marian}
 
 
 def _published(tokenizer, our_id: int) -> int:
@@ -219,3 +245,31 @@ def _tokenizer_files(kind: str, workdir: str, output: str, hf: dict) -> str:
   _write_json(os.path.join(output, 'tokenizer_config.json'), settings)
   return f'the published tokenizer ({kind}) in {output}'
 
+
+def _marian_tokenizer_files(tokenizer, config: ml_collections.ConfigDict,
+                            workdir: str, output: str, ids) -> str:
+  """source.spm, target.spm, vocab.json and tokenizer_config.json, as
+  transformers' MarianTokenizer reads them: a converted workdir's
+  SentencePiece models as published, or the SentencePiece model built here
+  on both sides (the one vocabulary of source and target); vocab.json
+  numbers the pieces in the model's ids (`ids`: ours -> the published
+  ones; None: ours)."""
+  vocab = storage.fetch_folder(storage.join(workdir, 'vocab'))
+  models = ((marian.SOURCE_SPM, marian.TARGET_SPM) if ids is not None
+            else ('spm.model', 'spm.model'))
+  for model, name in zip(models, (marian.SOURCE_SPM, marian.TARGET_SPM)):
+    shutil.copy(os.path.join(vocab, model), os.path.join(output, name))
+  pieces = [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
+  numbers = range(len(pieces)) if ids is None else ids.order.tolist()
+  _write_json(os.path.join(output, marian.VOCAB),
+              {piece: int(i) for piece, i in zip(pieces, numbers)})
+  _write_json(os.path.join(output, 'tokenizer_config.json'), {
+      'tokenizer_class': 'MarianTokenizer',
+      'source_lang': config.data.source_lang,
+      'target_lang': config.data.target_lang,
+      'model_max_length': config.data.max_length, 'separate_vocabs': False,
+      'pad_token': pieces[tokenization.PAD_ID],
+      'eos_token': pieces[tokenization.EOS_ID],
+      'unk_token': pieces[tokenization.UNK_ID]})
+  kind = 'published' if ids is not None else 'built here, our ids'
+  return f'the Marian tokenizer ({kind}) in {output}'

@@ -13,6 +13,20 @@ embedding rows and the logits bias move the same way (`vocabulary_rows`),
 so the model computes the same function and its logits are Marian's,
 permuted.
 
+`to_hf` is the inverse (`convert --to=hf`), for our own encoder-decoder
+Transformers of Marian's shape too (post-LN, fixed sinusoids, one tied
+embedding; `export_problems` names what else is refused). Sinusoids
+interleaved as the paper lays them out, where Marian concatenates them,
+export with the model width reordered, which computes the same function
+(every layer, LayerNorm included, treats the features alike). Marian's
+LayerNorms divide by sqrt(variance + 1e-5), whatever the model: a model
+trained with a smaller epsilon (ours is 1e-6 by default) exports with
+1e-5, which changes each normalised value by a factor within
+1e-5 / (2 variance) of 1 (a tiny random model's logits, of size 1, moved
+by 1e-5: tests/interop/test_export_marian.py); a larger epsilon is
+refused. A converted workdir keeps its pieces in our order alone, so it
+exports in OPUS-MT's numbering (`published_order`).
+
 MarianConfig, field by field (transformers' defaults, `DEFAULTS`, stand
 for the fields a config.json omits: its activation is 'gelu', although
 OPUS-MT models name 'swish'):
@@ -260,3 +274,198 @@ def load(directory: str) -> tuple[encoder_decoder.Config, dict[str, Any],
   by_id = {i: piece for piece, i in pieces.items()}
   params = params_from_hf(files.read_safetensors(directory), config, ids)
   return config, params, [by_id[int(i)] for i in ids.order]
+
+
+# -- Export: our Transformer in MarianMTModel's layout ----------------------
+
+# Our activations -> Marian's names of the same function (OPUS-MT names
+# 'swish').
+_HF_ACTIVATIONS = {'swish': 'swish', 'relu': 'relu', 'gelu': 'gelu_new',
+                   'gelu_exact': 'gelu'}
+# The epsilon of every LayerNorm of transformers' Marian (torch's default).
+LAYER_NORM_EPSILON = 1e-5
+
+
+def published_order(size: int) -> published_ids.IdOrder:
+  """The ids OPUS-MT numbers its vocabulary with (EOS 0, unknown 1, the
+  other pieces in order, padding last), from ours: a converted workdir
+  keeps its pieces in our order alone, so export numbers them so; a
+  checkpoint that numbered them otherwise exports to the same model with
+  its vocabulary numbered the OPUS-MT way."""
+  return published_ids.IdOrder.of(size, pad=size - 1, eos=0, unk=1)
+
+
+def export_problems(config: Any) -> list[str]:
+  """The settings of `config` that Marian does not compute, one phrase
+  each (none: the model exports, `to_hf`)."""
+  if not isinstance(config, encoder_decoder.Config):
+    return [f'{type(config).__module__}.{type(config).__qualname__} (Marian '
+            f'is a Transformer encoder-decoder)']
+  head_size = config.d_model // config.num_heads
+  checks = (
+      ('norm_position', config.norm_position == 'post',
+       'Marian normalises after each sublayer'),
+      ('norm', config.norm == 'layer', 'Marian has LayerNorm'),
+      ('positional_encoding', config.positional_encoding == 'sinusoidal',
+       'Marian adds fixed sinusoids'),
+      ('tie_embeddings', config.tie_embeddings,
+       "an output projection of its own; Marian's softmax reads the shared "
+       'embedding'),
+      ('activation', config.activation in _HF_ACTIVATIONS,
+       'a gated MLP; Marian has one dense layer before its activation'),
+      ('num_kv_heads', config.num_kv_heads in (None, config.num_heads),
+       'keys and values shared by groups of query heads'),
+      ('head_dim', config.head_dim in (None, head_size),
+       f'heads of another width than d_model/num_heads={head_size}'),
+      ('value_head_dim',
+       config.value_head_dim in (None, config.head_dim or head_size),
+       'values of another width than keys'),
+      ('layer_norm_epsilon', config.layer_norm_epsilon <= LAYER_NORM_EPSILON,
+       f"Marian's LayerNorms have epsilon {LAYER_NORM_EPSILON}, which only "
+       f'a model of a smaller one follows closely'))
+  return [f'{field}={getattr(config, field)!r} ({reason})'
+          for field, ok, reason in checks if not ok]
+
+
+def _torch_linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
+                  ) -> dict[str, np.ndarray]:
+  """A flax Dense (our attention projections: heads folded in) as a
+  PyTorch Linear, weight [out, in]; a missing bias (`use_bias=False`) as
+  zeros, which compute the same."""
+  kernel = np.asarray(dense['kernel'])
+  weight = kernel.reshape(int(np.prod(kernel.shape[:in_axes])), -1).T
+  bias = dense.get('bias')
+  bias = (np.zeros(weight.shape[0]) if bias is None
+          else np.asarray(bias).reshape(-1))
+  return {f'{prefix}.weight': weight, f'{prefix}.bias': bias}
+
+
+def _torch_norm(prefix: str, sublayer: dict[str, Any]
+                ) -> dict[str, np.ndarray]:
+  norm = sublayer['norm']
+  return {f'{prefix}.weight': norm['scale'], f'{prefix}.bias': norm['bias']}
+
+
+def _attention_tensors(prefix: str, attention: dict[str, Any]
+                       ) -> dict[str, np.ndarray]:
+  tensors = {}
+  for ours, theirs in (('query', 'q_proj'), ('key', 'k_proj'),
+                       ('value', 'v_proj')):
+    tensors.update(_torch_linear(f'{prefix}.{theirs}', attention[ours]))
+  tensors.update(_torch_linear(f'{prefix}.out_proj', attention['out'], 2))
+  return tensors
+
+
+def _layer_tensors(prefix: str, ours: dict[str, Any]
+                   ) -> dict[str, np.ndarray]:
+  """One encoder (or, with cross-attention, decoder) layer as Marian's."""
+  tensors = {
+      **_attention_tensors(f'{prefix}.self_attn', ours['self_attention']),
+      **_torch_norm(f'{prefix}.self_attn_layer_norm',
+                    ours['attention_sublayer']),
+      **_torch_linear(f'{prefix}.fc1', ours['mlp']['wi']),
+      **_torch_linear(f'{prefix}.fc2', ours['mlp']['wo']),
+      **_torch_norm(f'{prefix}.final_layer_norm', ours['mlp_sublayer'])}
+  if 'cross_attention' in ours:
+    tensors.update({
+        **_attention_tensors(f'{prefix}.encoder_attn',
+                             ours['cross_attention']),
+        **_torch_norm(f'{prefix}.encoder_attn_layer_norm',
+                      ours['cross_attention_sublayer'])})
+  return tensors
+
+
+# The axis of the model width in each Marian tensor, by its module's and
+# its own name (the end of the tensor's name); every LayerNorm's is 0.
+_WIDTH_AXIS = {('shared', 'weight'): 1, ('q_proj', 'weight'): 1,
+               ('k_proj', 'weight'): 1, ('v_proj', 'weight'): 1,
+               ('out_proj', 'weight'): 0, ('out_proj', 'bias'): 0,
+               ('fc1', 'weight'): 1, ('fc2', 'weight'): 0, ('fc2', 'bias'): 0}
+
+
+def _concatenated_sinusoids(tensors: dict[str, np.ndarray], d_model: int
+                            ) -> dict[str, np.ndarray]:
+  """A model of interleaved sinusoids (sin, cos of one frequency side by
+  side) with its width reordered so that they sit concatenated ([sin... |
+  cos...]), as Marian adds them: the same function, features renamed."""
+  order = np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+  moved = {}
+  for name, value in tensors.items():
+    path, _, kind = name.rpartition('.')
+    module = path.rpartition('.')[2]
+    axis = 0 if module.endswith('layer_norm') else _WIDTH_AXIS.get(
+        (module, kind))
+    moved[name] = value if axis is None else np.take(value, order, axis=axis)
+  return moved
+
+
+def to_hf(params: dict[str, Any], config: encoder_decoder.Config,
+          ids: published_ids.IdOrder | None = None
+          ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+  """The inverse of `config_from_hf` and `params_from_hf`: a MarianConfig
+  dict and tensors named as MarianMTModel saves them (the one shared
+  embedding, which Marian ties to encoder, decoder and softmax, and the
+  final logits bias, zero for a model without one).
+
+  Args:
+    params: our parameters, in our ids.
+    config: the model's.
+    ids: our ids -> the published ones (a converted workdir's,
+      `published_order`); None: ours are the published ids (a vocabulary
+      built here: padding 0, EOS 1, unknown 2).
+
+  Raises:
+    ValueError: naming each setting Marian does not compute
+      (`export_problems`).
+  """
+  problems = export_problems(config)
+  if problems:
+    raise ValueError('; '.join(problems) + ': Marian cannot compute this '
+                     'model, so it does not export; export a translation '
+                     'Transformer trained without these settings.')
+  if 'final_logits_bias' not in params:
+    params = {**params, 'final_logits_bias': np.zeros(config.vocab_size,
+                                                      np.float32)}
+  if ids is not None:
+    if ids.added_padding:
+      raise ValueError('The id order adds padding, which Marian\'s '
+                       'vocabulary has: give `published_order(vocab_size)`, '
+                       'or None for a vocabulary built here.')
+    params = vocabulary_rows.in_published_ids(params, ids)
+  tensors = {'model.shared.weight': params['embed']['embed']['embedding'],
+             'final_logits_bias': np.asarray(params['final_logits_bias'])[
+                 None]}
+  for side in ('encoder', 'decoder'):
+    for i in range(config.num_layers):
+      tensors.update(_layer_tensors(f'model.{side}.layers.{i}',
+                                    params[side][f'layer_{i}']))
+  if config.sinusoidal_layout == 'interleaved':
+    tensors = _concatenated_sinusoids(tensors, config.d_model)
+  return (_hf_config(config, ids),
+          {name: np.ascontiguousarray(np.asarray(value, np.float32))
+           for name, value in tensors.items()})
+
+
+def _hf_config(config: encoder_decoder.Config,
+               ids: published_ids.IdOrder | None) -> dict[str, Any]:
+  """MarianConfig's fields: one size for encoder and decoder, and the
+  special ids (padding also starts the decoder) in the published ids."""
+  pad, eos = (0, 1) if ids is None else (int(ids.order[0]),
+                                         int(ids.order[1]))
+  hf = {'model_type': 'marian', 'architectures': ['MarianMTModel'],
+        'vocab_size': config.vocab_size,
+        'decoder_vocab_size': config.vocab_size, 'd_model': config.d_model,
+        'max_position_embeddings': config.max_length,
+        'activation_function': _HF_ACTIVATIONS[config.activation],
+        'scale_embedding': config.scale_embeddings,
+        'dropout': config.dropout_rate,
+        'attention_dropout': config.attention_dropout_rate,
+        'activation_dropout': 0.0, 'pad_token_id': pad, 'eos_token_id': eos,
+        'decoder_start_token_id': pad, 'forced_eos_token_id': eos,
+        'share_encoder_decoder_embeddings': True, 'tie_word_embeddings': True,
+        'is_encoder_decoder': True}
+  for side in ('encoder', 'decoder'):
+    hf.update({f'{side}_layers': config.num_layers,
+               f'{side}_attention_heads': config.num_heads,
+               f'{side}_ffn_dim': config.mlp_dim})
+  return hf

@@ -21,9 +21,10 @@ checks every converted tensor against the model's shapes and restores the
 written workdir, comparing its logits with the converted parameters'; a
 failure exits non-zero and leaves no workdir at --output.
 
-`--to=hf` writes config.json, model.safetensors and the tokenizer files of
-a language model (as GPT-2 or Llama) or a BERT encoder, converted or
-trained here, which transformers' `from_pretrained` loads
+`--to=hf` writes config.json, model.safetensors and the tokenizer (or
+image processor) files of a language model (as GPT-2 or Llama), a BERT
+encoder, a ViT image classifier or a translation Transformer (as Marian),
+converted or trained here, which transformers' `from_pretrained` loads
 (`transformer/interop/export.py`).
 """
 
