@@ -40,8 +40,9 @@ def page(module: str) -> str:
 
 
 def nav(names: list[str]) -> list:
-  """The section's entries: one per room (a top-level module, or a
-  package with its modules under it), alphabetical."""
+  """The section's entries: the package, then one per room (a top-level
+  module, or a package with its modules under it), alphabetical; each
+  labelled by its name inside the package."""
   rooms: dict[str, list[str]] = {}
   for name in names:
     parts = name.split('.')
@@ -50,9 +51,12 @@ def nav(names: list[str]) -> list:
   entries = [{PACKAGE: page(PACKAGE)}]
   for room, members in sorted(rooms.items()):
     if len(members) == 1:
-      entries.append({members[0]: page(members[0])})
+      entries.append({room: page(members[0])})
     else:
-      entries.append({room: [{name: page(name)} for name in members]})
+      prefix = f'{PACKAGE}.{room}.'
+      entries.append({f'{room}/': [
+          {name.removeprefix(prefix) if name != prefix[:-1] else room:
+           page(name)} for name in members]})
   return entries
 
 

@@ -51,10 +51,9 @@ def test_a_new_module_gets_a_page_and_a_place_in_the_nav(api_pages,
       'api/transformer/data/new_source.md')
   assert api_pages.nav(names) == [
       {'transformer': 'api/transformer.md'},
-      {'data': [{'transformer.data': 'api/transformer/data.md'},
-                {'transformer.data.new_source':
-                 'api/transformer/data/new_source.md'}]},
-      {'transformer.train': 'api/transformer/train.md'}]
+      {'data/': [{'data': 'api/transformer/data.md'},
+                 {'new_source': 'api/transformer/data/new_source.md'}]},
+      {'train': 'api/transformer/train.md'}]
 
 
 def test_the_package_has_a_page_per_module(api_pages):
