@@ -559,7 +559,7 @@ def restore(workdir: str, *, average: int = 1,
 def adapters_of(task: tasks.Task) -> lora.Lora | None:
   """The low-rank adapters a task's model has (None: every weight trains;
   models without the lora_* fields never have them)."""
-  return getattr(task.model_config, 'lora', None)
+  return getattr(getattr(task, 'model_config', None), 'lora', None)
 
 
 def _saved_base(workdir: str, step: int) -> dict[str, Any]:

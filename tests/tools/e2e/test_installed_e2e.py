@@ -22,6 +22,7 @@ def _run(*args, **kwargs):
 # 24 s on 2 cores: out of the default run, which it would take past 10
 # minutes; .ci/run runs it after the default run.
 @pytest.mark.slow
+@pytest.mark.ci
 def test_a_wheel_trains_the_default_experiment_from_anywhere(tmp_path):
   _run(sys.executable, '-m', 'pip', 'wheel', '-q', '--no-deps',
        '--no-build-isolation', '-w', str(tmp_path / 'dist'), REPO)
