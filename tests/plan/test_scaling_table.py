@@ -14,8 +14,8 @@ from transformer.plan import topology
 def test_every_row_is_an_experiment_with_fields_that_exist():
   for row in scaling.ROWS:
     name, _, arg = row.experiment.removeprefix('experiments/').partition(':')
-    config = configs.override(load_experiment(name.removesuffix('.py'), arg),
-                              row.overrides)  # an unknown field raises
+    configs.override(load_experiment(name.removesuffix('.py'), arg),
+                     row.overrides)  # an unknown field raises
     for _, name in row.topologies:
       topology.parse(name)
     assert set(row.published) <= {name for _, name in row.topologies}
