@@ -230,3 +230,9 @@ def test_an_empty_split_is_refused_naming_it(tmp_path):
   with raises_naming(ValueError, "'dev' split", "source='tsv'",
                      f'config.data.path={tmp_path}', 'has no rows'):
     task.rows('dev')
+  # An empty train.tsv is named as the data, not as the vocabulary that
+  # would have been trained on it.
+  (tmp_path / 'train.tsv').write_text('')
+  with raises_naming(ValueError, "'train' split",
+                     f'config.data.path={tmp_path}', 'has no rows'):
+    text_classification.TextClassificationTask(config, str(tmp_path / 'w2'))
