@@ -13,11 +13,10 @@ Both on the same 3-layer CNN grid (4x4 cells of 128 features for 32x32
 images), 10,000 training scenes (20,000 captions), batches of 64, Adam with
 warmup and cosine decay; `encoder=vit` uses ViT patch features instead.
 Evaluation: BLEU-1..4 and exact match of greedy captions of 500 test
-scenes, and attention figures in WORKDIR/plots. Measured on a 2-core CPU
-after 3,000 steps (2026-11-27, seeds 0 and 1, docs/results.md): Show,
-Attend and Tell BLEU-4 93.3 and 94.5, exact match 84.2% and 87.2% (6 min
-5 s alone); Transformer BLEU-4 96.8 and 96.6, exact match 94.2% and 93.4%
-(6 min 33 s alone). `runlocal` is a seconds-long variant for tests.
+scenes, and attention figures in WORKDIR/plots. Expected results: the
+registry rows docs/results/captioning_show_attend_tell.json and
+captioning_transformer.json. `runlocal` is a seconds-long variant for
+tests.
 """
 
 from transformer import configs

@@ -13,10 +13,8 @@ same width and depth:
         --config=experiments/lm_offline.py:model=llama \
         --workdir=workdirs/lm_offline_llama
 
-Measured on a 2-core CPU (2026-11-27, seed 0, beside other work, 7 min
-32 s) with --config.train.num_steps=1000: 862,976 parameters, validation
-perplexity 8.87 (accuracy 43.6%, 1.063 bits per byte); the samples
-grammatical ("Three tall brothers want the tiny red guitars.").
+Expected result with --config.train.num_steps=1000: the registry row
+docs/results/lm_offline.json (validation perplexity and accuracy).
 
 Its rotary settings are the model section's rope_* fields, e.g.
 `--config.model.rope_theta=500000.0`. `:runlocal` (also

@@ -11,20 +11,11 @@ loss and BLEU, default val), size (model size of encoder_decoder.SIZES,
 default small: 3+3 layers, D=256, 8 heads, d_ff 512, as in the Multi30k
 tutorial models), runlocal (any value: a seconds-long variant for tests).
 
-Measured with the command above (2026-11-28, seeds 0 and 1, 2-core CPU,
-docs/results.md), Multi30k de->en, test_2016_flickr, beam 4: sacreBLEU
-42.64 and 41.83 averaging the last 5 checkpoints (steps 6,000 to 8,000;
-mean 42.24), 41.57 and 41.53 at the last; validation BLEU 43.01 and 43.20;
-about 2 h 40 min to 2 h 55 min a run alone (8,000 x 1.18 to 1.31 s, the
-steps seed 1 ran alone; both runs were mostly beside other work: 3 h 44
-min and 4 h 10 min of training).
-Dropout 0.3 and 8,000 steps: at dropout 0.1 the 29,000 pairs are overfit
-after step 2,000 (test perplexity 5.39 -> 6.27 by step 4,000 for seed 0)
-and 4,000 steps gave 41.48 and 42.00 averaged, validation 42.23 and 42.12.
-The paper tables' reduced scales pin the paper's dropout 0.1. On earlier
-code (86a2163, 2026-11-21; docs/earlier_results.md) with
-`--config.data.max_length=64 --config.train.num_steps=3000`, dropout 0.1:
-41.35 with beam 4 (40.2 greedy), 41.16 averaging the last 5 checkpoints.
+Expected result, Multi30k de->en: the registry row
+docs/results/multi30k_de_en.json (sacreBLEU on test_2016_flickr, beam 4,
+the last 5 checkpoints averaged). Dropout 0.3 and 8,000 steps because at
+dropout 0.1 the 29,000 pairs are overfit early (docs/results.md); the
+paper tables' reduced scales pin the paper's dropout 0.1.
 """
 
 from transformer import configs

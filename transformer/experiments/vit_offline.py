@@ -7,10 +7,9 @@ classes with random colours, sizes, places and noise, generated in process
 
 A 4-layer ViT of width 128 on 4x4 patches (64 patches and a class token),
 random crops with 4 pixels of padding and flips, AdamW with warmup and
-cosine decay. Measured on a 2-core CPU (2026-11-27, docs/results.md):
-65.05% and 63.55% test accuracy (seeds 0 and 1; top-5 97.65% and 96.75%),
-about 10 to 12 min beside other work. `:runlocal` is a seconds-long
-variant for tests.
+cosine decay. Expected result: the registry row
+docs/results/vit_offline.json (test accuracy and top-5). `:runlocal` is a
+seconds-long variant for tests.
 """
 
 from transformer import configs
