@@ -110,6 +110,10 @@ def test_a_model_that_cannot_fit_is_refused_naming_its_terms():
              for option in report.shrink(plan, config))
 
 
+# 19 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_search_climbs_each_meshs_ladder_and_finds_what_fits():
   """On a chip of 6 MiB, a small LM's data-parallel step (6.3 to 10 MiB a
   chip, libtpu 0.0.42.1, whatever it saves) does not fit and its fully

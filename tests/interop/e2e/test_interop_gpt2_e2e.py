@@ -52,6 +52,10 @@ def _text(path, lines):
   return str(path)
 
 
+# 19 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_fine_tuning_starts_where_the_reference_scores_and_trains_on(
     published, converted, tmp_path):
   """experiments/lm_finetune.py from the converted workdir: its step-0

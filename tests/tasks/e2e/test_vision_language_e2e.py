@@ -45,6 +45,10 @@ def test_pretraining_runs_and_resumes_exactly(pretrained, tmp_path):
   jax.tree.map(np.testing.assert_array_equal, a.params, b.params)
 
 
+# 37 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_question_answering_starts_from_pretraining_and_reports_types(
     pretrained, tmp_path):
   _, source = pretrained

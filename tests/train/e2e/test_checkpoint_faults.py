@@ -246,6 +246,10 @@ def test_disk_full_at_the_first_checkpoint_leaves_nothing_behind(
   assert sorted(os.listdir(workdir / 'checkpoints')) == ['2', '4']
 
 
+# 18 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_full_disk_stops_training_with_one_line(small_disk):
   workdir = small_disk / 'run'
   command = [sys.executable, '-m', 'transformer.main', f'--workdir={workdir}',

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 
@@ -28,6 +30,10 @@ def train(workdir, home, **settings):
   assert run.returncode == 0, run.stderr[-3000:]
 
 
+# 19 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_a_second_start_finds_every_program_in_the_cache(tmp_path):
   cache = tmp_path / 'home' / '.cache' / 'transformer' / 'jax'
   # Every program kept: with JAX's 1 s threshold, one that compiles in

@@ -67,6 +67,10 @@ def free_port() -> int:
     return s.getsockname()[1]
 
 
+# 24 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_two_processes_agree_with_one(tmp_path):
   """Two processes joined by jax.distributed on localhost, 4 devices each,
   train the offline MT experiment; its checkpoint equals that of one process
