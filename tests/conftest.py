@@ -218,12 +218,13 @@ def gcs_in_process(gcs_emulator_url, monkeypatch):
 # tests that train a model or start a process (`e2e`); the other tests of
 # the rooms whose tests put the pieces together (a task over data and a
 # model, the trainer and its checkpoints, published checkpoints against
-# their reference implementations, the commands, the planner) are
-# `integration`; the rest, unless slow, are `unit`: `pytest -m unit` runs
-# the properties of the library's parts alone. A test outside an e2e
+# their reference implementations, the commands, the planner, the
+# documentation's recipes run against the code) are `integration`; the
+# rest, unless slow, are `unit`: `pytest -m unit` runs the properties of
+# the library's parts alone. A test outside an e2e
 # folder that starts a process or a training loop fails, naming the folder
 # it belongs in.
-_INTEGRATION = ('tasks', 'train', 'interop', 'tools', 'trust', 'plan')
+_INTEGRATION = ('tasks', 'train', 'interop', 'tools', 'trust', 'plan', 'docs')
 
 
 def _place(path) -> tuple[str, bool]:
