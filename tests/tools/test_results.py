@@ -62,7 +62,13 @@ def test_a_row_whose_code_changed_is_stale_unless_history(registry):
   path = registry / 'docs/results/lm_offline.json'
   row = json.loads(path.read_text())
   path.write_text(json.dumps({**row, 'history': True}))
-  assert not results.render(check=True)
+  # History: no longer stale, and its cell says where it was measured.
+  assert results.render(check=True) == [
+      'README.md differs from the registry: run python -m '
+      'transformer.tools.results render']
+  assert not results.render()
+  assert 'measured at e8cece7 on 2-core CPU' in (
+      registry / 'README.md').read_text()
 
 
 def test_record_appends_a_workdirs_last_value_with_where_it_ran(

@@ -16,7 +16,9 @@ workdir's last logged value of a scalar, or a value given (benchmark
 output); the commit, date and machine are this checkout's and this
 machine's.
 
-`render` writes each table into the Markdown files between its markers:
+`render` writes each table into the Markdown files between its markers
+(`last_known_good`: the commits whose whole CI run passed,
+docs/results/_last_known_good.json):
 
     <!-- results: TABLE -->
     ...rendered rows...
@@ -57,11 +59,12 @@ PAGES = ('README.md', 'docs/*.md')
 ACTIONS = ('record', 'render')
 _MARKER = re.compile(r'(<!-- results: ([\w-]+) -->\n)(.*?)(<!-- /results -->)',
                      re.DOTALL)
+KNOWN_GOOD = '_last_known_good.json'
 HEADER = ('| task | model | command | result |\n'
           '|---|---|---|---|\n')
 
 
-# -- The registry ---------------------------------------------------------------
+# -- The registry -------------------------------------------------------------
 
 
 def rows() -> dict[str, dict[str, Any]]:
@@ -69,6 +72,8 @@ def rows() -> dict[str, dict[str, Any]]:
   found = {}
   for path in sorted(glob.glob(os.path.join(REGISTRY, '*.json'))):
     name = os.path.splitext(os.path.basename(path))[0]
+    if name.startswith('_'):  # not a row: the last-known-good commits
+      continue
     with open(path, encoding='utf-8') as f:
       try:
         row = json.load(f)
@@ -127,7 +132,7 @@ def stale(row: dict[str, Any], name: str) -> str | None:
   return None
 
 
-# -- Rendering ------------------------------------------------------------------
+# -- Rendering ----------------------------------------------------------------
 
 
 def _number(value: float, digits: int) -> str:
@@ -154,13 +159,30 @@ def result(record: dict[str, Any]) -> str:
 
 
 def render_row(row: dict[str, Any]) -> str:
-  cells = [row['task'], row['model'], f'`{row["command"]}`',
-           '; '.join(result(r) for r in row['records'])
-           + (f'; {row["note"]}' if row.get('note') else '')]
+  text = '; '.join(result(r) for r in row['records'])
+  if row.get('history'):  # figures of earlier code say which
+    runs = [run for r in row['records'] for run in r['runs']]
+    each = lambda key: ', '.join(dict.fromkeys(run[key] for run in runs))
+    text += (f'; measured at {each("commit")} on {each("machine")} '
+             f'({each("date")})')
+  if row.get('note'):
+    text += f'; {row["note"]}'
+  cells = [row['task'], row['model'], f'`{row["command"]}`', text]
   return '| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |\n'
 
 
+def render_known_good() -> str:
+  """The table of last-known-good commits (big_vision keeps one): each
+  commit whose whole CI run passed on a fresh clone."""
+  with open(os.path.join(REGISTRY, KNOWN_GOOD), encoding='utf-8') as f:
+    entries = json.load(f)
+  return ('| commit | date | passed |\n|---|---|---|\n' + ''.join(
+      f'| {e["commit"]} | {e["date"]} | {e["passed"]} |\n' for e in entries))
+
+
 def render_table(table: str, registry: dict[str, dict[str, Any]]) -> str:
+  if table == 'last_known_good':
+    return render_known_good()
   chosen = [row for _, row in sorted(
       registry.items(), key=lambda item: (item[1].get('order', 0), item[0]))
             if table in row['tables']]
@@ -203,7 +225,7 @@ def render(check: bool = False) -> list[str]:
   return problems
 
 
-# -- Recording ------------------------------------------------------------------
+# -- Recording ----------------------------------------------------------------
 
 
 def machine() -> str:
@@ -265,7 +287,7 @@ def record(name: str, metric: str, value: float, *, seed: int | None,
   return row
 
 
-# -- The command ----------------------------------------------------------------
+# -- The command --------------------------------------------------------------
 
 
 def define_flags() -> None:
