@@ -675,10 +675,11 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
 
 
 def warm_start(params: Any, loaded: Any, *, source: str, step: int,
-               quiet: bool = False) -> Any:
+               quiet: bool = False) -> tuple[Any, list[str]]:
   """`params` with every array that `loaded` (the parameters of workdir
   `source` at `step`, as the task adapted them) has at the same path and
-  shape, e.g. a pretrained encoder under a new head; what was copied is
+  shape, e.g. a pretrained encoder under a new head, and the names of
+  those it left as they were (newly initialised); what was copied is
   printed unless `quiet`."""
   flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
   copied, new, mismatched = [], [], []
@@ -707,4 +708,4 @@ def warm_start(params: Any, loaded: Any, *, source: str, step: int,
     print(f'Initialised {len(copied)} parameter arrays from {source} (step '
           f'{step}); newly initialised: {new or "none"}; not used: '
           f'{unused or "none"}', flush=True)
-  return params
+  return params, new

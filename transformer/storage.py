@@ -29,6 +29,12 @@ def is_remote(path: str | os.PathLike) -> bool:
   return '://' in os.fspath(path)
 
 
+def absolute(name: str | os.PathLike) -> str:
+  """`name` made absolute where it is local (a URL as it is): what a
+  record that outlives the current directory keeps."""
+  return os.fspath(name) if is_remote(name) else os.path.abspath(name)
+
+
 def same_place(a: str | os.PathLike, b: str | os.PathLike) -> bool:
   """Whether two paths name one folder (links and '..' resolved where
   they are local)."""

@@ -275,9 +275,9 @@ class Trainer:
     self.task = attention_figures.wire(tasks.build(
         config, workdir, batch_divisor=sharding.batch_divisor(self.mesh) *
         config.train.microbatches))
-    # Low-rank adapters train alone, and checkpoints hold them alone: the
-    # base weights are those of `base` ({'workdir', 'step'} of the
-    # init_from checkpoint; {} for the seed's draw), as peft saves them.
+    # Low-rank adapters train alone, and checkpoints hold them alone where
+    # every other weight is `base`'s ({'workdir', 'step'} of the init_from
+    # checkpoint), as peft saves them (`warm_start`).
     self.adapters_only = workdir_lib.adapters_of(self.task) is not None
     self.base = None
     self.tx, self.schedule = optimizers.build(
@@ -288,8 +288,8 @@ class Trainer:
                                  self.rules)
 
   def saved(self, params: Any) -> Any:
-    """What a checkpoint holds of `params`."""
-    return lora.adapters(params) if self.adapters_only else params
+    """What a checkpoint holds of `params`: with a `base`, the adapters."""
+    return params if self.base is None else lora.adapters(params)
 
   def evaluate(self, params: Any, label: str) -> dict[str, float]:
     """Loss metrics on the evaluation batches, then the task's own; `label`
@@ -445,8 +445,13 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
   training counts it holds."""
   config = trainer.config
   changes = workdir_lib.config_changes(workdir, config)
-  if mngr.all_steps():
+  steps = mngr.all_steps()
+  if steps:
     workdir_lib.check_config_change(changes)
+  # Adapters saved alone name their base (the checkpoints of one run all
+  # name the same); other checkpoints hold every weight.
+  trainer.base = (checkpoints.adapters_base(mngr, max(steps))
+                  if steps and trainer.adapters_only else None)
   restored, start = checkpoints.restore_latest(
       workdir, mngr, {'params': trainer.saved(trainer.abstract.params),
                       'opt_state': trainer.abstract.opt_state}, changes,
@@ -455,8 +460,7 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
   if restored is not None:  # step 0 too: a converted checkpoint's
     logging.info('Resumed from %s at step %d.', mngr.directory, start)
     progress = restored.pop(checkpoints.PROGRESS)
-    if trainer.adapters_only:  # onto the base they were trained on
-      trainer.base = checkpoints.adapters_base(mngr, start)
+    if trainer.base is not None:  # onto the base they were trained on
       with sharding.active(trainer.mesh, trainer.rules):
         restored['params'] = lora.with_adapters(workdir_lib.adapters_base(
             trainer.task, lambda: trainer.initialise().params,
@@ -464,7 +468,6 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
     return (TrainState(step=jnp.asarray(start, jnp.int32), **restored),
             start, progress)
   state = trainer.initialise()
-  trainer.base = {} if trainer.adapters_only else None
   if config.train.init_from:
     state = state.replace(params=warm_start(trainer, state.params))
   return state, 0, None
@@ -473,13 +476,19 @@ def _restore_or_initialise(trainer: Trainer, mngr, workdir: str
 def warm_start(trainer: Trainer, params: Any) -> Any:
   """`params` with every array of the latest checkpoint of
   `config.train.init_from` that has the same path and shape, after the task
-  adapted them (`Task.adapt_pretrained`: e.g. positions resized); the
-  trainer's adapters, if any, record that checkpoint as their base."""
+  adapted them (`Task.adapt_pretrained`: e.g. positions resized). Low-rank
+  adapters whose every other weight came from it record that checkpoint
+  as their base, and are then saved alone; where a weight was newly drawn
+  (a new head), checkpoints keep every weight."""
   source = workdir_lib.restore(trainer.config.train.init_from)
-  if trainer.adapters_only:
-    trainer.base = {'workdir': source.workdir, 'step': source.step}
   with sharding.active(trainer.mesh, trainer.rules):
-    return workdir_lib.warm_started(trainer.task, params, source)
+    params, fresh = workdir_lib.warm_started(trainer.task, params, source)
+  drawn = [name for name in fresh
+           if not name.endswith((f"['{lora.A}']", f"['{lora.B}']"))]
+  if trainer.adapters_only and not drawn:
+    trainer.base = {'workdir': storage.absolute(source.workdir),
+                    'step': source.step}
+  return params
 
 
 def check_start(config: ml_collections.ConfigDict, workdir: str) -> None:

@@ -539,21 +539,22 @@ def restore(workdir: str, *, average: int = 1,
         f'{workdir} trained low-rank adapters: averaging their A and B '
         f'apart does not average the updates they make. Restore one '
         f'checkpoint (average=1).')
+  # Checkpoints of adapters alone name their base; others hold every
+  # weight (a LoRA run without init_from, or one from before).
+  base = _saved_base(workdir) if adapted else None
   try:
     params, step = checkpoints.restore_params(
-        workdir, lora.adapters(abstract) if adapted else abstract, average,
-        vocabulary=vocabulary(workdir, task), step=step)
+        workdir, abstract if base is None else lora.adapters(abstract),
+        average, vocabulary=vocabulary(workdir, task), step=step)
   except checkpoints.CheckpointsChanged as e:  # naming the run, if any
     raise checkpoints.CheckpointsChanged(
         workdir, e.step, _lock_record(*_lock_bytes(workdir))[0]) from None
-  if adapted:
+  restored = Restored(config, task, params, step, mesh, rules, workdir)
+  if base is not None:
     with sharding.active(mesh, rules):
-      params = lora.with_adapters(
-          adapters_base(task, initialise, _saved_base(workdir, step)),
-          params)
-    return _merged(Restored(config, task, params, step, mesh, rules,
-                            workdir))
-  return Restored(config, task, params, step, mesh, rules, workdir)
+      restored = dataclasses.replace(restored, params=lora.with_adapters(
+          adapters_base(task, initialise, base), params))
+  return _merged(restored) if adapted else restored
 
 
 def adapters_of(task: tasks.Task) -> lora.Lora | None:
@@ -562,45 +563,46 @@ def adapters_of(task: tasks.Task) -> lora.Lora | None:
   return getattr(getattr(task, 'model_config', None), 'lora', None)
 
 
-def _saved_base(workdir: str, step: int) -> dict[str, Any]:
-  """The base checkpoint a LoRA checkpoint's adapters were trained on."""
+def _saved_base(workdir: str) -> dict[str, Any] | None:
+  """The base checkpoint the adapters of a workdir's latest checkpoint
+  were trained on (None: its checkpoints hold every weight)."""
   mngr = checkpoints.manager(workdir, read_only=True)
   try:
-    record = checkpoints.adapters_base(mngr, step)
+    step = mngr.latest_step()
+    return None if step is None else checkpoints.adapters_base(mngr, step)
   finally:
     mngr.close()
-  if record is None:
-    raise checkpoints.IncompatibleCheckpoint(
-        f'Checkpoint {step} of {workdir} holds every weight, but its config '
-        f'trains low-rank adapters alone (model.lora_rank): it was written '
-        f'by a run without them. Train the adapters into a new workdir.')
-  return record
 
 
 def adapters_base(task: tasks.Task, initialise: Callable[[], Any],
                   record: dict[str, Any]) -> Any:
-  """The parameters low-rank adapters train on: the config's seed's draw,
-  with the weights of `record`'s checkpoint ({'workdir', 'step'}: the one
-  of `train.init_from` they started from; {} for none) copied in."""
-  params = initialise()
-  if not record:
-    return params
+  """The parameters low-rank adapters train on: the config's seed's draw
+  with every weight of `record`'s checkpoint ({'workdir', 'step'}: the
+  one of `train.init_from` they started from) copied in."""
+  where = f'checkpoint {record["step"]} of {record["workdir"]}'
   try:
     source = restore(record['workdir'], step=record['step'])
-  except (OSError, ValueError) as e:
+  except FileNotFoundError as e:
     raise FileNotFoundError(
-        f'The base weights of these adapters, checkpoint {record["step"]} '
-        f'of {record["workdir"]}, cannot be read ({errors.first_line(e)}): '
-        f'put that workdir back where it was, or retrain the adapters.'
-    ) from None
-  return warm_started(task, params, source, quiet=True)
+        f'The base weights of these adapters, {where}, cannot be read '
+        f'({errors.first_line(e)}): put that workdir and its checkpoint '
+        f'{record["step"]} back (a run that trains on deletes its old '
+        f'checkpoints), or retrain the adapters.') from None
+  except checkpoints.IncompatibleCheckpoint as e:
+    raise checkpoints.IncompatibleCheckpoint(
+        f'The base of these adapters, {where}, no longer fits them '
+        f'({errors.first_line(e)}): retrain the adapters.') from None
+  params, fresh = warm_started(task, initialise(), source, quiet=True)
+  del fresh  # the adapters, which the checkpoint holds
+  return params
 
 
 def warm_started(task: tasks.Task, params: Any, source: Restored, *,
-                 quiet: bool = False) -> Any:
+                 quiet: bool = False) -> tuple[Any, list[str]]:
   """`params` with every array of `source` (a restored workdir) of the
   same path and shape, after `task` adapted them
-  (`Task.adapt_pretrained`): what `train.init_from` starts from."""
+  (`Task.adapt_pretrained`): what `train.init_from` starts from; and the
+  names of the arrays it left newly initialised."""
   loaded = task.adapt_pretrained(source.params, params, source.task)
   return checkpoints.warm_start(params, loaded,
                                 source=source.workdir, step=source.step,

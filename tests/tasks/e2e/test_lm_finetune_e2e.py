@@ -85,11 +85,13 @@ def test_a_checkpoint_without_its_tokenizer_is_refused(pretrained, tmp_path):
 
 
 def test_lora_checkpoints_hold_the_adapters_and_export_merges_them(
-    pretrained, tmp_path):
+    pretrained, tmp_path, monkeypatch):
   """Adapters train (the base stays) and checkpoints hold them alone, on
-  the base they name; a rerun resumes them, and restoring (for generate)
-  and export fold them into the kernels: the exported model, read back,
+  the base they name (absolute, though init_from was relative); a rerun
+  resumes them, and restoring (for generate, from any directory) and
+  export fold them into the kernels: the exported model, read back,
   computes the adapted logits."""
+  import os  # pylint: disable=g-import-not-at-top
   import shutil  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
@@ -98,8 +100,9 @@ def test_lora_checkpoints_hold_the_adapters_and_export_merges_them(
   from transformer.interop import gpt2  # pylint: disable=g-import-not-at-top
   from transformer.models import decoder  # pylint: disable=g-import-not-at-top
   source, corpus = pretrained
-  config = load_experiment('lm_finetune',
-                           f'init_from={source},path={corpus},runlocal')
+  config = load_experiment(
+      'lm_finetune', f'init_from={os.path.relpath(source)},path={corpus},'
+      f'runlocal')
   config.model.update(dict(lora_rank=4, lora_targets='query,key,value,out'))
   config.optimizer.learning_rate = 1e-2
   config.train.update(num_steps=2)
@@ -115,6 +118,7 @@ def test_lora_checkpoints_hold_the_adapters_and_export_merges_them(
   mngr.close()
   config.train.update(num_steps=4)  # resumed onto the same base
   train.train_and_evaluate(config, workdir)
+  monkeypatch.chdir(tmp_path)  # the base is found from anywhere
   restored = workdir_lib.restore(workdir)
   assert restored.step == 4 and restored.task.model_config.lora is None
   # `generate` runs the merged model: greedy, it continues as the
@@ -144,10 +148,33 @@ def test_lora_checkpoints_hold_the_adapters_and_export_merges_them(
   try:
     with raises_naming(FileNotFoundError,
                        f'checkpoint {base_step} of {source}',
-                       'put that workdir back'):
+                       'put that workdir and its checkpoint'):
       workdir_lib.restore(workdir)
   finally:
     shutil.move(moved, source)
+
+
+def test_adapters_without_a_base_to_name_are_saved_with_every_weight(
+    tmp_path):
+  """LoRA on a model drawn from the seed (no init_from): the seed's draw is
+  no record to restore from, so the checkpoint holds every weight, and
+  restoring folds the adapters in as for a base."""
+  from transformer.attention import lora  # pylint: disable=g-import-not-at-top
+  config = load_experiment('lm_offline', 'runlocal')
+  config.model.lora_rank = 2
+  config.train.update(num_steps=4, checkpoint_every=4, eval_every=4)
+  workdir = str(tmp_path / 'lora')
+  train.train_and_evaluate(config, workdir)
+  mngr = checkpoints.manager(workdir, read_only=True)
+  saved = checkpoints.param_shapes(mngr, 4)
+  assert checkpoints.adapters_base(mngr, 4) is None
+  mngr.close()
+  assert any('lora_a' in name for name in saved)
+  assert any("['embed']" in name for name in saved)
+  restored = workdir_lib.restore(workdir)
+  assert restored.task.model_config.lora is None
+  assert not any(lora.A in jax.tree_util.keystr(path) for path, _ in
+                 jax.tree_util.tree_flatten_with_path(restored.params)[0])
 
 
 def test_adapters_are_not_trained_into_their_base(pretrained):
