@@ -21,3 +21,19 @@ def test_words_the_vocabulary_lacks_are_counted(capsys):
   generate._note_unknown(tokenizer, ['the blue circle'])
   err = capsys.readouterr().err
   assert '1 piece of the prompts is not' in err
+
+
+def test_a_vocabulary_without_an_unknown_token_is_never_noted(capsys):
+  """GPT-2's published vocabulary has no unknown token: our id 2 is a real
+  token there ('!'), never text the vocabulary lacks."""
+
+  class Gpt2Like:
+    def id_to_piece(self, token_id):
+      return '!' if token_id == tokenization.UNK_ID else 'x'
+
+    def encode(self, text, add_eos=True):
+      del add_eos
+      return [tokenization.UNK_ID if c == '!' else 5 for c in text]
+
+  generate._note_unknown(Gpt2Like(), ['hello!'])
+  assert not capsys.readouterr().err

@@ -73,15 +73,6 @@ def in_use(kind: str, data: ml_collections.ConfigDict
       {key: value for key, value in data.items() if key not in others})
 
 
-def unread(kind: str, data: ml_collections.ConfigDict,
-           defaults: ml_collections.ConfigDict) -> list[str]:
-  """The fields of `data` set away from `defaults` that only the kind's
-  other sources read: an override the chosen source would ignore."""
-  kept = set(in_use(kind, data).keys())
-  return sorted(key for key in set(data.keys()) - kept
-                if data[key] != defaults.get(key))
-
-
 def sources_reading(kind: str, fields: list[str]) -> list[str]:
   """The kind's sources that read every one of `fields`."""
   return [name for name, read in FIELDS[kind].items()

@@ -31,7 +31,6 @@ converted or trained here, which transformers' `from_pretrained` loads
 from absl import app
 from absl import flags
 
-from transformer import errors
 from transformer.interop import export
 from transformer.interop import workdirs
 from transformer.tools import cli
@@ -68,11 +67,8 @@ def main(argv):
   if direction[1]:
     written = export.export(args.workdir, args.output)
   else:
-    # A failure inside a parser (tokenizers', safetensors') names the
-    # published files it came from (`cli.handle_errors`).
-    with errors.reading(args.input):
-      written = workdirs.convert(args['from'].value, args.input, args.output,
-                                 image_size=args.image_size)
+    written = workdirs.convert(args['from'].value, args.input, args.output,
+                               image_size=args.image_size)
   print(f'Wrote {args.output}: {written}.')
 
 

@@ -4,9 +4,10 @@
     python -m transformer.tools.curves --workdirs=W0,W1 --labels="seed 0,seed 1" \
         --tags="train/loss,eval/bleu,eval/perplexity" --output=curves.png
 
-Reads the TensorBoard scalars every run writes (`metrics.read_scalars`; a
-resumed run's event files together) and draws one panel per tag, one line
-per run, over training steps: the curve of a result, its seeds overlaid,
+Reads the TensorBoard scalars every run writes (`metrics.read_events`,
+each record checked; a resumed run's event files together) and draws one
+panel per tag, one line per run, over training steps: the curve of a
+result, its seeds overlaid,
 without starting TensorBoard. A run's evaluation of averaged checkpoints
 (`eval_averaged/NAME`) is drawn as a star on the panel of `eval/NAME`.
 Prints each tag's last value per run, with the mean and range over the runs

@@ -150,6 +150,9 @@ def _note_unknown(tokenizer, prompts: Sequence[str]) -> None:
   """Says once when the prompts hold text the vocabulary lacks (a
   character vocabulary's missing characters, listed): it is read as the
   unknown id, which the model never trained on."""
+  # Published vocabularies without one (GPT-2's) hold a real token there.
+  if tokenizer.id_to_piece(tokenization.UNK_ID) not in ('<unk>', '[UNK]'):
+    return
   count = sum(tokenizer.encode(p, add_eos=False).count(tokenization.UNK_ID)
               for p in prompts)
   if not count:
