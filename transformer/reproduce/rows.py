@@ -157,7 +157,7 @@ def _check_workdir(workdir: str, table: str, scale: str) -> None:
   storage.write_atomically(marker, here + '\n')
 
 
-def _hardware() -> str:
+def hardware() -> str:
   """The devices this process sees, e.g. 'CPU (2 cores, AMD EPYC ...)'."""
   devices = jax.devices()
   kind = devices[0].device_kind
@@ -275,6 +275,6 @@ def reproduce(table: str, workdir: str, *, scale: str, rows: list[str],
               for name, run in specs.seed_runs(s, seeds)]
              if not s.problem else [_unrunnable(s.problem)] for s in setups]
   about = (f'Produced by `{command or "transformer.tools.reproduce"}` on '
-           f'{_hardware()}, {datetime.date.today().isoformat()}.')
+           f'{hardware()}, {datetime.date.today().isoformat()}.')
   return tables.write(spec, scale, setups, results, workdir, extra=extra,
                       about=about, seeds=seeds)

@@ -40,7 +40,6 @@ import glob
 import hashlib
 import json
 import os
-import platform
 import re
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from transformer import metrics
+from transformer.reproduce import rows as rows_lib
 from transformer.tools import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
@@ -69,6 +69,10 @@ HEADER = ('| task | model | command | result |\n'
 
 def rows() -> dict[str, dict[str, Any]]:
   """{row name: its registry file's content}, checked."""
+  if not os.path.isdir(REGISTRY):
+    raise FileNotFoundError(
+        f'No results registry at {REGISTRY}: the command works in a checkout '
+        f'of the repository (its docs/results/), not an installed package.')
   found = {}
   for path in sorted(glob.glob(os.path.join(REGISTRY, '*.json'))):
     name = os.path.splitext(os.path.basename(path))[0]
@@ -125,10 +129,14 @@ def stale(row: dict[str, Any], name: str) -> str | None:
   if not os.path.exists(path):
     return (f'{name}: {row["describes"]} is gone; measure the row again or '
             f'mark it "history": true.')
-  if code_digest(path) != row.get('code'):
-    return (f'{name}: the code of {row["describes"]} changed since its '
-            f'figures were recorded; measure them again (`results record`) '
-            f'or mark the row "history": true.')
+  current = code_digest(path)
+  old = [run for record in row['records'] for run in record['runs']
+         if run.get('code', row.get('code')) != current]
+  if old:
+    return (f'{name}: the code of {row["describes"]} changed since '
+            f'{len(old)} of its runs were recorded; measure them again '
+            f'(`results record`, then delete the old runs) or mark the row '
+            f'"history": true.')
   return None
 
 
@@ -229,15 +237,9 @@ def render(check: bool = False) -> list[str]:
 
 
 def machine() -> str:
-  """'2-core CPU (AMD EPYC 7B13)': what the figure was measured on."""
-  model = platform.processor() or platform.machine()
-  try:
-    with open('/proc/cpuinfo', encoding='utf-8') as f:
-      names = re.findall(r'model name\s*:\s*(.+)', f.read())
-    model = names[0].strip() if names else model
-  except OSError:
-    pass
-  return f'{os.cpu_count()}-core CPU ({model})'
+  """What the figure was measured on, as the paper tables name it
+  (`reproduce.rows.hardware`: 'CPU (2 cores, AMD EPYC ...)', '8 x H100')."""
+  return rows_lib.hardware()
 
 
 def commit() -> str:
@@ -276,12 +278,12 @@ def record(name: str, metric: str, value: float, *, seed: int | None,
   entry = found[0] if found else {'metric': metric, 'runs': []}
   if not found:
     row['records'].append(entry)
+  code = ({'code': code_digest(os.path.join(REPO, row['describes']))}
+          if row.get('describes') else {})
   entry['runs'].append(dict(
       value=value, seed=seed, commit=commit(),
-      date=datetime.date.today().isoformat(), machine=machine(),
+      date=datetime.date.today().isoformat(), machine=machine(), **code,
       **({'note': note} if note else {})))
-  if row.get('describes'):
-    row['code'] = code_digest(os.path.join(REPO, row['describes']))
   with open(path, 'w', encoding='utf-8') as f:
     f.write(json.dumps(row, indent=2, ensure_ascii=False) + '\n')
   return row
