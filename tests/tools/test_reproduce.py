@@ -100,6 +100,20 @@ def test_a_row_stopped_part_way_is_unfinished(spec_path, tmp_path):
                                           'trained to step 2 of 4')
 
 
+def test_a_damaged_event_file_fails_its_row_not_the_table(spec_path,
+                                                         tmp_path):
+  from conftest import write_run  # pylint: disable=g-import-not-at-top
+  spec = specs.load_spec(spec_path)
+  config = specs.setup(spec, spec.ROWS[0], 'paper').config
+  write_run(str(tmp_path), {1: {'eval/loss': 2.0}, 2: {'eval/loss': 1.0}})
+  [path] = tmp_path.glob('events.out.tfevents*')
+  data = bytearray(path.read_bytes())
+  data[30] ^= 0x20  # inside the first record's data
+  path.write_bytes(bytes(data))
+  state = outcomes.outcome(str(tmp_path), config)
+  assert state.status == 'failed' and str(path) in state.detail
+
+
 def test_seeds_print_one_launch_command_per_seed(spec_path, tmp_path,
                                                  monkeypatch):
   monkeypatch.chdir(REPO)

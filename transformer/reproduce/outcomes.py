@@ -39,7 +39,11 @@ def outcome(workdir: str, config: ml_collections.ConfigDict) -> Outcome:
   the config averages checkpoints), with the same config."""
   steps = config.train.num_steps
   progress = workdir_lib.load_progress(workdir)
-  scalars = metrics.read_scalars(workdir)
+  try:
+    scalars = metrics.read_scalars(workdir)
+  except metrics.DamagedEventFile as e:  # this row's, not the table's
+    return Outcome('failed', step=int(progress.get('step', 0)),
+                   detail=str(e).split('\n', 1)[0])
   final = {tag: values[steps] for tag, values in scalars.items()
            if steps in values and tag.startswith(('eval/', 'eval_averaged/'))}
   step, seconds = int(progress.get('step', 0)), progress.get('train_seconds',
