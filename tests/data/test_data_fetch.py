@@ -201,3 +201,21 @@ def test_fetch_remembers_the_checksums_it_checked(table, tmp_path,
   monkeypatch.setattr(downloads, 'file_sha256', None)  # not called
   assert set(states(data_tool.listing(str(data))).values()) == {'complete'}
   assert downloads.fetch(['all'], str(data)) == []
+
+
+def test_a_mirror_on_a_shared_file_system_is_read(tmp_path, monkeypatch):
+  """--mirror=file://FOLDER (a lab's copy on NFS), as urlopen read it."""
+  monkeypatch.setattr(downloads, 'DATASETS', datasets('https://nowhere'))
+  mirror = tmp_path / 'mirror'
+  (mirror / 'corpus').mkdir(parents=True)
+  (mirror / 'corpus' / 'input.txt').write_bytes(TEXT)
+  (mirror / 'corpus' / 'words.gz').write_bytes(gzip.compress(TEXT))
+  written = downloads.fetch(['corpus'], str(tmp_path / 'data'),
+                            mirror=f'file://{mirror}', say=lambda _: None)
+  assert len(written) == 2
+  assert (tmp_path / 'data' / 'corpus' / 'input.txt').read_bytes() == TEXT
+  (mirror / 'corpus' / 'input.txt').unlink()
+  with raises_naming(FileNotFoundError, 'input.txt is not in the mirror',
+                     '--mirror'):
+    downloads.fetch(['corpus'], str(tmp_path / 'other'),
+                    mirror=f'file://{mirror}', say=lambda _: None)

@@ -38,6 +38,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -551,6 +552,18 @@ def fetch(requested: Sequence[str], folder: str | None = None, *,
   return fetcher.written
 
 
+def _copy(source: str, part: str) -> int:
+  """A mirror's local file copied to `part`; its size."""
+  source = urllib.parse.unquote(source)
+  if not os.path.isfile(source):
+    raise FileNotFoundError(f'{source} is not in the mirror: check '
+                            f'--mirror (file://FOLDER laid out as the data '
+                            f'folder is).')
+  os.makedirs(os.path.dirname(part), exist_ok=True)
+  shutil.copyfile(source, part)
+  return os.path.getsize(part)
+
+
 class _Fetcher:
   """What one `fetch` downloads: the files written, those that failed, and
   the archives shared by their members."""
@@ -607,6 +620,8 @@ class _Fetcher:
     return True
 
   def _download(self, url: str, part: str, by_hand: str) -> int:
+    if url.startswith('file://'):  # a mirror on a shared file system
+      return _copy(urllib.parse.urlsplit(url).path, part)
     return _download(self.session, _Download(url, part, by_hand,
                                              self.limits, self.progress))
 
