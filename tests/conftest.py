@@ -36,6 +36,14 @@ os.environ.setdefault('JAX_DEFAULT_MATMUL_PRECISION', 'highest')
 import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
 import pytest  # pylint: disable=g-import-not-at-top,wrong-import-position
 
+try:  # the fuzzing tests' draws: the same on every run, and nothing saved
+  import hypothesis  # pylint: disable=g-import-not-at-top
+  hypothesis.settings.register_profile('repeatable', derandomize=True,
+                                       database=None, deadline=None)
+  hypothesis.settings.load_profile('repeatable')
+except ImportError:  # the tests that fuzz need the test extra
+  pass
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
