@@ -428,6 +428,19 @@ def torch_layer_norm(tensors: dict[str, np.ndarray], prefix: str
           'bias': tensors[f'{prefix}.bias']}
 
 
+def torch_linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
+                 ) -> dict[str, np.ndarray]:
+  """A flax Dense (our attention projections: heads folded in) as a
+  PyTorch Linear, weight [out, in]; a missing bias (`use_bias=False`) as
+  zeros, which compute the same."""
+  kernel = np.asarray(dense['kernel'])
+  weight = kernel.reshape(int(np.prod(kernel.shape[:in_axes])), -1).T
+  bias = dense.get('bias')
+  bias = (np.zeros(weight.shape[0]) if bias is None
+          else np.asarray(bias).reshape(-1))
+  return {f'{prefix}.weight': weight, f'{prefix}.bias': bias}
+
+
 def torch_attention(tensors: dict[str, np.ndarray], names: dict[str, str],
                     num_heads: int) -> dict[str, dict[str, np.ndarray]]:
   """PyTorch Linear layers (weights [out, in]) of multi-head attention as

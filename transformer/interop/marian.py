@@ -327,19 +327,6 @@ def export_problems(config: Any) -> list[str]:
           for field, ok, reason in checks if not ok]
 
 
-def _torch_linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
-                  ) -> dict[str, np.ndarray]:
-  """A flax Dense (our attention projections: heads folded in) as a
-  PyTorch Linear, weight [out, in]; a missing bias (`use_bias=False`) as
-  zeros, which compute the same."""
-  kernel = np.asarray(dense['kernel'])
-  weight = kernel.reshape(int(np.prod(kernel.shape[:in_axes])), -1).T
-  bias = dense.get('bias')
-  bias = (np.zeros(weight.shape[0]) if bias is None
-          else np.asarray(bias).reshape(-1))
-  return {f'{prefix}.weight': weight, f'{prefix}.bias': bias}
-
-
 def _torch_norm(prefix: str, sublayer: dict[str, Any]
                 ) -> dict[str, np.ndarray]:
   norm = sublayer['norm']
@@ -351,8 +338,8 @@ def _attention_tensors(prefix: str, attention: dict[str, Any]
   tensors = {}
   for ours, theirs in (('query', 'q_proj'), ('key', 'k_proj'),
                        ('value', 'v_proj')):
-    tensors.update(_torch_linear(f'{prefix}.{theirs}', attention[ours]))
-  tensors.update(_torch_linear(f'{prefix}.out_proj', attention['out'], 2))
+    tensors.update(files.torch_linear(f'{prefix}.{theirs}', attention[ours]))
+  tensors.update(files.torch_linear(f'{prefix}.out_proj', attention['out'], 2))
   return tensors
 
 
@@ -363,8 +350,8 @@ def _layer_tensors(prefix: str, ours: dict[str, Any]
       **_attention_tensors(f'{prefix}.self_attn', ours['self_attention']),
       **_torch_norm(f'{prefix}.self_attn_layer_norm',
                     ours['attention_sublayer']),
-      **_torch_linear(f'{prefix}.fc1', ours['mlp']['wi']),
-      **_torch_linear(f'{prefix}.fc2', ours['mlp']['wo']),
+      **files.torch_linear(f'{prefix}.fc1', ours['mlp']['wi']),
+      **files.torch_linear(f'{prefix}.fc2', ours['mlp']['wo']),
       **_torch_norm(f'{prefix}.final_layer_norm', ours['mlp_sublayer'])}
   if 'cross_attention' in ours:
     tensors.update({

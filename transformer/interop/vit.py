@@ -211,19 +211,6 @@ def export_problems(config: vit.Config) -> list[str]:
   return problems
 
 
-def _torch_linear(prefix: str, dense: dict[str, Any], in_axes: int = 1
-                  ) -> dict[str, np.ndarray]:
-  """A flax Dense (our attention projections: heads folded in) as a
-  PyTorch Linear, weight [out, in]; a missing bias (`use_bias=False`) as
-  zeros, which compute the same."""
-  kernel = np.asarray(dense['kernel'])
-  weight = kernel.reshape(int(np.prod(kernel.shape[:in_axes])), -1).T
-  bias = dense.get('bias')
-  bias = (np.zeros(weight.shape[0]) if bias is None
-          else np.asarray(bias).reshape(-1))
-  return {f'{prefix}.weight': weight, f'{prefix}.bias': bias}
-
-
 def _torch_norm(prefix: str, norm: dict[str, Any]) -> dict[str, np.ndarray]:
   return {f'{prefix}.weight': norm['scale'], f'{prefix}.bias': norm['bias']}
 
@@ -233,15 +220,15 @@ def _layer(prefix: str, ours: dict[str, Any]) -> dict[str, np.ndarray]:
   attention = ours['self_attention']
   tensors = {}
   for name in ('query', 'key', 'value'):
-    tensors.update(_torch_linear(f'{prefix}attention.attention.{name}',
+    tensors.update(files.torch_linear(f'{prefix}attention.attention.{name}',
                                  attention[name]))
   tensors.update({
-      **_torch_linear(f'{prefix}attention.output.dense', attention['out'], 2),
+      **files.torch_linear(f'{prefix}attention.output.dense', attention['out'], 2),
       **_torch_norm(f'{prefix}layernorm_before',
                     ours['attention_sublayer']['norm']),
       **_torch_norm(f'{prefix}layernorm_after', ours['mlp_sublayer']['norm']),
-      **_torch_linear(f'{prefix}intermediate.dense', ours['mlp']['wi']),
-      **_torch_linear(f'{prefix}output.dense', ours['mlp']['wo'])})
+      **files.torch_linear(f'{prefix}intermediate.dense', ours['mlp']['wi']),
+      **files.torch_linear(f'{prefix}output.dense', ours['mlp']['wo'])})
   return tensors
 
 
@@ -301,7 +288,7 @@ def to_hf(params: dict[str, Any], config: vit.Config,
   for i in range(config.num_layers):
     tensors.update(_layer(f'{model}encoder.layer.{i}.', encoder[f'layer_{i}']))
   if not headless:
-    tensors.update(_torch_linear('classifier', params['head']))
+    tensors.update(files.torch_linear('classifier', params['head']))
   hf = _hf_config(config, headless, class_names)
   return hf, {name: np.ascontiguousarray(np.asarray(value, np.float32))
               for name, value in tensors.items()}
