@@ -106,6 +106,10 @@ def test_every_layer_and_the_sentence_embeddings_match(converted, reference):
   assert cosine.min() > 0.99999, cosine
 
 
+# 12 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_it_fine_tunes_from_the_converted_workdir(converted, tmp_path):
   """docs/pretrained.md's second command: GLUE fine-tuning starts from it (two
   steps on generated pairs here; the real tasks are in benchmarks/)."""

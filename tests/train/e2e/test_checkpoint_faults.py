@@ -281,6 +281,10 @@ def test_full_disk_stops_training_with_one_line(small_disk):
 # -- Checksums are part of the save ------------------------------------------
 
 
+# 17 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_checkpoint_killed_right_after_its_write_is_verified(tmp_path):
   """SIGKILL as soon as checkpoint 8 is in place (before the save of step
   12, where its checksums were once recorded), then a byte flipped in it:

@@ -47,6 +47,10 @@ def test_a_second_start_finds_every_program_in_the_cache(tmp_path):
   assert set(os.listdir(cache)) == kept
 
 
+# 12 s on 2 cores: out of the default run's 10 minutes; CI
+# runs it (`ci`).
+@pytest.mark.slow
+@pytest.mark.ci
 def test_off_keeps_nothing_even_where_jax_is_told_to(tmp_path):
   train(tmp_path / 'run', tmp_path / 'home',
         TRANSFORMER_COMPILATION_CACHE='off',
