@@ -13,7 +13,7 @@ from absl import logging
 import numpy as np
 
 from transformer.data import images
-from transformer.data import text
+from transformer.data import reading
 
 # Named colours far apart from each other and from the grey backgrounds
 # (at most 45% grey), so that a colour word names one thing to look for.
@@ -134,7 +134,7 @@ def _read_captions_file(folder: str) -> dict[str, list[str]]:
   if not os.path.isfile(path):
     raise FileNotFoundError(f'No {path}: {_LAYOUT}.')
   references = {}
-  for number, line in enumerate(text.utf8_lines(path), 1):
+  for number, line in enumerate(reading.lines(path), 1):
     line = line.rstrip('\r')  # written on Windows
     if not line.strip():
       continue

@@ -13,7 +13,7 @@ import os
 
 from absl import logging
 
-from transformer.data import text
+from transformer.data import reading
 
 _GZ = '.gz'
 
@@ -75,8 +75,8 @@ def read_parallel(folder: str, split: str, source_lang: str,
   _check_folder(folder)
   source_path = _find_file(folder, split, source_lang)
   target_path = _find_file(folder, split, target_lang)
-  sources = [line.rstrip() for line in text.utf8_lines(source_path)]
-  targets = [line.rstrip() for line in text.utf8_lines(target_path)]
+  sources = [line.rstrip() for line in reading.lines(source_path)]
+  targets = [line.rstrip() for line in reading.lines(target_path)]
   if not sources and not targets:
     raise ValueError(f'{source_path} and {target_path} are empty: the '
                      f'{split!r} split needs a sentence per line in each. '

@@ -33,6 +33,7 @@ from transformer.data import captions as caption_data
 from transformer.data import glue
 from transformer.data import images as image_data
 from transformer.data import parallel_text
+from transformer.data import reading
 from transformer.data import text
 from transformer.data.generated import offline_mt
 from transformer.data.generated import offline_sentiment
@@ -222,7 +223,7 @@ def _read_sentences_tsv(path: str) -> list[tuple[str, int]]:
   """The (text, label) rows of a UTF-8 file of "text<TAB>label" lines; a
   first line whose label is not a number is a header (GLUE's)."""
   rows = [(number, line.rstrip('\r').rsplit('\t', 1))
-          for number, line in enumerate(text.utf8_lines(path), 1)
+          for number, line in enumerate(reading.lines(path), 1)
           if line.strip()]
   if rows and len(rows[0][1]) == 2 and not rows[0][1][1].strip().isdigit():
     rows = rows[1:]

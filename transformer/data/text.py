@@ -32,13 +32,6 @@ from transformer.data.generated import offline_mt
 _PER = ('file', 'line')
 
 
-# User text is read by `reading`; the commands and data sources know its
-# readers by these names too.
-decode_utf8 = reading.decode_text
-split_lines = reading.split_lines
-utf8_lines = reading.lines
-
-
 def _sample_document(rng: random.Random, max_sentences: int) -> str:
   """1..max_sentences capitalised sentences ending with '.', space-joined."""
   sentences = []

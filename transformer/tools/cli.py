@@ -68,7 +68,7 @@ from transformer import storage
 from transformer import workdir as workdir_lib
 from transformer.core import ranges
 from transformer.data import downloads
-from transformer.data import text
+from transformer.data import reading
 
 RUN_FAILED = 1
 USER_ERROR = 2
@@ -99,10 +99,10 @@ def input_lines(flag: str | None, path: str) -> list[str]:
   names, `-` for standard input; a path missing or a folder is refused,
   named, before any work."""
   if path == '-':
-    return text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
+    return reading.split_lines(reading.decode_text(sys.stdin.buffer.read(),
                                              'standard input'))
   check_input_file(flag, path, 'a UTF-8 text file, one line each')
-  return text.utf8_lines(path)
+  return reading.lines(path)
 
 
 def check_input_file(flag: str | None, path: str, what: str) -> None:

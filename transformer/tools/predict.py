@@ -45,7 +45,7 @@ import numpy as np
 from transformer import workdir as workdir_lib
 from transformer.data import glue
 from transformer.data import images as image_data
-from transformer.data import text
+from transformer.data import reading
 from transformer.insight import attention_figures
 from transformer.tools import cli
 
@@ -197,7 +197,7 @@ def _text_lines(paths: Sequence[str], pairs: bool | None) -> list[str]:
   """The lines of the files (stdin without any), each file's refused by
   `_check_shape` naming it."""
   if not paths:
-    lines = text.split_lines(text.decode_utf8(sys.stdin.buffer.read(),
+    lines = reading.split_lines(reading.decode_text(sys.stdin.buffer.read(),
                                               'standard input'))
     _check_shape(lines, pairs, 'standard input')
     return lines
