@@ -114,9 +114,7 @@ def check_init_from(config: ml_collections.ConfigDict) -> None:
   except (OSError, ValueError) as e:
     raise type(e)(f'config.train.init_from={source}: {e} Give {wanted}.'
                   ) from None
-  if task not in fits:
-    raise ValueError(f'config.train.init_from={source} is a {task!r} '
-                     f'workdir; {config.task} starts from {wanted}.')
+  base.check_starts_from(source, task, config.task, fits)
   family = config.model.get('family')
   model = storage.read_record(storage.join(source, 'config.json'),
                               lambda saved: '').get('model')

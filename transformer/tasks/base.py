@@ -6,7 +6,7 @@ classes subclass it, which gives them the default `adapt_pretrained`.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator, Protocol
+from typing import Any, Callable, Iterable, Iterator, Protocol, Sequence
 
 import jax
 import ml_collections
@@ -85,6 +85,16 @@ class Task(Protocol):
     resolution, or a head dropped. By default unchanged."""
     del params, source
     return loaded
+
+
+def check_starts_from(source: str, trained: str, task: str,
+                      fits: Sequence[str]) -> None:
+  """Refuses a `train.init_from` workdir (`source`) that trained a task
+  (`trained`) which `task` does not start from (`fits`), naming both."""
+  if trained not in fits:
+    raise ValueError(f'config.train.init_from={source} is a {trained!r} '
+                     f'workdir; {task} starts from a {" or ".join(fits)} '
+                     f'workdir.')
 
 
 def trained_task(workdir: str) -> str:

@@ -140,11 +140,7 @@ def check_pretrained_task(source: str, task: str | None = None) -> None:
       task = base.trained_task(source)
     except (OSError, ValueError) as e:
       raise type(e)(f'config.train.init_from={source}: {e}') from None
-  if task not in PRETRAINED_TASKS:
-    raise ValueError(f'config.train.init_from={source} trained a {task!r} '
-                     f'task; fine-tune from a masked_language_modeling '
-                     f'(experiments/bert_mlm.py) or text_classification '
-                     f'workdir.')
+  base.check_starts_from(source, task, 'text_classification', STARTS_FROM)
 
 
 def truncate_pair(a: list[int], b: list[int], limit: int
