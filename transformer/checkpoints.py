@@ -675,10 +675,10 @@ def restore_latest(workdir: str, mngr: ocp.CheckpointManager,
 
 
 def warm_start(params: Any, loaded: Any, *, source: str, step: int,
-               quiet: bool = False) -> tuple[Any, list[str]]:
+               quiet: bool = False) -> tuple[Any, list[Any]]:
   """`params` with every array that `loaded` (the parameters of workdir
   `source` at `step`, as the task adapted them) has at the same path and
-  shape, e.g. a pretrained encoder under a new head, and the names of
+  shape, e.g. a pretrained encoder under a new head, and the key paths of
   those it left as they were (newly initialised); what was copied is
   printed unless `quiet`."""
   flat_loaded = dict(jax.tree_util.tree_flatten_with_path(loaded)[0])
@@ -687,7 +687,7 @@ def warm_start(params: Any, loaded: Any, *, source: str, step: int,
   def pick(path, value):
     name = jax.tree_util.keystr(path)
     if path not in flat_loaded:
-      new.append(name)
+      new.append(path)
       return value
     if flat_loaded[path].shape != value.shape:
       mismatched.append(f'{name} {flat_loaded[path].shape} != {value.shape}')
@@ -706,6 +706,7 @@ def warm_start(params: Any, loaded: Any, *, source: str, step: int,
   unused = sorted(set(map(jax.tree_util.keystr, flat_loaded)) - set(copied))
   if not quiet:
     print(f'Initialised {len(copied)} parameter arrays from {source} (step '
-          f'{step}); newly initialised: {new or "none"}; not used: '
+          f'{step}); newly initialised: '
+          f'{list(map(jax.tree_util.keystr, new)) or "none"}; not used: '
           f'{unused or "none"}', flush=True)
   return params, new

@@ -483,8 +483,7 @@ def warm_start(trainer: Trainer, params: Any) -> Any:
   source = workdir_lib.restore(trainer.config.train.init_from)
   with sharding.active(trainer.mesh, trainer.rules):
     params, fresh = workdir_lib.warm_started(trainer.task, params, source)
-  drawn = [name for name in fresh
-           if not name.endswith((f"['{lora.A}']", f"['{lora.B}']"))]
+  drawn = [path for path in fresh if not optimizers.is_adapter_path(path)]
   if trainer.adapters_only and not drawn:
     trainer.base = {'workdir': storage.absolute(source.workdir),
                     'step': source.step}

@@ -598,11 +598,11 @@ def adapters_base(task: tasks.Task, initialise: Callable[[], Any],
 
 
 def warm_started(task: tasks.Task, params: Any, source: Restored, *,
-                 quiet: bool = False) -> tuple[Any, list[str]]:
+                 quiet: bool = False) -> tuple[Any, list[Any]]:
   """`params` with every array of `source` (a restored workdir) of the
   same path and shape, after `task` adapted them
   (`Task.adapt_pretrained`): what `train.init_from` starts from; and the
-  names of the arrays it left newly initialised."""
+  key paths of the arrays it left newly initialised."""
   loaded = task.adapt_pretrained(source.params, params, source.task)
   return checkpoints.warm_start(params, loaded,
                                 source=source.workdir, step=source.step,
