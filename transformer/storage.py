@@ -266,6 +266,25 @@ class DamagedFile(ValueError):
   field."""
 
 
+class NotUtf8(ValueError):
+  """Bytes that are not UTF-8: where the first bad byte is."""
+
+  def __init__(self, byte: int, offset: int, line: int):
+    super().__init__(f'byte {byte:#04x} at line {line} (offset {offset})')
+    self.byte, self.offset, self.line = byte, offset, line
+
+
+def decode_utf8(raw: bytes) -> str:
+  """UTF-8 text without a byte-order mark before it (an editor's), which is
+  no part of it; `NotUtf8` names the first byte that is not."""
+  try:
+    # Not 'utf-8-sig', whose offsets would not count the mark.
+    return raw.decode('utf-8').removeprefix('\ufeff')
+  except UnicodeDecodeError as e:
+    raise NotUtf8(raw[e.start], e.start,
+                  raw.count(b'\n', 0, e.start) + 1) from None
+
+
 def read_record(name: str, problem_of: Callable[[Any], str], *,
                 is_json: bool = True, raw: bytes | None = None) -> Any:
   """The content of a small file, its JSON value (or, not `is_json`, its
@@ -279,12 +298,10 @@ def read_record(name: str, problem_of: Callable[[Any], str], *,
   if raw is None:
     raw = path(name).read_bytes()
   try:
-    # A byte-order mark before the text (an editor's) is no part of it.
-    value = raw.decode('utf-8').removeprefix('\ufeff')
-  except UnicodeDecodeError as e:
-    line = raw.count(b'\n', 0, e.start) + 1
-    raise DamagedFile(f'{name} is damaged: not UTF-8 text (byte {e.start} '
-                      f'is {raw[e.start]:#04x}, line {line})') from e
+    value = decode_utf8(raw)
+  except NotUtf8 as e:
+    raise DamagedFile(f'{name} is damaged: not UTF-8 text (byte {e.offset} '
+                      f'is {e.byte:#04x}, line {e.line})') from e
   if is_json:
     try:
       value = json.loads(value)

@@ -52,13 +52,10 @@ def decode_text(raw: bytes, name: str) -> str:
                      f'byte-order mark), not valid UTF-8; convert it, e.g. '
                      f'iconv -f utf-16 -t utf-8 FILE > FILE.utf8')
   try:
-    # Not 'utf-8-sig', whose offsets would not count the mark.
-    return raw.decode('utf-8').removeprefix('\ufeff')
-  except UnicodeDecodeError as e:
-    line = raw.count(b'\n', 0, e.start) + 1
-    raise Unreadable(
-        f'{name} is not valid UTF-8: byte {raw[e.start]:#04x} at line {line} '
-        f'(offset {e.start}); convert it, e.g. {_ICONV}') from None
+    return storage.decode_utf8(raw)
+  except storage.NotUtf8 as e:
+    raise Unreadable(f'{name} is not valid UTF-8: {e}; convert it, e.g. '
+                     f'{_ICONV}') from None
 
 
 def text(path: str) -> str:
