@@ -20,6 +20,7 @@ import textwrap
 
 from absl import flags
 
+from transformer import storage
 from transformer.tools import cli
 
 BEGIN = '<!-- layout: written by python -m transformer.tools.architecture -->'
@@ -75,14 +76,14 @@ def first_sentence(path: str) -> str:
 
 
 def _source(path: str) -> str:
+  with open(path, 'rb') as f:
+    raw = f.read()
   try:
-    with open(path, encoding='utf-8') as f:
-      return f.read()
-  except UnicodeDecodeError as e:
-    line = e.object[:e.start].count(b'\n') + 1
-    raise ValueError(f'{path}, line {line}: byte {e.object[e.start]:#04x} is '
-                     f'not UTF-8; save the file as UTF-8 and run the command '
-                     f'again.') from e
+    return storage.decode_utf8(raw)
+  except storage.NotUtf8 as e:
+    raise ValueError(f'{path}, line {e.line}: byte {e.byte:#04x} is not '
+                     f'UTF-8; save the file as UTF-8 and run the command '
+                     f'again.') from None
 
 
 def _parsed(path: str, text: str) -> ast.Module:
