@@ -171,8 +171,8 @@ def test_test_folders_are_named_after_rooms():
   rooms = set(floors())
   folders = {name for name in os.listdir(tests)
              if os.path.isdir(os.path.join(tests, name))
-             and any(f.startswith('test_') for f in os.listdir(
-                 os.path.join(tests, name)))}
+             and any(f.startswith('test_') and f.endswith('.py')
+                     for f in os.listdir(os.path.join(tests, name)))}
   assert folders, 'no test folders'
   assert folders - rooms - CROSS_CUTTING == set(), 'folders that are no room'
   loose = [name for name in os.listdir(tests)
