@@ -8,6 +8,7 @@ import shutil
 import pytest
 
 from conftest import raises_naming
+from conftest import REPO
 from conftest import write_run
 from transformer.tools import results
 
@@ -99,3 +100,79 @@ def test_outside_a_checkout_the_command_says_so(tmp_path, monkeypatch):
   with raises_naming(FileNotFoundError, 'No results registry',
                      'checkout of the repository'):
     results.render(check=True)
+
+
+def test_typed_figures_are_found_unless_rendered_or_declared():
+  text = '\n'.join([
+      '| size | params |', '|---|---|', '| mini | 5,661,696 |', '',  # 1
+      '<!-- not measured: counts from the config -->',
+      '| size | params |', '|---|---|', '| mini | 5,661,696 |', '',
+      '<!-- results: table:x -->', '| a | b |', '|---|---|', '| 1 | 2 |',
+      '<!-- /results -->', '',
+      '| flag | meaning |', '|---|---|', '| `--x` | the thing |', '',
+      '```bash', 'python benchmarks/attention.py --length=128', '```', '',
+      '```', '  kernel  ms', '-' * 24, '  xla  2.50', '```'])  # line 24
+  assert results.typed_figures(text) == [1, 24]
+
+
+def test_a_captured_table_renders_with_where_it_ran_and_goes_stale(
+    registry, monkeypatch):
+  monkeypatch.setattr(results, 'commit', lambda: 'abc1234')  # no git here
+  bench = registry / 'bench.py'
+  bench.write_text('"""A benchmark."""\nprint(1)\n')
+  output = '  kernel  ms\n' + '-' * 24 + '\n     xla 2.50\n'
+  page = registry / 'docs' / 'page.md'
+  page.write_text('Speed:\n\n<!-- results: table:speed -->\n'
+                  '<!-- /results -->\n')
+  with raises_naming(FileNotFoundError, 'No registry table', 'capture it'):
+    results.render(check=True)
+  results.capture('speed', 'python bench.py', output, describes='bench.py')
+  assert not results.render()
+  text = page.read_text()
+  assert '```\n' + output + '```\n' in text
+  assert 'measured at abc1234' in text and 'tables/speed' in text
+  assert not results.render(check=True)
+  bench.write_text('"""A benchmark."""\nprint(2)\n')  # its code changed
+  [problem] = results.render(check=True)
+  assert 'tables/speed' in problem and 'capture it again' in problem
+  page.write_text('No marker now.\n')
+  assert any('tables/speed is shown on no page' in p
+             for p in results.render(check=True))
+  with raises_naming(ValueError, 'Nothing to capture', 'pipe'):
+    results.capture('empty', 'python bench.py', '\n')
+
+
+def test_a_table_file_holds_its_cells_or_its_output(registry):
+  folder = registry / 'docs' / 'results' / 'tables'
+  folder.mkdir()
+  base = dict(command='c', machine='m', commit='abc', date='2026-11-29')
+  (folder / 'both.json').write_text(json.dumps(
+      {**base, 'output': 'x', 'rows': []}))
+  with raises_naming(ValueError, 'both.json', 'exactly one of'):
+    results.table('both')
+  (folder / 'ragged.json').write_text(json.dumps(
+      {**base, 'columns': ['a', 'b'], 'rows': [['1', '2'], ['3']]}))
+  with raises_naming(ValueError, 'ragged.json', 'rows of [1] cells'):
+    results.table('ragged')
+  (folder / 'bare.json').write_text(json.dumps({'output': 'x'}))
+  with raises_naming(ValueError, 'bare.json', "lacks ['command'"):
+    results.table('bare')
+  (folder / 'grid.json').write_text(json.dumps(
+      {**base, 'source': 'typed', 'history': True, 'columns': ['a', 'b|c'],
+       'rows': [['1', '']], 'align': ['---', '---:']}))
+  assert results.render_measured('grid') == (
+      '| a | b\\|c |\n|---|---:|\n| 1 |  |\n\n*m; in the docs since abc '
+      '(2026-11-29), earlier code; registry `tables/grid`.*\n')
+
+
+def test_the_scaling_plans_are_checked_against_their_records(registry):
+  shutil.copy(f'{REPO}/docs/scaling.json', registry / 'docs')
+  page = registry / 'docs' / 'scaling.md'
+  page.write_text('# Scaling\n')
+  assert any('scaling.md differs' in p for p in results.render(check=True))
+  assert not results.render()  # the block written from docs/scaling.json
+  text = page.read_text()
+  assert text.startswith('# Scaling\n') and '| v5e-16 (`v5e:4x4`) |' in text
+  assert results.typed_figures(text) == []
+  page.write_text(text.replace('| v5e-16', '| v5e-32'))  # edited by hand
+  assert any('scaling.md differs' in p for p in results.render(check=True))

@@ -4,6 +4,9 @@
         --workdir=W [--scalar=eval/bleu --scale=1 --seed=S --note=...]
     python -m transformer.tools.results record --row=ROW --metric=NAME \
         --value=X --command="python benchmarks/..." [--note=...]
+    python benchmarks/attention.py | python -m transformer.tools.results \
+        capture --table=NAME --command="python benchmarks/attention.py" \
+        [--describes=benchmarks/attention.py]
     python -m transformer.tools.results render
     python -m transformer.tools.results render --check
 
@@ -16,6 +19,14 @@ workdir's last logged value of a scalar, or a value given (benchmark
 output); the commit, date and machine are this checkout's and this
 machine's.
 
+A measured table that is not one figure per row (a benchmark's printed
+output, a curve by step, a grid of heads) is a table file,
+docs/results/tables/NAME.json: its cells or its printed output, the
+command, the machine, the commit and the date. `capture` stores a
+command's output read from stdin, measured now on this machine; a table
+typed into the docs before the registry existed keeps the commit that
+put it there (`"source": "typed"`) and is marked history.
+
 `render` writes each table into the Markdown files between its markers
 (`last_known_good`: the commits whose whole CI run passed,
 docs/results/_last_known_good.json):
@@ -24,8 +35,9 @@ docs/results/_last_known_good.json):
     ...rendered rows...
     <!-- /results -->
 
-(the rows of every registry file that lists TABLE), so a figure is typed
-once. `render --check` (tests/tools/test_results.py) fails when a
+(the rows of every registry file that lists TABLE; for `table:NAME`, the
+table file NAME with where and when it was measured), so a figure is
+typed once. `render --check` (tests/tools/test_results.py) fails when a
 rendered table differs from the registry, or when a row's experiment
 file changed (its code; docstrings and comments aside) since its records
 were made and it is not marked `history`: the figure would describe code
@@ -48,6 +60,7 @@ from typing import Any, Sequence
 from absl import flags
 
 from transformer import metrics
+from transformer.plan import scaling
 from transformer.reproduce import rows as rows_lib
 from transformer.tools import cli
 
@@ -56,9 +69,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(
 REGISTRY = os.path.join(REPO, 'docs', 'results')
 # The Markdown files tables are rendered into.
 PAGES = ('README.md', 'docs/*.md')
-ACTIONS = ('record', 'render')
-_MARKER = re.compile(r'(<!-- results: ([\w-]+) -->\n)(.*?)(<!-- /results -->)',
-                     re.DOTALL)
+ACTIONS = ('record', 'capture', 'render')
+_MARKER = re.compile(
+    r'(<!-- results: ([\w:-]+) -->\n)(.*?)(<!-- /results -->)', re.DOTALL)
+TABLE_PREFIX = 'table:'
 KNOWN_GOOD = '_last_known_good.json'
 HEADER = ('| task | model | command | result |\n'
           '|---|---|---|---|\n')
@@ -140,6 +154,161 @@ def stale(row: dict[str, Any], name: str) -> str | None:
   return None
 
 
+# -- Tables -------------------------------------------------------------------
+
+_TABLE_FIELDS = ('command', 'machine', 'commit', 'date')
+
+
+def tables_folder() -> str:
+  return os.path.join(REGISTRY, 'tables')
+
+
+def table_names() -> list[str]:
+  return sorted(os.path.splitext(os.path.basename(path))[0] for path in
+                glob.glob(os.path.join(tables_folder(), '*.json')))
+
+
+def table(name: str) -> dict[str, Any]:
+  """The table file NAME (docs/results/tables/NAME.json), checked."""
+  path = os.path.join(tables_folder(), f'{name}.json')
+  if not os.path.exists(path):
+    raise FileNotFoundError(
+        f'No registry table {path}: capture it (`results capture '
+        f'--table={name} --command=...`) or correct the marker\'s name.')
+  with open(path, encoding='utf-8') as f:
+    try:
+      found = json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError(f'{path} is not valid JSON ({e}).') from e
+  missing = [k for k in _TABLE_FIELDS if k not in found]
+  if missing:
+    raise ValueError(f'{path} lacks {missing}: a table holds '
+                     f'{", ".join(_TABLE_FIELDS)}.')
+  if ('output' in found) == ('rows' in found):
+    raise ValueError(f'{path} needs exactly one of "output" (what the '
+                     f'command printed) and "rows" (cells under "columns").')
+  if 'rows' in found:
+    widths = {len(row) for row in found['rows']} - {len(found['columns'])}
+    if widths:
+      raise ValueError(f'{path}: rows of {sorted(widths)} cells under '
+                       f'{len(found["columns"])} columns.')
+  return found
+
+
+def _cells(cells: Sequence[Any]) -> str:
+  return '| ' + ' | '.join(str(c).replace('|', '\\|') for c in cells) + ' |\n'
+
+
+def render_measured(name: str) -> str:
+  """A table file as Markdown, with where and when it was measured."""
+  found = table(name)
+  if 'output' in found:
+    body = '```\n' + found['output'].rstrip('\n') + '\n```\n'
+  else:
+    align = found.get('align') or ['---'] * len(found['columns'])
+    body = (_cells(found['columns']) + '|' + '|'.join(align) + '|\n'
+            + ''.join(map(_cells, found['rows'])))
+  when = (('in the docs since ' if found.get('source') == 'typed' else
+           'measured at ') + f'{found["commit"]} ({found["date"]})')
+  earlier = ', earlier code' if found.get('history') else ''
+  return (body + f'\n*{found["machine"]}; {when}{earlier}; registry '
+          f'`tables/{name}`.*\n')
+
+
+def stale_table(name: str) -> str | None:
+  """Why a captured table no longer describes the code it measured."""
+  found = table(name)
+  if found.get('history') or not found.get('describes'):
+    return None
+  path = os.path.join(REPO, found['describes'])
+  if not os.path.exists(path):
+    return (f'tables/{name}: {found["describes"]} is gone; capture it again '
+            f'or mark it "history": true.')
+  if code_digest(path) != found.get('code'):
+    return (f'tables/{name}: the code of {found["describes"]} changed since '
+            f'it was measured; capture it again or mark it "history": true.')
+  return None
+
+
+def capture(name: str, command: str, output: str,
+            describes: str | None = None) -> dict[str, Any]:
+  """Stores `output`, printed by `command` now on this machine, as the
+  table NAME (replacing an earlier capture); returns it."""
+  if not output.strip():
+    raise ValueError(f'Nothing to capture for {name}: pipe the command\'s '
+                     f'output in (`{command} | ... capture`).')
+  captured = dict(command=command, machine=machine(), commit=commit(),
+                  date=datetime.date.today().isoformat(), source='captured',
+                  output=output.rstrip('\n'))
+  if describes:
+    path = os.path.join(REPO, describes)
+    if not os.path.exists(path):
+      raise FileNotFoundError(f'--describes={describes}: no such file in '
+                              f'{REPO}.')
+    captured.update(describes=describes, code=code_digest(path))
+  os.makedirs(tables_folder(), exist_ok=True)
+  with open(os.path.join(tables_folder(), f'{name}.json'), 'w',
+            encoding='utf-8') as f:
+    f.write(json.dumps(captured, indent=2, ensure_ascii=False) + '\n')
+  return captured
+
+
+# -- Figures outside the registry ---------------------------------------------
+
+# Blocks other commands write from their own data, checked here as well:
+# the scaling page's plans (docs/scaling.json, `transformer-plan --table`).
+GENERATED = ((scaling.BEGIN, scaling.END),)
+SCALING_PAGE = os.path.join('docs', 'scaling.md')
+
+# Put before a table whose numbers are no measurement (sizes, settings,
+# counts computed from a config) to keep it typed: `<!-- not measured:
+# why -->`.
+NOT_MEASURED = '<!-- not measured:'
+_RULER = re.compile(r'^\s*-{20,}\s*$')
+
+
+def typed_figures(text: str) -> list[int]:
+  """Line numbers (from 1) of tables with figures that are outside the
+  registry's markers and not declared `not measured`: Markdown tables and
+  printed output (a fenced block with a ruler line) holding a digit."""
+  lines = text.split('\n')
+  found, inside, fence = [], False, None
+  for i, line in enumerate(lines):
+    if line.startswith('<!-- results:') or line in (b for b, _ in GENERATED):
+      inside = True
+    elif line.startswith('<!-- /results') or line in (
+        e for _, e in GENERATED):
+      inside = False
+    if inside:
+      continue
+    declared = any(NOT_MEASURED in above for above in lines[max(0, i - 2):i])
+    if line.startswith('```'):
+      if fence is None:
+        fence = i
+        block = []
+        for later in lines[i + 1:]:
+          if later.startswith('```'):
+            break
+          block.append(later)
+        if (any(map(_RULER.match, block)) and any(
+            c.isdigit() for c in ''.join(block)) and not declared):
+          found.append(i + 1)
+      else:
+        fence = None
+      continue
+    if (fence is None and line.startswith('|') and
+        (i == 0 or not lines[i - 1].startswith('|'))):
+      rows = []
+      for later in lines[i:]:
+        if not later.startswith('|'):
+          break
+        rows.append(later)
+      if (any(c.isdigit() for c in ''.join(rows[2:])) and not any(
+          NOT_MEASURED in above for above in lines[max(0, i - 2):i])):
+        found.append(i + 1)
+  return found
+
+
 # -- Rendering ----------------------------------------------------------------
 
 
@@ -191,6 +360,8 @@ def render_known_good() -> str:
 def render_table(table: str, registry: dict[str, dict[str, Any]]) -> str:
   if table == 'last_known_good':
     return render_known_good()
+  if table.startswith(TABLE_PREFIX):
+    return render_measured(table[len(TABLE_PREFIX):])
   chosen = [row for _, row in sorted(
       registry.items(), key=lambda item: (item[1].get('order', 0), item[0]))
             if table in row['tables']]
@@ -206,6 +377,14 @@ def rendered(text: str, registry: dict[str, dict[str, Any]]) -> str:
                      + m.group(4), text)
 
 
+def with_scaling_plans(text: str) -> str:
+  """The scaling page with its block written from docs/scaling.json, as
+  `transformer-plan --table=docs/scaling.md --render` writes it."""
+  path = os.path.join(REPO, os.path.splitext(SCALING_PAGE)[0] + '.json')
+  with open(path, encoding='utf-8') as f:
+    return scaling.in_page(text, scaling.markdown(json.load(f)))
+
+
 def pages() -> list[str]:
   return sorted({path for pattern in PAGES
                  for path in glob.glob(os.path.join(REPO, pattern))})
@@ -217,10 +396,21 @@ def render(check: bool = False) -> list[str]:
   registry = rows()
   problems = [p for name, row in registry.items()
               if (p := stale(row, name))]
+  problems += [p for name in table_names() if (p := stale_table(name))]
+  shown = set()
   for path in pages():
     with open(path, encoding='utf-8') as f:
       text = f.read()
+    shown.update(m.group(2)[len(TABLE_PREFIX):] for m in _MARKER.finditer(
+        text) if m.group(2).startswith(TABLE_PREFIX))
+    problems += [
+        f'{os.path.relpath(path, REPO)}:{line}: a table of figures outside '
+        f'the registry: capture it (`results capture`) and mark it '
+        f'<!-- results: {TABLE_PREFIX}NAME -->, or declare it '
+        f'{NOT_MEASURED} why -->' for line in typed_figures(text)]
     new = rendered(text, registry)
+    if os.path.relpath(path, REPO) == SCALING_PAGE:
+      new = with_scaling_plans(new)
     if new == text:
       continue
     if check:
@@ -230,6 +420,9 @@ def render(check: bool = False) -> list[str]:
     else:
       with open(path, 'w', encoding='utf-8') as f:
         f.write(new)
+  problems += [f'tables/{name} is shown on no page: mark it where it '
+               f'belongs (<!-- results: {TABLE_PREFIX}{name} -->) or delete '
+               f'it' for name in sorted(set(table_names()) - shown)]
   return problems
 
 
@@ -307,6 +500,11 @@ def define_flags() -> None:
                       'shared machine).')
   flags.DEFINE_string('command', None, 'The command that produced it '
                       '(checked against the row\'s).')
+  flags.DEFINE_string('table', None, 'capture: the table '
+                      '(docs/results/tables/TABLE.json).')
+  flags.DEFINE_string('describes', None, 'capture: the file whose code the '
+                      'table measures (a benchmark); a change to it makes '
+                      'the table stale.')
   flags.DEFINE_bool('check', False, 'render: write nothing; fail if a table '
                     'is out of date or a row stale.')
 
@@ -325,6 +523,15 @@ def main(argv: Sequence[str]) -> None:
       sys.exit(cli.RUN_FAILED)
     print('The tables are the registry\'s.' if args.check
           else 'Rendered the tables.')
+    return
+  if words[0] == 'capture':
+    if not args.table or not args.command:
+      raise ValueError('capture needs --table and --command (what printed '
+                       'the output piped in).')
+    capture(args.table, args.command, sys.stdin.read(), args.describes)
+    print(f'Captured tables/{args.table}; mark it where it belongs '
+          f'(<!-- results: {TABLE_PREFIX}{args.table} -->) and run '
+          f'`render`.')
     return
   if not args.row or not args.metric:
     raise ValueError('record needs --row and --metric.')
