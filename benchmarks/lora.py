@@ -2,8 +2,11 @@ r"""Low-rank adapters against full fine-tuning: optimizer-state bytes and
 train-step time of the same decoder and batch.
 
     python benchmarks/lora.py --layers=6 --width=512 --rank=8
+    python benchmarks/lora.py --family=llama --layers=12 --width=768
 
-A GPT-shaped decoder (`--layers` blocks of `--width`, `--vocab` tokens),
+A GPT- or Llama-shaped decoder (`--layers` blocks of `--width`, `--vocab`
+tokens; Llama's as benchmarks/finetune_against_transformers.py makes it:
+half as many key/value heads as query heads, SwiGLU of width 8/3 D),
 randomly initialised; one `train.train_step` as a run jits it, with the
 LM experiments' optimizer (AdamW, clipping at 1): over every parameter,
 and over rank-`--rank` adapters on `--targets` alone
@@ -28,6 +31,8 @@ from transformer.attention import lora
 from transformer.models import decoder
 from transformer.tasks import language_modeling
 
+_FAMILY = flags.DEFINE_enum('family', 'gpt', ['gpt', 'llama'],
+                            'The decoder\'s shape.')
 _LAYERS = flags.DEFINE_integer('layers', 6, 'Blocks.')
 _WIDTH = flags.DEFINE_integer('width', 512, 'd_model.')
 _VOCAB = flags.DEFINE_integer('vocab', 8_000, 'Vocabulary size.')
@@ -63,10 +68,14 @@ def _bytes(tree) -> int:
 
 def main(argv):
   del argv
+  heads = _WIDTH.value // 64
+  shape = (dict(num_kv_heads=max(1, heads // 2), d_ff=_WIDTH.value * 8 // 3)
+           if _FAMILY.value == 'llama' else {})
   base = decoder.config_for(
-      'tiny', vocab_size=_VOCAB.value, max_length=_LENGTH.value,
-      num_layers=_LAYERS.value, d_model=_WIDTH.value,
-      num_heads=_WIDTH.value // 64, dropout_rate=0.0)
+      'llama-tiny' if _FAMILY.value == 'llama' else 'tiny',
+      vocab_size=_VOCAB.value, max_length=_LENGTH.value,
+      num_layers=_LAYERS.value, d_model=_WIDTH.value, num_heads=heads,
+      dropout_rate=0.0, **shape)
   adapted = base.replace(lora_rank=_RANK.value, lora_targets=_TARGETS.value)
   rows, length = _ROWS.value, _LENGTH.value
   ids = np.random.default_rng(0).integers(1, _VOCAB.value, (rows, length + 1))
@@ -87,7 +96,8 @@ def main(argv):
       start = time.perf_counter()
       states[name] = jax.block_until_ready(step(states[name], batch)[0])
       times[name].append(time.perf_counter() - start)
-  print(f'{_LAYERS.value} blocks x {_WIDTH.value}, {_VOCAB.value:,} tokens, '
+  print(f'{_FAMILY.value}: {_LAYERS.value} blocks x {_WIDTH.value}, '
+        f'{_VOCAB.value:,} tokens, '
         f'batch {rows} x {length}; median of {_REPEATS.value} steps')
   print('| | trainable parameters | optimizer state | step ms | tokens/s |')
   print('|---|---|---|---|---|')

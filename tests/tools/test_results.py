@@ -126,6 +126,11 @@ def test_a_captured_table_renders_with_where_it_ran_and_goes_stale(
                   '<!-- /results -->\n')
   with raises_naming(FileNotFoundError, 'No registry table', 'capture it'):
     results.render(check=True)
+  monkeypatch.setattr(results, 'changed_since_commit', lambda path: True)
+  with raises_naming(ValueError, 'bench.py has changes not committed',
+                     'commit it first'):
+    results.capture('speed', 'python bench.py', output, describes='bench.py')
+  monkeypatch.setattr(results, 'changed_since_commit', lambda path: False)
   results.capture('speed', 'python bench.py', output, describes='bench.py')
   assert not results.render()
   text = page.read_text()

@@ -245,6 +245,10 @@ def capture(name: str, command: str, output: str,
     if not os.path.exists(path):
       raise FileNotFoundError(f'--describes={describes}: no such file in '
                               f'{REPO}.')
+    if changed_since_commit(describes):
+      raise ValueError(f'{describes} has changes not committed: commit it '
+                       f'first, so that the table names the code it '
+                       f'measured.')
     captured.update(describes=describes, code=code_digest(path))
   os.makedirs(tables_folder(), exist_ok=True)
   with open(os.path.join(tables_folder(), f'{name}.json'), 'w',
@@ -442,6 +446,16 @@ def commit() -> str:
                           check=True).stdout.strip()
   except (OSError, subprocess.CalledProcessError):
     return 'unknown'
+
+
+def changed_since_commit(path: str) -> bool:
+  """Whether `path` (from the checkout's root) differs from HEAD's."""
+  try:
+    return subprocess.run(['git', 'diff', '--quiet', 'HEAD', '--', path],
+                          cwd=REPO, capture_output=True,
+                          check=False).returncode == 1
+  except OSError:
+    return False
 
 
 def last_value(workdir: str, scalar: str) -> float:
