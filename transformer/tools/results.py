@@ -271,44 +271,45 @@ NOT_MEASURED = '<!-- not measured:'
 _RULER = re.compile(r'^\s*-{20,}\s*$')
 
 
+def _following(lines: list[str], start: int, keep) -> list[str]:
+  """The lines from `start` on while `keep(line)` holds."""
+  taken = []
+  for line in lines[start:]:
+    if not keep(line):
+      break
+    taken.append(line)
+  return taken
+
+
 def typed_figures(text: str) -> list[int]:
   """Line numbers (from 1) of tables with figures that are outside the
   registry's markers and not declared `not measured`: Markdown tables and
   printed output (a fenced block with a ruler line) holding a digit."""
   lines = text.split('\n')
-  found, inside, fence = [], False, None
+  opening = {begin for begin, _ in GENERATED}
+  closing = {end for _, end in GENERATED}
+  found, inside, in_fence = [], False, False
+  has_digit = lambda block: any(c.isdigit() for c in ''.join(block))
   for i, line in enumerate(lines):
-    if line.startswith('<!-- results:') or line in (b for b, _ in GENERATED):
+    if line.startswith('<!-- results:') or line in opening:
       inside = True
-    elif line.startswith('<!-- /results') or line in (
-        e for _, e in GENERATED):
+    elif line.startswith('<!-- /results') or line in closing:
       inside = False
     if inside:
       continue
-    declared = any(NOT_MEASURED in above for above in lines[max(0, i - 2):i])
+    declared = lambda: any(NOT_MEASURED in above
+                           for above in lines[max(0, i - 2):i])
     if line.startswith('```'):
-      if fence is None:
-        fence = i
-        block = []
-        for later in lines[i + 1:]:
-          if later.startswith('```'):
-            break
-          block.append(later)
-        if (any(map(_RULER.match, block)) and any(
-            c.isdigit() for c in ''.join(block)) and not declared):
+      in_fence = not in_fence
+      if in_fence:
+        block = _following(lines, i + 1, lambda l: not l.startswith('```'))
+        if (any(map(_RULER.match, block)) and has_digit(block)
+            and not declared()):
           found.append(i + 1)
-      else:
-        fence = None
-      continue
-    if (fence is None and line.startswith('|') and
-        (i == 0 or not lines[i - 1].startswith('|'))):
-      rows = []
-      for later in lines[i:]:
-        if not later.startswith('|'):
-          break
-        rows.append(later)
-      if (any(c.isdigit() for c in ''.join(rows[2:])) and not any(
-          NOT_MEASURED in above for above in lines[max(0, i - 2):i])):
+    elif (not in_fence and line.startswith('|')
+          and (i == 0 or not lines[i - 1].startswith('|'))):
+      rows = _following(lines, i, lambda l: l.startswith('|'))
+      if has_digit(rows[2:]) and not declared():
         found.append(i + 1)
   return found
 
