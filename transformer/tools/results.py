@@ -134,24 +134,33 @@ def code_digest(path: str) -> str:
   return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
 
 
+def _outdated(entry: dict[str, Any], label: str, codes: list[Any],
+              again: str) -> str | None:
+  """Why figures measured on `codes` (digests of the file `entry`
+  describes) no longer describe it; None if they do, or are history.
+  `again` says how to measure them anew."""
+  if entry.get('history') or not entry.get('describes'):
+    return None
+  path = os.path.join(REPO, entry['describes'])
+  if not os.path.exists(path):
+    return (f'{label}: {entry["describes"]} is gone; {again} or mark it '
+            f'"history": true.')
+  current = code_digest(path)
+  old = sum(code != current for code in codes)
+  if not old:
+    return None
+  runs = 'its run was' if len(codes) == 1 else f'{old} of its runs were'
+  return (f'{label}: the code of {entry["describes"]} changed since {runs} '
+          f'recorded; {again} or mark it "history": true.')
+
+
 def stale(row: dict[str, Any], name: str) -> str | None:
   """Why a row's figures no longer describe the code (None if they do):
   its experiment file's code changed since they were recorded."""
-  if row.get('history') or not row.get('describes'):
-    return None
-  path = os.path.join(REPO, row['describes'])
-  if not os.path.exists(path):
-    return (f'{name}: {row["describes"]} is gone; measure the row again or '
-            f'mark it "history": true.')
-  current = code_digest(path)
-  old = [run for record in row['records'] for run in record['runs']
-         if run.get('code', row.get('code')) != current]
-  if old:
-    return (f'{name}: the code of {row["describes"]} changed since '
-            f'{len(old)} of its runs were recorded; measure them again '
-            f'(`results record`, then delete the old runs) or mark the row '
-            f'"history": true.')
-  return None
+  codes = [run.get('code', row.get('code')) for record in row['records']
+           for run in record['runs']]
+  return _outdated(row, name, codes, 'measure them again (`results record`, '
+                   'then delete the old runs)')
 
 
 # -- Tables -------------------------------------------------------------------
@@ -218,16 +227,8 @@ def render_measured(name: str) -> str:
 def stale_table(name: str) -> str | None:
   """Why a captured table no longer describes the code it measured."""
   found = table(name)
-  if found.get('history') or not found.get('describes'):
-    return None
-  path = os.path.join(REPO, found['describes'])
-  if not os.path.exists(path):
-    return (f'tables/{name}: {found["describes"]} is gone; capture it again '
-            f'or mark it "history": true.')
-  if code_digest(path) != found.get('code'):
-    return (f'tables/{name}: the code of {found["describes"]} changed since '
-            f'it was measured; capture it again or mark it "history": true.')
-  return None
+  return _outdated(found, f'tables/{name}', [found.get('code')],
+                   'capture it again')
 
 
 def capture(name: str, command: str, output: str,
