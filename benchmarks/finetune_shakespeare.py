@@ -17,18 +17,10 @@ rows of the model's context (`--length`), evaluating before the first
 step and at the end. The table gives the validation loss (nats per token)
 and bits per byte before and after, the wall time of the fine-tuning
 command and its tokens per second.
-
-`--side=transformers` trains the published directory itself with
-transformers' `Trainer` (`pip install accelerate` as well) on the same
-chunks: our task's training and validation chunks of the text, mapped back
-to the published ids, the same recipe (AdamW 0.9/0.95, weight decay 0.1,
-constant 3e-5, clipping at 1, the model's own dropout) and the same loss
-(every target of a chunk, as ours predicts it).
 """
 
 import io
 import json
-import math
 import os
 import subprocess
 import sys
@@ -52,9 +44,6 @@ _LENGTH = flags.DEFINE_integer('length', 256, 'Context (tokens per row).')
 _ROWS = flags.DEFINE_integer('rows', 2, 'Rows per step.')
 _STEPS = flags.DEFINE_integer('steps', 500, 'Fine-tuning steps.')
 _LORA_RANK = flags.DEFINE_integer('lora_rank', 0, 'LoRA rank (0: full).')
-_SIDE = flags.DEFINE_enum('side', 'ours', ['ours', 'transformers'],
-                          "Who fine-tunes: transformer.main, or "
-                          "transformers' Trainer on the same chunks.")
 
 
 def _publish(directory: str, lines: list[str]) -> None:
@@ -112,115 +101,6 @@ def _run(*command: str) -> float:
   return time.perf_counter() - start
 
 
-def _finetune_config(converted: str):
-  from transformer.experiments import lm_finetune  # pylint: disable=g-import-not-at-top
-  config = lm_finetune.get_config(
-      f'init_from={converted},path={_TEXT.value},steps={_STEPS.value}')
-  config.data.tokens_per_batch = _ROWS.value * _LENGTH.value
-  config.train.eval_every = config.train.checkpoint_every = _STEPS.value
-  return config
-
-
-def _ours(converted: str, name: str) -> tuple[list[float], list[float], float]:
-  """transformer.main's fine-tuning: validation losses and bits per byte
-  before and after, and its wall time."""
-  workdir = os.path.join(_OUT.value, name)
-  overrides = [
-      f'--config.data.tokens_per_batch={_ROWS.value * _LENGTH.value}',
-      f'--config.train.eval_every={_STEPS.value}',
-      f'--config.train.checkpoint_every={_STEPS.value}']
-  if _LORA_RANK.value:
-    overrides.append(f'--config.model.lora_rank={_LORA_RANK.value}')
-  seconds = _run(
-      'transformer.main', '--config=lm_finetune:init_from=' + converted +
-      f',path={_TEXT.value},steps={_STEPS.value}', f'--workdir={workdir}',
-      *overrides)
-  scalars = metrics.read_scalars(workdir)
-  loss, bits = scalars['eval/loss'], scalars['eval/bits_per_byte']
-  first, last = min(loss), max(loss)
-  return ([loss[first], loss[last]], [bits[first], bits[last]], seconds)
-
-
-def _chunks(converted: str) -> tuple[list, list, int]:
-  """Our task's training and validation (inputs, targets) chunks in the
-  published ids, and the validation text's bytes."""
-  from transformer import tasks  # pylint: disable=g-import-not-at-top
-  config = _finetune_config(converted)
-  task = tasks.build(config, os.path.join(_OUT.value, 'chunks'))
-  order = task.tokenizer.ids
-
-  def published(split):
-    return [(order.to_published(x), order.to_published(y))
-            for x, y in task.examples(split)]
-
-  validation = ''.join(task.documents(config.data.eval_split))
-  return (published(config.data.train_split),
-          published(config.data.eval_split), len(validation.encode()))
-
-
-def _transformers(published: str, converted: str
-                  ) -> tuple[list[float], list[float], float]:
-  """transformers' Trainer on our chunks: validation losses and bits per
-  byte before and after, and the wall time of load, train and evaluations."""
-  import torch  # pylint: disable=g-import-not-at-top
-  import transformers  # pylint: disable=g-import-not-at-top
-  train, validation, text_bytes = _chunks(converted)
-  config = _finetune_config(converted)
-  start = time.perf_counter()
-  model = transformers.AutoModelForCausalLM.from_pretrained(
-      published, dtype=torch.float32)
-
-  def collate(pairs):
-    width = max(len(x) for x, _ in pairs)
-    inputs = torch.zeros((len(pairs), width), dtype=torch.long)
-    labels = torch.full((len(pairs), width), -100, dtype=torch.long)
-    for row, (x, y) in enumerate(pairs):
-      inputs[row, :len(x)], labels[row, :len(y)] = (
-          torch.as_tensor(x), torch.as_tensor(y))
-    return {'input_ids': inputs, 'labels': labels}
-
-  def token_losses(batch):  # nats of every target, as our loss counts them
-    logits = model(input_ids=batch['input_ids']).logits
-    return torch.nn.functional.cross_entropy(
-        logits.flatten(0, 1), batch['labels'].flatten(), ignore_index=-100,
-        reduction='none')
-
-  def evaluate():
-    model.eval()
-    nats, count = 0.0, 0
-    with torch.no_grad():
-      for begin in range(0, len(validation), config.data.eval_rows):
-        batch = collate(validation[begin:begin + config.data.eval_rows])
-        nats += float(token_losses(batch).sum())
-        count += int((batch['labels'] != -100).sum())
-    return nats / count, nats / math.log(2) / text_bytes
-
-  class SameLoss(transformers.Trainer):
-
-    def compute_loss(self, model, inputs, return_outputs=False,
-                     num_items_in_batch=None):
-      del model, return_outputs, num_items_in_batch
-      losses = token_losses(inputs)
-      return losses.sum() / (inputs['labels'] != -100).sum()
-
-  opt = config.optimizer
-  before = evaluate()
-  SameLoss(
-      model=model, train_dataset=train, data_collator=collate,
-      args=transformers.TrainingArguments(
-          output_dir=os.path.join(_OUT.value, 'trainer'),
-          max_steps=_STEPS.value, per_device_train_batch_size=_ROWS.value,
-          learning_rate=opt.learning_rate, lr_scheduler_type='constant',
-          warmup_steps=0, adam_beta1=opt.b1, adam_beta2=opt.b2,
-          weight_decay=opt.weight_decay, max_grad_norm=opt.grad_clip_norm,
-          save_strategy='no', report_to=[], use_cpu=True, seed=0,
-          logging_steps=max(1, _STEPS.value // 10), disable_tqdm=True,
-          remove_unused_columns=False)).train()
-  after = evaluate()
-  seconds = time.perf_counter() - start
-  return [before[0], after[0]], [before[1], after[1]], seconds
-
-
 def main(argv):
   del argv
   with open(_TEXT.value, encoding='utf-8') as f:
@@ -236,14 +116,20 @@ def main(argv):
          f'--output={converted}')
   name = f'{_FAMILY.value}_' + (f'lora{_LORA_RANK.value}'
                                 if _LORA_RANK.value else 'full')
-  if _SIDE.value == 'transformers':
-    if _LORA_RANK.value:
-      raise app.UsageError('--side=transformers fine-tunes every weight; '
-                           'leave --lora_rank at 0.')
-    name += ', transformers Trainer'
-    loss, bits, seconds = _transformers(published, converted)
-  else:
-    loss, bits, seconds = _ours(converted, name)
+  workdir = os.path.join(_OUT.value, name)
+  overrides = [
+      f'--config.data.tokens_per_batch={_ROWS.value * _LENGTH.value}',
+      f'--config.train.eval_every={_STEPS.value}',
+      f'--config.train.checkpoint_every={_STEPS.value}']
+  if _LORA_RANK.value:
+    overrides.append(f'--config.model.lora_rank={_LORA_RANK.value}')
+  seconds = _run(
+      'transformer.main', '--config=lm_finetune:init_from=' + converted +
+      f',path={_TEXT.value},steps={_STEPS.value}', f'--workdir={workdir}',
+      *overrides)
+  scalars = metrics.read_scalars(workdir)
+  loss, bits = scalars['eval/loss'], scalars['eval/bits_per_byte']
+  first, last = min(loss), max(loss)
   tokens = _STEPS.value * _ROWS.value * _LENGTH.value
   print(f'{_FAMILY.value}, {_LAYERS.value} blocks x {_WIDTH.value}, '
         f'{_VOCAB.value:,} pieces; {_STEPS.value} steps of {_ROWS.value} x '
@@ -251,8 +137,8 @@ def main(argv):
   print('| fine-tuning | validation loss, step 0 -> last | bits per byte | '
         'wall time (compile and 2 evaluations in) | tokens/s |')
   print('|---|---|---|---|---|')
-  print(f'| {name} | {loss[0]:.4f} -> {loss[1]:.4f} | '
-        f'{bits[0]:.4f} -> {bits[1]:.4f} | {seconds / 60:.1f} min | '
+  print(f'| {name} | {loss[first]:.4f} -> {loss[last]:.4f} | '
+        f'{bits[first]:.4f} -> {bits[last]:.4f} | {seconds / 60:.1f} min | '
         f'{tokens / seconds:,.0f} |')
 
 
