@@ -112,7 +112,7 @@ def test_typed_figures_are_found_unless_rendered_or_declared():
       '| flag | meaning |', '|---|---|', '| `--x` | the thing |', '',
       '```bash', 'python benchmarks/attention.py --length=128', '```', '',
       '```', '  kernel  ms', '-' * 24, '  xla  2.50', '```'])  # line 24
-  assert results.typed_figures(text) == [1, 24]
+  assert results.typed_tables(text) == [1, 24]
 
 
 def test_a_captured_table_renders_with_where_it_ran_and_goes_stale(
@@ -178,6 +178,62 @@ def test_the_scaling_plans_are_checked_against_their_records(registry):
   assert not results.render()  # the block written from docs/scaling.json
   text = page.read_text()
   assert text.startswith('# Scaling\n') and '| v5e-16 (`v5e:4x4`) |' in text
-  assert results.typed_figures(text) == []
+  assert results.typed_tables(text) == []
   page.write_text(text.replace('| v5e-16', '| v5e-32'))  # edited by hand
   assert any('scaling.md differs' in p for p in results.render(check=True))
+
+
+def test_figures_typed_into_prose_are_found_unless_rendered_or_declared():
+  text = '\n'.join([
+      'The run took 6 min 54 s and reached BLEU 99.95.',  # 1: three
+      'It trains `--steps=1000` [a page](x.md#10%) <!-- 2.5 s -->.',
+      '',
+      '<!-- not measured: the paper\'s figures -->',
+      'The paper reports 27.3 BLEU in 3.5 days.',
+      '',
+      'Ours: <!-- figure: r/BLEU -->99.95<!-- /figure --> at 1.09x speed,',
+      'on 16 GiB; a 8 x 256 batch of v5e:16x16.',  # 8
+      '',
+      '| a | 2.5 s |', '',
+      '```', 'took 9.1 s', '```'])
+  assert results.typed_prose(text) == [
+      (1, '6 min'), (1, '54 s'), (1, 'BLEU 99.95'), (7, '1.09x'),
+      (8, '16 GiB')]
+
+
+def test_inline_figures_render_records_and_table_cells(registry):
+  folder = registry / 'docs' / 'results' / 'tables'
+  folder.mkdir()
+  base = dict(command='c', machine='m', commit='abc', date='2026-11-29')
+  (folder / 'speed.json').write_text(json.dumps({**base, 'output': (
+      'gpt2, 12 blocks\n| model | ms | tok/s |\n|---|---|---|\n'
+      '| `llama` | 9,359 | 219 |\n| gpt2 | 9,270 | 221 |\n\n'
+      '| model | MB |\n|---|---|\n| llama | 819.62 |')}))
+  (folder / 'grid.json').write_text(json.dumps(
+      {**base, 'columns': ['heads', 'BLEU'], 'rows': [['24', '40.20']]}))
+  page = registry / 'docs' / 'page.md'
+  page.write_text(
+      '<!-- results: table:speed -->\n<!-- /results -->\n'
+      '<!-- results: table:grid -->\n<!-- /results -->\n'
+      'Llama at <!-- figure: table:speed[llama][tok/s] -->1<!-- /figure -->'
+      ' tokens a second, <!-- figure: table:speed[llama][MB] --><!-- /figure'
+      ' -->; all heads <!-- figure: table:grid[24][BLEU] --><!-- /figure -->'
+      '; perplexity <!-- figure: lm_offline/perplexity per subword -->'
+      '<!-- /figure -->.\n')
+  assert any('page.md differs' in p for p in results.render(check=True))
+  assert not results.render()
+  text = page.read_text()
+  assert ('Llama at <!-- figure: table:speed[llama][tok/s] -->219<!-- '
+          '/figure --> tokens a second, <!-- figure: table:speed[llama][MB] '
+          '-->819.62<!-- /figure -->; all heads <!-- figure: '
+          'table:grid[24][BLEU] -->40.20<!-- /figure -->; perplexity '
+          '<!-- figure: lm_offline/perplexity per subword -->8.87<!-- '
+          '/figure -->.') in text
+  assert not results.render(check=True)
+  page.write_text(text.replace('[tok/s]', '[tokens]'))
+  with raises_naming(ValueError, 'tables/speed has no cell [llama][tokens]',
+                     'by its header'):
+    results.render(check=True)
+  page.write_text('<!-- figure: lm_offline/BLEU --><!-- /figure -->\n')
+  with raises_naming(ValueError, "lm_offline/BLEU", 'records no'):
+    results.render(check=True)

@@ -36,9 +36,12 @@ docs/results/_last_known_good.json):
     <!-- /results -->
 
 (the rows of every registry file that lists TABLE; for `table:NAME`, the
-table file NAME with where and when it was measured), so a figure is
-typed once. `render --check` (tests/tools/test_results.py) fails when a
-rendered table differs from the registry, or when a row's experiment
+table file NAME with where and when it was measured), and each figure in
+prose, `<!-- figure: ROW/METRIC -->...<!-- /figure -->` or `<!-- figure:
+table:NAME[ROW][COLUMN] -->...<!-- /figure -->`, so a figure is typed
+once. `render --check` (tests/tools/test_results.py) fails when a
+rendered table differs from the registry, when a figure is typed outside
+it (`typed_figures`), or when a row's experiment
 file changed (its code; docstrings and comments aside) since its records
 were made and it is not marked `history`: the figure would describe code
 that no longer exists.
@@ -63,6 +66,7 @@ from transformer import metrics
 from transformer.plan import scaling
 from transformer.reproduce import rows as rows_lib
 from transformer.tools import cli
+from transformer.tools import typed_figures
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
@@ -264,55 +268,17 @@ def capture(name: str, command: str, output: str,
 # the scaling page's plans (docs/scaling.json, `transformer-plan --table`).
 GENERATED = ((scaling.BEGIN, scaling.END),)
 SCALING_PAGE = os.path.join('docs', 'scaling.md')
-
-# Put before a table whose numbers are no measurement (sizes, settings,
-# counts computed from a config) to keep it typed: `<!-- not measured:
-# why -->`.
-NOT_MEASURED = '<!-- not measured:'
-_RULER = re.compile(r'^\s*-{20,}\s*$')
+NOT_MEASURED = typed_figures.NOT_MEASURED
 
 
-def _following(lines: list[str], start: int, keep) -> list[str]:
-  """The lines from `start` on while `keep(line)` holds."""
-  taken = []
-  for line in lines[start:]:
-    if not keep(line):
-      break
-    taken.append(line)
-  return taken
+def typed_tables(text: str) -> list[int]:
+  """Line numbers of tables of figures typed outside the registry."""
+  return typed_figures.tables(text, GENERATED)
 
 
-def typed_figures(text: str) -> list[int]:
-  """Line numbers (from 1) of tables with figures that are outside the
-  registry's markers and not declared `not measured`: Markdown tables and
-  printed output (a fenced block with a ruler line) holding a digit."""
-  lines = text.split('\n')
-  opening = {begin for begin, _ in GENERATED}
-  closing = {end for _, end in GENERATED}
-  found, inside, in_fence = [], False, False
-  has_digit = lambda block: any(c.isdigit() for c in ''.join(block))
-  for i, line in enumerate(lines):
-    if line.startswith('<!-- results:') or line in opening:
-      inside = True
-    elif line.startswith('<!-- /results') or line in closing:
-      inside = False
-    if inside:
-      continue
-    declared = lambda: any(NOT_MEASURED in above
-                           for above in lines[max(0, i - 2):i])
-    if line.startswith('```'):
-      in_fence = not in_fence
-      if in_fence:
-        block = _following(lines, i + 1, lambda l: not l.startswith('```'))
-        if (any(map(_RULER.match, block)) and has_digit(block)
-            and not declared()):
-          found.append(i + 1)
-    elif (not in_fence and line.startswith('|')
-          and (i == 0 or not lines[i - 1].startswith('|'))):
-      rows = _following(lines, i, lambda l: l.startswith('|'))
-      if has_digit(rows[2:]) and not declared():
-        found.append(i + 1)
-  return found
+def typed_prose(text: str) -> list[tuple[int, str]]:
+  """(line, figure) of each figure typed into prose outside the registry."""
+  return typed_figures.prose(text, GENERATED)
 
 
 # -- Rendering ----------------------------------------------------------------
@@ -377,10 +343,74 @@ def render_table(table: str, registry: dict[str, dict[str, Any]]) -> str:
   return HEADER + ''.join(map(render_row, chosen))
 
 
+def _markdown_tables(output: str) -> list[tuple[list[str], list[list[str]]]]:
+  """The Markdown tables in a command's printed output: (header, rows)."""
+  split = lambda line: [c.strip() for c in line.strip().strip('|').split('|')]
+  lines = output.split('\n')
+  found = []
+  for i, line in enumerate(lines[:-1]):
+    if (line.startswith('|') and lines[i + 1].startswith('|')
+        and set(lines[i + 1].strip()) <= set('|-: ')):
+      body = typed_figures.following(lines, i + 2,
+                                     lambda l: l.startswith('|'))
+      found.append((split(line), [split(l) for l in body]))
+  return found
+
+
+def _cell(name: str, row_key: str, column: str) -> str:
+  """The cell of table NAME in the row whose first cell is `row_key`, under
+  the header `column` (a printed output's Markdown tables as well)."""
+  found = table(name)
+  grids = ([(found['columns'], found['rows'])] if 'rows' in found
+           else _markdown_tables(found['output']))
+  for header, rows in grids:
+    for cells in rows:
+      if (column in header and str(cells[0]).strip('`*') == row_key
+          and header.index(column) < len(cells)):
+        return str(cells[header.index(column)])
+  raise ValueError(f'tables/{name} has no cell [{row_key}][{column}]: name '
+                   f'a row by its first cell and a column by its header.')
+
+
+_PARTS = ('range', 'mean', 'min', 'max', 'runs', 'result')
+
+
+def figure(ref: str, registry: dict[str, dict[str, Any]]) -> str:
+  """The text of an inline figure: `table:NAME[ROW][COLUMN]` (a table
+  file's cell), or `ROW/METRIC[/PART]` (a row's record: its range over
+  the runs, or PART: mean, min, max, runs, result)."""
+  cell = re.fullmatch(r'table:([\w-]+)\[(.+?)\]\[(.+?)\]', ref)
+  if cell:
+    return _cell(*cell.groups())
+  name, metric, part = (ref.split('/') + ['range'])[:3]
+  if name not in registry or part not in _PARTS:
+    raise ValueError(f'Inline figure {ref!r}: name a registry row and its '
+                     f'metric (ROW/METRIC[/{"|".join(_PARTS)}]) or a table '
+                     f'cell (table:NAME[ROW][COLUMN]).')
+  records = [r for r in registry[name]['records'] if r['metric'] == metric]
+  if not records:
+    raise ValueError(f'Inline figure {ref!r}: {name} records no {metric!r}.')
+  record = records[0]
+  values = [run['value'] for run in record['runs']]
+  shown = lambda v: (_number(v, record.get('digits', 2))
+                     + record.get('unit', ''))
+  if part == 'result':
+    return result(record)
+  if part == 'runs':
+    return str(len(values))
+  if part == 'range' and len(values) > 1:
+    return f'{shown(min(values))} to {shown(max(values))}'
+  pick = {'mean': sum(values) / len(values), 'min': min(values),
+          'max': max(values), 'range': values[0]}
+  return shown(pick[part])
+
+
 def rendered(text: str, registry: dict[str, dict[str, Any]]) -> str:
-  """`text` with each marked table rendered from the registry."""
-  return _MARKER.sub(lambda m: m.group(1) + render_table(m.group(2), registry)
+  """`text` with each marked table and inline figure rendered from the
+  registry."""
+  text = _MARKER.sub(lambda m: m.group(1) + render_table(m.group(2), registry)
                      + m.group(4), text)
+  return typed_figures.render_inline(text, lambda ref: figure(ref, registry))
 
 
 def with_scaling_plans(text: str) -> str:
@@ -409,11 +439,20 @@ def render(check: bool = False) -> list[str]:
       text = f.read()
     shown.update(m.group(2)[len(TABLE_PREFIX):] for m in _MARKER.finditer(
         text) if m.group(2).startswith(TABLE_PREFIX))
+    shown.update(m.group(1)[len(TABLE_PREFIX):].split('[')[0]
+                 for m in typed_figures.figures(text)
+                 if m.group(1).startswith(TABLE_PREFIX))
     problems += [
         f'{os.path.relpath(path, REPO)}:{line}: a table of figures outside '
         f'the registry: capture it (`results capture`) and mark it '
         f'<!-- results: {TABLE_PREFIX}NAME -->, or declare it '
-        f'{NOT_MEASURED} why -->' for line in typed_figures(text)]
+        f'{NOT_MEASURED} why -->' for line in typed_tables(text)]
+    problems += [
+        f'{os.path.relpath(path, REPO)}:{line}: {figure!r} typed into prose: '
+        f'render it from the registry (<!-- figure: ROW/METRIC -->'
+        f'<!-- /figure --> or table:NAME[ROW][COLUMN]), point to the table, '
+        f'or declare the paragraph {NOT_MEASURED} why -->'
+        for line, figure in typed_prose(text)]
     new = rendered(text, registry)
     if os.path.relpath(path, REPO) == SCALING_PAGE:
       new = with_scaling_plans(new)
