@@ -3,6 +3,7 @@ docs/ are the registry's, a figure whose experiment's code changed is
 stale unless marked history, and `record` appends a workdir's value."""
 
 import json
+import re
 import shutil
 
 import pytest
@@ -237,3 +238,33 @@ def test_inline_figures_render_records_and_table_cells(registry):
   page.write_text('<!-- figure: lm_offline/BLEU --><!-- /figure -->\n')
   with raises_naming(ValueError, "lm_offline/BLEU", 'records no'):
     results.render(check=True)
+
+
+def test_experiments_name_registry_records_instead_of_run_logs():
+  """What an experiment measured is in the registry, named from its
+  docstring (`registry row NAME`, `registry table NAME`,
+  docs/results/NAME.json), not retyped
+  there: a paragraph that says what was measured holds no figure."""
+  import ast  # pylint: disable=g-import-not-at-top
+  import glob  # pylint: disable=g-import-not-at-top
+  from transformer.tools import typed_figures  # pylint: disable=g-import-not-at-top
+  rows, tables = results.rows(), results.table_names()
+  named = 0
+  for path in glob.glob(f'{REPO}/transformer/experiments/**/*.py',
+                        recursive=True):
+    with open(path, encoding='utf-8') as f:
+      doc = ast.get_docstring(ast.parse(f.read())) or ''
+    for paragraph in doc.split('\n\n'):
+      if 'easured' not in paragraph and 'Expected result' not in paragraph:
+        continue
+      figures = [m.group(0) for m in typed_figures.MEASURED.finditer(
+          paragraph)]
+      assert not figures, f'{path}: {figures} typed; name the record'
+      for kind, name in re.findall(r'registry (row|table) `(\w+)`',
+                                   paragraph):
+        assert name in (rows if kind == 'row' else tables), (path, name)
+        named += 1
+      for name in re.findall(r'docs/results/(\w+)\.json', paragraph):
+        assert name in rows, (path, name)
+        named += 1
+  assert named >= 9

@@ -27,12 +27,14 @@ def get_config(arg: str = ''):
   # Twice the paper's D^-0.5 peak, with a tenth of its warmup: the run is
   # 3,000 steps long. Gradients clipped to norm 1: without it the loss of
   # some seeds and thread counts rose near the peak (step 400) and stayed
-  # on a plateau (BLEU 88.98 after 3,000 steps; docs/results.md).
+  # on a plateau (docs/results.md, registry table
+  # prose_results_mt_offline_clipping).
   config.optimizer.update(dict(
       learning_rate=2 * encoder_decoder.SIZES['mini']['d_model']**-0.5,
       warmup_steps=400, grad_clip_norm=1.0))
-  # 3,000 steps: after 2,000 the runs measured (unclipped, 1 thread) were
-  # at 97.45 to 99.16 BLEU; after 3,000 every run ends at 98.93 to 99.95.
+  # 3,000 steps: after 2,000 the runs measured (unclipped, 1 thread) had
+  # not all converged; after 3,000 every run ends near the best
+  # (registry row mt_offline).
   config.train.update(dict(num_steps=3_000, log_every=100, eval_every=1_500,
                            checkpoint_every=500, keep_checkpoints=5))
   config.eval.update(dict(beam_size=4, num_bleu_examples=0,

@@ -17,10 +17,10 @@ The stream is read in windows shifted by a random offset every epoch
 (`data.shift_chunks`), not the same 128-word windows each time.
 
 Published test perplexities for comparison: LSTM (Zaremba et al. 2014)
-medium 82, large 78; AWD-LSTM 57.3; Transformer-XL 54.5. Measured here
-on earlier code (e22eea7, 2-core CPU, 2026-11-26, 1 h 15 min;
-docs/earlier_results.md): validation perplexity 125.8, test
-117.3; with the same windows every epoch 126.2 and 118.1 (59 min).
+medium 82, large 78; AWD-LSTM 57.3; Transformer-XL 54.5.
+
+Measured here: registry row `earlier_ptb` (docs/results/, shown in
+docs/earlier_results.md), on earlier code.
 """
 
 import os

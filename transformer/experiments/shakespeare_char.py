@@ -5,10 +5,7 @@ r"""Character-level GPT on tiny Shakespeare, the configuration of nanoGPT's
 1e-4 over 5,000 steps, gradient clipping at 1. The first 90% of the
 characters train, the last 10% validate. The text is one document, read in
 256-character windows shifted by a random offset every epoch
-(`data.shift_chunks`; nanoGPT draws its windows at random offsets). With
-the same windows every epoch and no attention dropout, the validation loss
-was 1.540 at best and 2.255 after 5,000 steps (the two changes were made
-together, so their shares are not known).
+(`data.shift_chunks`; nanoGPT draws its windows at random offsets).
 
     python -m transformer.main --config=experiments/shakespeare_char.py \
         --workdir=workdirs/shakespeare_char
@@ -17,13 +14,9 @@ together, so their shares are not known).
 
 Reference (nanoGPT): best validation loss 1.47 nats per character in
 5,000 iterations (it keeps the best checkpoint: the model overfits later).
-Measured here on earlier code (84a02b7) on one H200 (float32, 2026-11-26):
-best 1.449 at step 2,500, 1.539 after 5,000 steps, 3 min 45 s beside
-another run (docs/earlier_results.md);
-on a 2-core CPU with a quarter of the batch
-(--config.data.tokens_per_batch=4096) and 800 steps
-(--config.train.num_steps=800): 1.953 nats per character, 24 min (before
-both changes).
+
+Measured here: registry row `earlier_shakespeare_char` (docs/results/,
+shown in docs/earlier_results.md), on earlier code.
 Arguments: path=FILE (default: the data folder's tinyshakespeare/input.txt,
 `python -m transformer.tools.data fetch shakespeare`),
 runlocal (seconds, for tests).

@@ -44,13 +44,8 @@ Reduced rows apply each paper row's change relative to the base:
 Measured at reduced scale with 1,000 steps per row (warmup 400) instead of
 3,000, on a 2-core CPU shared with other work (--set=train.num_steps=1000,
 optimizer.warmup_steps=400; dev = Multi30k val, beam 4; train time
-excludes evaluation):
-
-  row                 PPL (dev)  BLEU (dev)  params  train time
-  base (h=8, d_k=32)       6.83       33.65    6.0M     41 min
-  (A) h=1, d_k=256         7.15       33.05    6.0M     24 min
-  (A) h=4, d_k=64          6.78       34.08    6.0M     19 min
-  (A) h=16, d_k=16         7.06       32.42    6.0M     29 min
+excludes evaluation): registry table `pages_table3_reduced` (docs/results/,
+shown in docs/reproducing.md).
 
 One head is worse than eight in perplexity and BLEU, as in the paper (5.29
 and 24.9 against 4.92 and 25.8); four heads are as good as eight here (the
