@@ -196,10 +196,12 @@ def test_figures_typed_into_prose_are_found_unless_rendered_or_declared():
       'on 16 GiB; a 8 x 256 batch of v5e:16x16.',  # 8
       '',
       '| a | 2.5 s |', '',
-      '```', 'took 9.1 s', '```'])
+      '```', 'took 9.1 s', '```',
+      '<!-- figure: r/BLEU -->1<!-- /figure --> opens a line.'])  # 15
   assert results.typed_prose(text) == [
       (1, '6 min'), (1, '54 s'), (1, 'BLEU 99.95'), (7, '1.09x'),
       (8, '16 GiB')]
+  assert results.typed_figures.figures_opening_lines(text) == [15]
 
 
 def test_inline_figures_render_records_and_table_cells(registry):

@@ -453,6 +453,11 @@ def render(check: bool = False) -> list[str]:
         f'<!-- /figure --> or table:NAME[ROW][COLUMN]), point to the table, '
         f'or declare the paragraph {NOT_MEASURED} why -->'
         for line, figure in typed_prose(text)]
+    problems += [
+        f'{os.path.relpath(path, REPO)}:{line}: a line begins with an inline '
+        f'figure, which Markdown reads as an HTML block that breaks the '
+        f'paragraph: put a word before it' for line in
+        typed_figures.figures_opening_lines(text)]
     new = rendered(text, registry)
     if os.path.relpath(path, REPO) == SCALING_PAGE:
       new = with_scaling_plans(new)

@@ -140,6 +140,14 @@ def _declared(paragraph: list[str], lines: list[str], first: int) -> bool:
   return any(NOT_MEASURED in line for line in [above, *paragraph])
 
 
+def figures_opening_lines(text: str) -> list[int]:
+  """Line numbers of lines that begin with an inline figure: Markdown
+  (CommonMark, Python-Markdown) reads a line that begins with `<!--` as
+  an HTML block, which ends the paragraph there or hides it."""
+  return [i + 1 for i, line in enumerate(text.split('\n'))
+          if line.lstrip().startswith('<!-- figure:')]
+
+
 def figures(text: str) -> list[re.Match]:
   """The inline figures of a page (not those shown in inline code)."""
   code = [m.span() for m in _CODE.finditer(text)]
