@@ -21,7 +21,11 @@ FIGURE = re.compile(r'<!-- figure: ([^\n>]+?) -->(.*?)<!-- /figure -->')
 _CODE = re.compile(r'`[^`\n]*`')
 _RULER = re.compile(r'^\s*-{20,}\s*$')
 _NUMBER = r'\d(?:[\d,]*\d)?(?:\.\d+)?'
-# A number with a unit of measurement, or a metric's name and its value.
+_NOT_VERSION = ''.join(rf'(?<!{name} )' for name in (
+    'Python', 'jax', 'flax', 'optax', 'orbax', 'torch', 'transformers',
+    'version', 'CUDA', 'cuDNN'))
+# A number with a unit of measurement, a metric's name and its value, or
+# a bare value that reads as measured.
 MEASURED = re.compile(
     rf'(?<![\w.]){_NUMBER}\s?(?:ms|µs|s|min|h|seconds?|minutes?|hours?|%|'
     r'tok/s|tokens/s|tokens per second|steps/s|examples/s|images/s|'
@@ -29,7 +33,10 @@ MEASURED = re.compile(
     r'|\b(?:BLEU|[Pp]erplexity|[Aa]ccuracy|MFU|loss|nats|bits per byte|'
     rf'exact match|F1|MCC)(?: of| at| is| was)?(?: about)? {_NUMBER}'
     rf'|(?<![\w.]){_NUMBER} (?:BLEU|nats|MFU)\b'
-    rf'|(?<![\w.:]){_NUMBER}x(?![\w/])')  # a speed-up: 1.09x
+    rf'|(?<![\w.:]){_NUMBER}x(?![\w/])'  # a speed-up: 1.09x
+    # A bare value that reads as measured (99.84, 0.889, 41.7), not a
+    # setting (dropout 0.1) or a version (Python 3.11).
+    rf'|{_NOT_VERSION}(?<![\w.,/-])(?:\d+\.\d{{2,}}|[1-9]\d+\.\d)(?![\w.])')
 # What is not prose: HTML comments, inline code, link targets.
 _NOT_PROSE = re.compile(r'<!--.*?-->|`[^`\n]*`|\]\([^)\n]*\)', re.DOTALL)
 

@@ -52,7 +52,7 @@ and 24.9 against 4.92 and 25.8); four heads are as good as eight here (the
 paper: slightly worse, 5.00 and 25.5). Sixteen heads are worse here, where
 they leave d_k = 16: the paper's h=32 row has that d_k and is worse too
 (5.01, 25.4), its h=16 row (d_k = 32) is not. One seed per row and a short
-schedule: seed-to-seed spread was not measured, so differences of a few
+schedule: the seed-to-seed spread is unknown, so differences of a few
 tenths of BLEU may be noise. Times vary with the machine's other load.
 
 Row (B) keeps d_v while shrinking d_k: `model.value_head_dim` sets d_v apart
