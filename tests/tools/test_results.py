@@ -220,23 +220,23 @@ def test_inline_figures_render_records_and_table_cells(registry):
   page.write_text(
       '<!-- results: table:speed -->\n<!-- /results -->\n'
       '<!-- results: table:grid -->\n<!-- /results -->\n'
-      'Llama at <!-- figure: table:speed[llama][tok/s] -->1<!-- /figure -->'
-      ' tokens a second, <!-- figure: table:speed[llama][MB] --><!-- /figure'
-      ' -->; all heads <!-- figure: table:grid[24][BLEU] --><!-- /figure -->'
+      'Llama at <!-- figure: table:speed|llama|tok/s -->1<!-- /figure -->'
+      ' tokens a second, <!-- figure: table:speed|llama|MB --><!-- /figure'
+      ' -->; all heads <!-- figure: table:grid|24|BLEU --><!-- /figure -->'
       '; perplexity <!-- figure: lm_offline/perplexity per subword -->'
       '<!-- /figure -->.\n')
   assert any('page.md differs' in p for p in results.render(check=True))
   assert not results.render()
   text = page.read_text()
-  assert ('Llama at <!-- figure: table:speed[llama][tok/s] -->219<!-- '
-          '/figure --> tokens a second, <!-- figure: table:speed[llama][MB] '
+  assert ('Llama at <!-- figure: table:speed|llama|tok/s -->219<!-- '
+          '/figure --> tokens a second, <!-- figure: table:speed|llama|MB '
           '-->819.62<!-- /figure -->; all heads <!-- figure: '
-          'table:grid[24][BLEU] -->40.20<!-- /figure -->; perplexity '
+          'table:grid|24|BLEU -->40.20<!-- /figure -->; perplexity '
           '<!-- figure: lm_offline/perplexity per subword -->8.87<!-- '
           '/figure -->.') in text
   assert not results.render(check=True)
-  page.write_text(text.replace('[tok/s]', '[tokens]'))
-  with raises_naming(ValueError, 'tables/speed has no cell [llama][tokens]',
+  page.write_text(text.replace('|tok/s', '|tokens'))
+  with raises_naming(ValueError, 'tables/speed has no cell |llama|tokens',
                      'by its header'):
     results.render(check=True)
   page.write_text('<!-- figure: lm_offline/BLEU --><!-- /figure -->\n')

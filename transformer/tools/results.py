@@ -38,7 +38,7 @@ docs/results/_last_known_good.json):
 (the rows of every registry file that lists TABLE; for `table:NAME`, the
 table file NAME with where and when it was measured), and each figure in
 prose, `<!-- figure: ROW/METRIC -->...<!-- /figure -->` or `<!-- figure:
-table:NAME[ROW][COLUMN] -->...<!-- /figure -->`, so a figure is typed
+table:NAME|ROW|COLUMN -->...<!-- /figure -->`, so a figure is typed
 once. `render --check` (tests/tools/test_results.py) fails when a
 rendered table differs from the registry, when a figure is typed outside
 it (`typed_figures`), or when a row's experiment
@@ -368,7 +368,7 @@ def _cell(name: str, row_key: str, column: str) -> str:
       if (column in header and str(cells[0]).strip('`*') == row_key
           and header.index(column) < len(cells)):
         return str(cells[header.index(column)])
-  raise ValueError(f'tables/{name} has no cell [{row_key}][{column}]: name '
+  raise ValueError(f'tables/{name} has no cell |{row_key}|{column}: name '
                    f'a row by its first cell and a column by its header.')
 
 
@@ -376,17 +376,17 @@ _PARTS = ('range', 'mean', 'min', 'max', 'runs', 'result')
 
 
 def figure(ref: str, registry: dict[str, dict[str, Any]]) -> str:
-  """The text of an inline figure: `table:NAME[ROW][COLUMN]` (a table
+  """The text of an inline figure: `table:NAME|ROW|COLUMN` (a table
   file's cell), or `ROW/METRIC[/PART]` (a row's record: its range over
   the runs, or PART: mean, min, max, runs, result)."""
-  cell = re.fullmatch(r'table:([\w-]+)\[(.+?)\]\[(.+?)\]', ref)
+  cell = re.fullmatch(r'table:([\w-]+)\|(.+?)\|(.+)', ref)
   if cell:
     return _cell(*cell.groups())
   name, metric, part = (ref.split('/') + ['range'])[:3]
   if name not in registry or part not in _PARTS:
     raise ValueError(f'Inline figure {ref!r}: name a registry row and its '
                      f'metric (ROW/METRIC[/{"|".join(_PARTS)}]) or a table '
-                     f'cell (table:NAME[ROW][COLUMN]).')
+                     f'cell (table:NAME|ROW|COLUMN).')
   records = [r for r in registry[name]['records'] if r['metric'] == metric]
   if not records:
     raise ValueError(f'Inline figure {ref!r}: {name} records no {metric!r}.')
@@ -439,7 +439,7 @@ def render(check: bool = False) -> list[str]:
       text = f.read()
     shown.update(m.group(2)[len(TABLE_PREFIX):] for m in _MARKER.finditer(
         text) if m.group(2).startswith(TABLE_PREFIX))
-    shown.update(m.group(1)[len(TABLE_PREFIX):].split('[')[0]
+    shown.update(m.group(1)[len(TABLE_PREFIX):].split('|')[0]
                  for m in typed_figures.figures(text)
                  if m.group(1).startswith(TABLE_PREFIX))
     problems += [
@@ -450,7 +450,7 @@ def render(check: bool = False) -> list[str]:
     problems += [
         f'{os.path.relpath(path, REPO)}:{line}: {figure!r} typed into prose: '
         f'render it from the registry (<!-- figure: ROW/METRIC -->'
-        f'<!-- /figure --> or table:NAME[ROW][COLUMN]), point to the table, '
+        f'<!-- /figure --> or table:NAME|ROW|COLUMN), point to the table, '
         f'or declare the paragraph {NOT_MEASURED} why -->'
         for line, figure in typed_prose(text)]
     problems += [
