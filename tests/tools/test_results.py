@@ -198,11 +198,12 @@ def test_figures_typed_into_prose_are_found_unless_rendered_or_declared():
       '| a | 2.5 s |', '',
       '```', 'took 9.1 s', '```',
       '<!-- figure: r/BLEU -->1<!-- /figure --> opens a line.',  # 15
-      'Seeds reached 99.84 and 0.889 (41.7 at most); dropout 0.1 on',
+      'Seeds reached 99.84 and 0.889 (41.7 at most, -0.17); dropout 0.1 on',
       'Python 3.11.'])
   assert results.typed_prose(text) == [
       (1, '6 min'), (1, '54 s'), (1, 'BLEU 99.95'), (7, '1.09x'),
-      (8, '16 GiB'), (16, '99.84'), (16, '0.889'), (16, '41.7')]
+      (8, '16 GiB'), (16, '99.84'), (16, '0.889'), (16, '41.7'),
+      (16, '0.17')]
   assert results.typed_figures.figures_opening_lines(text) == [15]
 
 

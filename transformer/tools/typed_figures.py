@@ -36,7 +36,7 @@ MEASURED = re.compile(
     rf'|(?<![\w.:]){_NUMBER}x(?![\w/])'  # a speed-up: 1.09x
     # A bare value that reads as measured (99.84, 0.889, 41.7), not a
     # setting (dropout 0.1) or a version (Python 3.11).
-    rf'|{_NOT_VERSION}(?<![\w.,/-])(?:\d+\.\d{{2,}}|[1-9]\d+\.\d)(?![\w.])')
+    rf'|{_NOT_VERSION}(?<![\w.,/])(?<![\w.]-)(?:\d+\.\d{{2,}}|[1-9]\d+\.\d)(?![\w.])')
 # What is not prose: HTML comments, inline code, link targets.
 _NOT_PROSE = re.compile(r'<!--.*?-->|`[^`\n]*`|\]\([^)\n]*\)', re.DOTALL)
 
