@@ -40,7 +40,9 @@ def _chunks(config) -> tuple[list, list, int]:
   """Our task's training and validation (inputs, targets) chunks in the
   published ids, and the validation text's bytes."""
   from transformer import tasks  # pylint: disable=g-import-not-at-top
-  task = tasks.build(config, os.path.join(FLAGS.out, 'trainer_chunks'))
+  # A folder per family: the task keeps the vocabulary files it finds there.
+  task = tasks.build(config, os.path.join(FLAGS.out,
+                                          f'trainer_chunks_{FLAGS.family}'))
   order = task.tokenizer.ids
 
   def published(split):
@@ -117,7 +119,7 @@ def main(argv):
   SameLoss(
       model=model, train_dataset=train, data_collator=_collate,
       args=transformers.TrainingArguments(
-          output_dir=os.path.join(FLAGS.out, 'trainer'),
+          output_dir=os.path.join(FLAGS.out, f'trainer_{FLAGS.family}'),
           max_steps=FLAGS.steps, per_device_train_batch_size=FLAGS.rows,
           learning_rate=opt.learning_rate, lr_scheduler_type='constant',
           warmup_steps=0, adam_beta1=opt.b1, adam_beta2=opt.b2,
