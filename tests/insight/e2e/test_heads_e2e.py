@@ -152,6 +152,8 @@ def _heads(*args):
       env={**os.environ, 'JAX_PLATFORMS': 'cpu'})
 
 
+@pytest.mark.slow  # a process of its own, 10 s; CI runs it
+@pytest.mark.ci
 def test_the_command_writes_only_under_its_output_dir(trained, tmp_path):
   workdir = tmp_path / 'run'
   shutil.copytree(trained, workdir)

@@ -17,10 +17,12 @@ def run(tmp_path, model, **changes):
   return config, train.train_and_evaluate(config, str(tmp_path))
 
 
-# Show, Attend and Tell's end-to-end run is slow-only: its model, loss and
-# decoding have their own tests below, and the run's path is the same.
+# The end-to-end runs are slow (CI runs the Transformer's): each model's
+# loss and decoding have their own tests below, and
+# test_caption_folder_source_trains runs the task's whole path by default.
 @pytest.mark.parametrize('model', [
-    pytest.param('show_attend_tell', marks=pytest.mark.slow), 'transformer'])
+    pytest.param('show_attend_tell', marks=pytest.mark.slow),
+    pytest.param('transformer', marks=[pytest.mark.slow, pytest.mark.ci])])
 def test_end_to_end_few_steps_writes_metrics_and_figures(model, tmp_path):
   config, result = run(tmp_path, model)
   for key in ('bleu1', 'bleu2', 'bleu3', 'bleu4', 'exact_match', 'nll'):

@@ -162,6 +162,8 @@ PTB = os.path.join(REPO, '..', 'shared', 'data', 'ptb')
 
 
 @pytest.mark.skipif(not os.path.isdir(PTB), reason='PTB not available')
+@pytest.mark.slow  # reads the whole real corpus, 14 s; CI runs it
+@pytest.mark.ci
 def test_ptb_word_level_counts_tokens_as_the_literature(tmp_path):
   config = load_experiment('ptb', f'path={PTB},runlocal')
   trainer = train.Trainer(config, str(tmp_path))

@@ -2,12 +2,15 @@
 reported, the loss their sum."""
 
 import numpy as np
+import pytest
 
 from conftest import load_experiment
 from transformer import train
 from transformer import workdir as workdir_lib
 
 
+@pytest.mark.slow  # 10 s; CI runs it
+@pytest.mark.ci
 def test_pretraining_with_next_sentence_reports_both_objectives(tmp_path):
   config = load_experiment('bert_mlm', 'nsp,runlocal')
   assert config.data.next_sentence

@@ -122,6 +122,8 @@ def test_question_answering_starts_from_pretraining_and_reports_types(
                                 task.logits(params, other))
 
 
+@pytest.mark.slow  # with the pretraining fixture, 19 s; CI runs it
+@pytest.mark.ci
 def test_referring_expressions_from_pretraining(pretrained, tmp_path):
   _, source = pretrained
   config = load_experiment('vilbert_refer', 'runlocal')
