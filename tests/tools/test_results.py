@@ -273,3 +273,14 @@ def test_experiments_name_registry_records_instead_of_run_logs():
         assert name in rows, (path, name)
         named += 1
   assert named >= 9
+
+
+def test_means_round_half_up_as_written():
+  """42.235, the mean of 42.64 and 41.83, is 42.23499... as a float: it
+  shows as 42.24, as the page's reader would round it."""
+  record = {'metric': 'BLEU', 'runs': [{'value': 42.64}, {'value': 41.83}]}
+  assert results.result(record) == 'BLEU 41.83 to 42.64 (mean 42.24; 2 runs)'
+  assert results.result({'metric': 'time', 'digits': 0, 'unit': ' s',
+                         'runs': [{'value': 13420}, {'value': 15018}]}) == (
+                             'time 13,420 s to 15,018 s (mean 14,219 s; 2 '
+                             'runs)')
