@@ -293,23 +293,28 @@ def _number(value: float, digits: int) -> str:
   return f'{exact:,.{digits}f}'
 
 
+def parts(record: dict[str, Any]) -> dict[str, str]:
+  """A record's figures as shown: 'range' (min to max, or the one value),
+  'mean', 'min', 'max' (with its digits and unit) and 'runs' (how many)."""
+  values = [run['value'] for run in record['runs']]
+  shown = lambda v: (_number(v, record.get('digits', 2))
+                     + record.get('unit', ''))
+  low, high = shown(min(values)), shown(max(values))
+  return dict(range=low if len(values) == 1 else f'{low} to {high}',
+              mean=shown(sum(values) / len(values)), min=low, max=high,
+              runs=str(len(values)))
+
+
 def result(record: dict[str, Any]) -> str:
   """A record as a table cell: 'BLEU 98.93 to 99.95 (mean 99.55; 6
   runs: 3 seeds x 1 or 2 threads)', or the one value of one run."""
-  values = [run['value'] for run in record['runs']]
-  digits, unit = record.get('digits', 2), record.get('unit', '')
-  shown = lambda v: _number(v, digits) + unit
-  text = f'{record["metric"]} '
-  if len(values) == 1:
-    text += shown(values[0])
-  else:
-    mean = sum(values) / len(values)
-    text += (f'{shown(min(values))} to {shown(max(values))} (mean '
-             f'{shown(mean)}; {len(values)} runs')
-    text += f': {record["over"]})' if record.get('over') else ')'
-  if len(values) == 1 and record.get('over'):
-    text += f' ({record["over"]})'
-  return text
+  shown = parts(record)
+  text = f'{record["metric"]} {shown["range"]}'
+  over = record.get('over')
+  if shown['runs'] == '1':
+    return text + (f' ({over})' if over else '')
+  return (text + f' (mean {shown["mean"]}; {shown["runs"]} runs'
+          + (f': {over})' if over else ')'))
 
 
 def render_row(row: dict[str, Any]) -> str:
@@ -395,19 +400,9 @@ def figure(ref: str, registry: dict[str, dict[str, Any]]) -> str:
   records = [r for r in registry[name]['records'] if r['metric'] == metric]
   if not records:
     raise ValueError(f'Inline figure {ref!r}: {name} records no {metric!r}.')
-  record = records[0]
-  values = [run['value'] for run in record['runs']]
-  shown = lambda v: (_number(v, record.get('digits', 2))
-                     + record.get('unit', ''))
   if part == 'result':
-    return result(record)
-  if part == 'runs':
-    return str(len(values))
-  if part == 'range' and len(values) > 1:
-    return f'{shown(min(values))} to {shown(max(values))}'
-  pick = {'mean': sum(values) / len(values), 'min': min(values),
-          'max': max(values), 'range': values[0]}
-  return shown(pick[part])
+    return result(records[0])
+  return parts(records[0])[part]
 
 
 def rendered(text: str, registry: dict[str, dict[str, Any]]) -> str:
